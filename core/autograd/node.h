@@ -1,0 +1,72 @@
+// The recorded graph. Each differentiable op creates one Node subclass (in its own file in
+// core/ops/) holding what its backward needs; edges point at the nodes that produced the
+// op's inputs. Leaves that require grad are reached through an AccumulateGrad node.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mixprec {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null when that input needs no gradient
+  int input_nr = 0;            // which output of `node` the input was
+  bool valid() const { return node != nullptr; }
+};
+
+// Shape, dtype and device of one output, so the engine can make a zero gradient for an
+// output that received none (e.g. an unused piece of a split).
+struct OutputMeta {
+  Shape shape;
+  DType dtype = DType::F32;
+  Device device;
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  // Releases the chain of producers iteratively: a recursive release of a 10^5-op graph
+  // would overflow the stack.
+  virtual ~Node();
+  // The op's name ("matmul", "layer_norm", ...), used in errors and anomaly reports.
+  virtual std::string name() const = 0;
+  // Gradients w.r.t. each input (same order as next_edges; undefined where not needed),
+  // given the gradient w.r.t. each output. Called at most once per backward pass.
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
+  // Frees the tensors saved for backward (called after apply unless retain_graph).
+  virtual void release_saved() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<OutputMeta> outputs;
+  std::string layer;      // layer scope active when the op ran (may be empty)
+  bool released = false;  // saved tensors were freed by an earlier backward
+};
+
+// Sink of a leaf tensor: adds (or writes) incoming gradients into the leaf's .grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  std::string name() const override { return "accumulate_grad"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
+  GradMode mode = GradMode::Accumulate;
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+  int output_nr = 0;
+  Tensor grad;
+  std::optional<DType> grad_dtype;
+  std::weak_ptr<AccumulateGrad> accumulator;  // shared by all uses of a leaf in a graph
+  std::string name;
+};
+
+}  // namespace mixprec

@@ -1,0 +1,45 @@
+// Helpers every op uses to record itself in the graph:
+//
+//   Tensor y = ...compute...;
+//   if (auto node = make_node<ReluBackward>({&x})) {   // null when no input needs grad
+//     node->x = x.detach();                            // save what backward needs, detached
+//     attach_output(node, y);                          // y.grad_fn = node
+//   }
+//   check_forward("relu", y);                          // anomaly mode
+//
+// Saved tensors are stored detached so that a node never owns its own output's graph
+// (that would be a reference cycle).
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/node.h"
+
+namespace mixprec {
+
+// The edge through which a gradient for `t` flows: its grad_fn, or its leaf accumulator.
+// Invalid when `t` does not require grad.
+Edge gradient_edge(const Tensor& t);
+
+// True when grad mode is on and any defined input requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+
+template <class NodeT>
+std::shared_ptr<NodeT> make_node(std::initializer_list<const Tensor*> inputs) {
+  if (!any_requires_grad(inputs)) return nullptr;
+  auto node = std::make_shared<NodeT>();
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next_edges.push_back(t && t->defined() ? gradient_edge(*t) : Edge{});
+  node->layer = current_layer_name();
+  return node;
+}
+
+// Makes `out` the `output_nr`-th output of `node` (and marks it as requiring grad).
+void attach_output(const std::shared_ptr<Node>& node, Tensor& out, int output_nr = 0);
+
+// In anomaly mode, throws when `out` holds Inf/NaN, naming the op and the current layer.
+void check_forward(const char* op, const Tensor& out);
+
+}  // namespace mixprec

@@ -1,0 +1,185 @@
+// Backend: the device-specific primitives that every op is built from. Ops in core/ops/
+// check shapes and dtypes, allocate outputs and record the graph; a backend only computes.
+//
+// Contract shared by every primitive:
+// - Tensors are contiguous row-major and live on this backend's device. Output tensors are
+//   allocated by the caller with their final shape and dtype; primitives OVERWRITE them
+//   unless the signature says `accumulate`.
+// - Floating inputs may be F32, F16 or BF16. Values are loaded, converted to FP32, computed
+//   and accumulated in FP32, and rounded once to the output dtype on store.
+// - Statistics that the op keeps for its backward (log-sum-exp, mean, rstd, ...) are F32.
+// - A dtype a primitive does not support throws mixprec::Error naming the primitive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace mixprec {
+
+class Tensor;
+
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Square, Abs, Relu, Gelu, Sigmoid, Tanh };
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+enum class PoolKind : uint8_t { Max, Avg };
+
+// Seed and counter offset of the counter-based generator (core/philox.h). Element i of a
+// random fill draws from counter `offset + i`, so every backend produces the same numbers.
+struct PhiloxKey {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch), row-major.
+// op(A) is m x k (A stored k x m when trans_a), op(B) is k x n (B stored n x k when trans_b).
+// stride_* is the element distance between consecutive batch items; 0 broadcasts one
+// matrix to the whole batch. beta == 0 never reads C (so uninitialised C is fine).
+struct GemmDesc {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+// 2-D convolution of NCHW input with OIHW weights (groups = 1, dilation = 1).
+struct Conv2dDesc {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+};
+
+// 2-D pooling over NCHW. Avg pooling counts padded cells in the divisor (PyTorch's
+// count_include_pad=True default); max pooling ignores them.
+struct Pool2dDesc {
+  PoolKind kind = PoolKind::Max;
+  int64_t kernel_h = 2, kernel_w = 2;
+  int64_t stride_h = 2, stride_w = 2;
+  int64_t pad_h = 0, pad_w = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) noexcept = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t nbytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t nbytes) = 0;
+  // Waits for all queued work (a no-op on the CPU).
+  virtual void synchronize() {}
+
+  // ---- fills, casts, copies -------------------------------------------------------------
+  virtual void fill(Tensor& out, double value) = 0;
+  // out[i] = start + i * step (any dtype, I32 included).
+  virtual void arange(Tensor& out, double start, double step) = 0;
+  virtual void random_uniform(Tensor& out, PhiloxKey key, float low, float high) = 0;
+  virtual void random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) = 0;
+  // Same number of elements, any dtypes (float -> I32 truncates toward zero).
+  virtual void cast(const Tensor& x, Tensor& y) = 0;
+  // Same dtype and number of elements: a raw copy.
+  virtual void copy(const Tensor& x, Tensor& y) = 0;
+
+  // ---- elementwise ------------------------------------------------------------------------
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& y) = 0;
+  // dx = dy * f'(x); `y` = f(x) is passed for ops whose derivative is cheaper from the output
+  // (exp, sqrt, sigmoid, tanh). x, y and dy have the same shape; dx is overwritten.
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              Tensor& dx) = 0;
+  // y = alpha * x + beta.
+  virtual void affine(const Tensor& x, float alpha, float beta, Tensor& y) = 0;
+  // out = a (op) b with NumPy broadcasting of a and b to out's shape. Same dtype for all.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // y = scale * (x summed over the dimensions where y is broadcast), FP32 accumulation.
+  // y's shape must broadcast to x's shape (right-aligned, each extent 1 or equal).
+  virtual void sum_to(const Tensor& x, Tensor& y, float scale) = 0;
+  // y = scale * x broadcast to y's shape.
+  virtual void expand(const Tensor& x, Tensor& y, float scale) = 0;
+  // Sets y[..., i, j] = fill for j > i over the last two dims, else copies x.
+  virtual void causal_mask(const Tensor& x, float fill, Tensor& y) = 0;
+
+  // ---- layout -----------------------------------------------------------------------------
+  // y.shape[i] == x.shape[perm[i]].
+  virtual void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) = 0;
+  // Copies src[.., src_start : src_start+length, ..] into dst[.., dst_start : .., ..] along
+  // `dim`; all other extents equal. Adds into dst when `accumulate`.
+  virtual void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
+                           int64_t dst_start, int64_t length, bool accumulate) = 0;
+
+  // ---- GEMM -------------------------------------------------------------------------------
+  // a, b, c share one floating dtype; FP32 accumulation; c rounded once on store.
+  virtual void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+
+  // ---- neural-network primitives ---------------------------------------------------------
+  // Softmax (or log-softmax) over the last dim, FP32 math, y in x's dtype.
+  virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  // logits [N, C] floating, labels I32 [N] already validated in [0, C).
+  // loss: F32 scalar = mean over N of (lse - logit[label]); lse: F32 [N] for the backward.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
+                             Tensor& lse) = 0;
+  // dlogits = dloss / N * (softmax(logits) - onehot(labels)); dloss is an F32 scalar.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels,
+                                      const Tensor& lse, const Tensor& dloss,
+                                      Tensor& dlogits) = 0;
+  // Normalises over the last dim. weight/bias ([D], may be null) share x's dtype.
+  // mean and rstd: F32 [rows].
+  virtual void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  // dweight/dbias (may be null) are overwritten.
+  virtual void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                                   Tensor* dweight, Tensor* dbias) = 0;
+  // x NCHW; weight, bias [C] in x's dtype; running stats F32 [C], updated in place when
+  // training (unbiased variance, PyTorch's momentum convention). save_mean/save_invstd F32
+  // [C]: the batch statistics when training, the running ones otherwise.
+  virtual void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          Tensor& running_mean, Tensor& running_var, bool training,
+                          float momentum, float eps, Tensor& y, Tensor& save_mean,
+                          Tensor& save_invstd) = 0;
+  virtual void batch_norm_backward(const Tensor& x, const Tensor& weight,
+                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                   const Tensor& dy, bool training, Tensor& dx, Tensor& dweight,
+                                   Tensor& dbias) = 0;
+  // x [N, C, H, W], w [O, C, KH, KW], bias [O] or null, y [N, O, OH, OW].
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Conv2dDesc& desc, Tensor& y) = 0;
+  virtual void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
+                                    Tensor& dx) = 0;
+  // dw and dbias (may be null) are overwritten.
+  virtual void conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
+                                      Tensor& dw, Tensor* dbias) = 0;
+  // argmax (I32, y's shape, flat index into each input plane) is written for max pooling.
+  virtual void pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tensor* argmax) = 0;
+  virtual void pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
+                               Tensor& dx) = 0;
+  // weight [V, D], ids I32 (any shape, already validated in [0, V)), y [ids..., D].
+  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) = 0;
+  // dweight [V, D] overwritten with the scatter-sum of dy rows; deterministic order.
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) = 0;
+  // y = x * keep / (1 - p), keep drawn from `key` per element (same key, same mask, so the
+  // backward is the same call on dy).
+  virtual void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) = 0;
+
+  // ---- checks -----------------------------------------------------------------------------
+  // True when every element of a floating tensor is finite (I32: always true).
+  virtual bool all_finite(const Tensor& x) = 0;
+  // Index of the first element outside [0, upper) of an I32 tensor, or -1.
+  virtual int64_t find_out_of_range(const Tensor& ids, int64_t upper) = 0;
+};
+
+// The backend that owns `device`; throws when none is registered (e.g. CUDA not built, or
+// no device present).
+Backend& backend_for(Device device);
+bool has_backend(DeviceType type);
+// Installs the backend for a device type (the CUDA library calls this at start-up).
+void register_backend(DeviceType type, std::unique_ptr<Backend> backend);
+
+}  // namespace mixprec

@@ -1,0 +1,289 @@
+// 2-D convolution of the CPU backend: im2col + FP32 GEMM, parallel over the batch.
+//
+// Per image n (K = C*KH*KW rows of the column matrix, P = OH*OW output pixels):
+//   forward:         y[n] (O x P)  = W (O x K) @ col(x[n]) (K x P) + bias
+//   backward data:   dx[n]         = col2im(W^T (K x O) @ dy[n] (O x P))
+//   backward filter: dW (O x K)    = sum_n dy[n] @ col(x[n])^T, dbias = sum_n,p dy[n]
+// Every sum is in FP32 and each output element is rounded once to the tensor's dtype.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_gemm.h"
+#include "core/cpu/dispatch.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+struct ConvGeometry {
+  int64_t n, c, h, w;    // input
+  int64_t o, kh, kw;     // filter
+  int64_t oh, ow;        // output
+  int64_t sh, sw, ph, pw;
+  int64_t rows() const { return c * kh * kw; }
+  int64_t pixels() const { return oh * ow; }
+  int64_t image() const { return c * h * w; }
+};
+
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
+                           const Conv2dDesc& d) {
+  MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
+                ": expected 4-D input, filter and output, got ", shape_str(x), ", ",
+                shape_str(w), " and ", shape_str(y));
+  MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
+                ": invalid stride or padding");
+  ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
+                 d.stride_h, d.stride_w, d.pad_h, d.pad_w};
+  const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o && oh == g.oh && ow == g.ow, op,
+                ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
+                ", output ", shape_str(y));
+  return g;
+}
+
+template <class T>
+constexpr bool kIsFloat = std::is_same_v<T, float>;
+
+// Widens n elements to FP32 (a copy for FP32, so callers can treat all dtypes alike).
+template <class T>
+void load_row(const T* src, float* dst, int64_t n) {
+  if constexpr (kIsFloat<T>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    cpu::load_f32(std::is_same_v<T, bfloat16>, src, dst, n);
+  }
+}
+
+template <class T>
+void store_row(const float* src, T* dst, int64_t n) {
+  if constexpr (kIsFloat<T>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    cpu::store_f32(std::is_same_v<T, bfloat16>, src, dst, n);
+  }
+}
+
+// The filter as an FP32 O x K matrix: the tensor itself for FP32, else a widened copy.
+template <class T>
+const float* filter_f32(const T* w, int64_t n, std::vector<float>& storage) {
+  if constexpr (kIsFloat<T>) {
+    return w;
+  } else {
+    storage.resize(static_cast<size_t>(n));
+    load_row(w, storage.data(), n);
+    return storage.data();
+  }
+}
+
+// col[(c*KH + i)*KW + j][oh*OW + ow] = x[c][oh*SH - PH + i][ow*SW - PW + j], 0 in the padding.
+template <class T>
+void im2col(const T* x, const ConvGeometry& g, float* col) {
+  const int64_t pixels = g.pixels();
+  for (int64_t c = 0; c < g.c; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        float* row = col + ((c * g.kh + i) * g.kw + j) * pixels;
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          float* out = row + oh * g.ow;
+          const int64_t ih = oh * g.sh - g.ph + i;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(out, out + g.ow, 0.0f);
+            continue;
+          }
+          const T* in = x + (c * g.h + ih) * g.w;
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j;
+            out[ow] = iw >= 0 && iw < g.w ? to_float(in[iw]) : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds every column entry back into the input cell it came from.
+void col2im_add(const float* col, const ConvGeometry& g, float* dx) {
+  const int64_t pixels = g.pixels();
+  for (int64_t c = 0; c < g.c; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const float* row = col + ((c * g.kh + i) * g.kw + j) * pixels;
+        for (int64_t oh = 0; oh < g.oh; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i;
+          if (ih < 0 || ih >= g.h) continue;
+          const float* in = row + oh * g.ow;
+          float* out = dx + (c * g.h + ih) * g.w;
+          for (int64_t ow = 0; ow < g.ow; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + j;
+            if (iw >= 0 && iw < g.w) out[iw] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Images are independent, so a batch spreads over the threads (each GEMM then runs on its
+// thread); a single image leaves the threads to the GEMM.
+template <class T>
+void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometry& g) {
+  std::vector<float> w_storage;
+  const float* w32 = filter_f32(w, g.o * g.rows(), w_storage);
+  std::vector<float> bias32(static_cast<size_t>(bias ? g.o : 0));
+  if (bias) load_row(bias, bias32.data(), g.o);
+  const int64_t out_size = g.o * g.pixels();
+#pragma omp parallel if (g.n > 1)
+  {
+    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
+    std::vector<float> out32(static_cast<size_t>(kIsFloat<T> ? 0 : out_size));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      im2col(x + n * g.image(), g, col.data());
+      float* out = out32.data();
+      if constexpr (kIsFloat<T>) out = y + n * out_size;
+      float beta = 0.0f;
+      if (bias) {
+        for (int64_t o = 0; o < g.o; ++o)
+          std::fill(out + o * g.pixels(), out + (o + 1) * g.pixels(), bias32[o]);
+        beta = 1.0f;
+      }
+      cpu::gemm_f32(false, false, g.o, g.pixels(), g.rows(), 1.0f, w32, col.data(), beta, out);
+      if constexpr (!kIsFloat<T>) store_row(out, y + n * out_size, out_size);
+    }
+  }
+}
+
+template <class T>
+void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+  std::vector<float> w_storage;
+  const float* w32 = filter_f32(w, g.o * g.rows(), w_storage);
+  const int64_t dy_size = g.o * g.pixels();
+#pragma omp parallel if (g.n > 1)
+  {
+    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
+    std::vector<float> dy32(static_cast<size_t>(kIsFloat<T> ? 0 : dy_size));
+    std::vector<float> dx32(static_cast<size_t>(kIsFloat<T> ? 0 : g.image()));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      const float* dyn;
+      if constexpr (kIsFloat<T>) {
+        dyn = dy + n * dy_size;
+      } else {
+        load_row(dy + n * dy_size, dy32.data(), dy_size);
+        dyn = dy32.data();
+      }
+      cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col.data());
+      float* dxn = dx32.data();
+      if constexpr (kIsFloat<T>) dxn = dx + n * g.image();
+      std::fill(dxn, dxn + g.image(), 0.0f);
+      col2im_add(col.data(), g, dxn);
+      if constexpr (!kIsFloat<T>) store_row(dxn, dx + n * g.image(), g.image());
+    }
+  }
+}
+
+// Each thread sums its images into a private FP32 dW (and dbias); the partial sums are then
+// added in thread order, so the result is the same on every run with the same thread count.
+template <class T>
+void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGeometry& g) {
+  const int64_t w_size = g.o * g.rows();
+  const int64_t dy_size = g.o * g.pixels();
+  const int teams = g.n > 1 ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.n)) : 1;
+  std::vector<float> partial_w(static_cast<size_t>(teams * w_size), 0.0f);
+  std::vector<float> partial_b(static_cast<size_t>(teams * g.o), 0.0f);
+#pragma omp parallel num_threads(teams)
+  {
+    const int t = omp_get_thread_num();
+    float* pw = partial_w.data() + t * w_size;
+    float* pb = partial_b.data() + t * g.o;
+    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
+    std::vector<float> dy32(static_cast<size_t>(kIsFloat<T> ? 0 : dy_size));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      const float* dyn;
+      if constexpr (kIsFloat<T>) {
+        dyn = dy + n * dy_size;
+      } else {
+        load_row(dy + n * dy_size, dy32.data(), dy_size);
+        dyn = dy32.data();
+      }
+      im2col(x + n * g.image(), g, col.data());
+      cpu::gemm_f32(false, true, g.o, g.rows(), g.pixels(), 1.0f, dyn, col.data(), 1.0f, pw);
+      if (dbias) {
+        for (int64_t o = 0; o < g.o; ++o) {
+          float s = 0.0f;
+          for (int64_t p = 0; p < g.pixels(); ++p) s += dyn[o * g.pixels() + p];
+          pb[o] += s;
+        }
+      }
+    }
+  }
+  for (int t = 1; t < teams; ++t) {
+    for (int64_t i = 0; i < w_size; ++i) partial_w[i] += partial_w[t * w_size + i];
+    for (int64_t o = 0; o < g.o; ++o) partial_b[o] += partial_b[t * g.o + o];
+  }
+  store_row(partial_w.data(), dw, w_size);
+  if (dbias) store_row(partial_b.data(), dbias, g.o);
+}
+
+void check_dtypes(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    if (!t) continue;
+    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
+                  describe(*first), " and ", describe(*t));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
+                        const Conv2dDesc& desc, Tensor& y) {
+  const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), y.shape(), desc);
+  check_dtypes("conv2d", {&x, &w, bias, &y});
+  MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
+                g.o, " elements");
+  if (y.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "conv2d", [&] {
+    conv_forward(static_cast<const scalar_t*>(x.data()), static_cast<const scalar_t*>(w.data()),
+                 bias ? static_cast<const scalar_t*>(bias->data()) : nullptr,
+                 static_cast<scalar_t*>(y.data()), g);
+  });
+}
+
+void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
+                                      Tensor& dx) {
+  const ConvGeometry g =
+      conv_geometry("conv2d_backward_data", dx.shape(), w.shape(), dy.shape(), desc);
+  check_dtypes("conv2d_backward_data", {&dy, &w, &dx});
+  if (dx.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_data", [&] {
+    conv_backward_data(static_cast<const scalar_t*>(dy.data()),
+                       static_cast<const scalar_t*>(w.data()), static_cast<scalar_t*>(dx.data()),
+                       g);
+  });
+}
+
+void CpuBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
+                                        Tensor& dw, Tensor* dbias) {
+  const ConvGeometry g =
+      conv_geometry("conv2d_backward_filter", x.shape(), dw.shape(), dy.shape(), desc);
+  check_dtypes("conv2d_backward_filter", {&x, &dy, &dw, dbias});
+  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ",
+                describe(*dbias), " does not have ", g.o, " elements");
+  if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "conv2d_backward_filter", [&] {
+    conv_backward_filter(static_cast<const scalar_t*>(x.data()),
+                         static_cast<const scalar_t*>(dy.data()),
+                         static_cast<scalar_t*>(dw.data()),
+                         dbias ? static_cast<scalar_t*>(dbias->data()) : nullptr, g);
+  });
+}
+
+}  // namespace mixprec

@@ -1,0 +1,480 @@
+// Elementwise maps, broadcasting and broadcast-reductions of the CPU backend. The per-element
+// math is in core/math/elementwise.h (shared with the CUDA backend); this file adds loops.
+//
+// Broadcasting is planned once per call: extent-1 output dims are dropped and adjacent dims
+// that every operand walks in step are merged, so the common cases (equal shapes, a bias
+// over the last dims, a [N, 1] column) become one or two dims whose innermost run is
+// contiguous or constant. Work is split into fixed-size chunks of the output, so the
+// parallel split (and hence every result) does not depend on the thread count.
+#include <algorithm>
+#include <array>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/error.h"
+#include "core/math/elementwise.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+// Below this many elements a loop stays serial: thread start-up would cost more.
+constexpr int64_t kParallelMin = 1 << 15;
+// Output elements per parallel task of the broadcast walker.
+constexpr int64_t kChunk = 1 << 14;
+// Columns per task when sum_to keeps the innermost dim: 1 KiB of FP32 accumulators.
+constexpr int64_t kColumnBlock = 256;
+// Elements per partial sum of a full reduction; partials are then added in order.
+constexpr int64_t kReduceChunk = 1 << 13;
+
+template <class T>
+const T* cdata(const Tensor& t) {
+  return static_cast<const T*>(t.data());
+}
+template <class T>
+T* mdata(Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+// `in` broadcasts to `out` (right-aligned; each extent 1 or equal).
+bool broadcasts_to(const Shape& in, const Shape& out) {
+  if (in.size() > out.size()) return false;
+  const size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1 && in[i] != out[lead + i]) return false;
+  return true;
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  MIXPREC_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch between ", describe(a), " and ",
+                describe(b));
+}
+
+void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  MIXPREC_CHECK(a.shape() == b.shape(), op, ": shape mismatch between ", describe(a), " and ",
+                describe(b));
+}
+
+// Coalesced iteration space of an output and N inputs that broadcast to it.
+template <int N>
+struct BroadcastPlan {
+  std::vector<int64_t> extents;                 // outermost first; never empty
+  std::array<std::vector<int64_t>, N> strides;  // per input, in elements; 0 where broadcast
+};
+
+template <int N>
+BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins) {
+  const size_t rank = out.size();
+  std::array<std::vector<int64_t>, N> aligned;
+  for (int k = 0; k < N; ++k) {
+    const Shape& s = *ins[k];
+    aligned[k].assign(rank, 0);
+    int64_t stride = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      aligned[k][i + rank - s.size()] = s[i] == 1 ? 0 : stride;
+      stride *= s[i];
+    }
+  }
+  BroadcastPlan<N> plan;
+  for (size_t d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;
+    bool merge = !plan.extents.empty();
+    for (int k = 0; k < N && merge; ++k)
+      merge = plan.strides[k].back() == aligned[k][d] * out[d];
+    if (merge) {
+      plan.extents.back() *= out[d];
+      for (int k = 0; k < N; ++k) plan.strides[k].back() = aligned[k][d];
+    } else {
+      plan.extents.push_back(out[d]);
+      for (int k = 0; k < N; ++k) plan.strides[k].push_back(aligned[k][d]);
+    }
+  }
+  if (plan.extents.empty()) {
+    plan.extents.push_back(1);
+    for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
+  }
+  return plan;
+}
+
+// Calls run(out_offset, in_offsets, length) for maximal runs of consecutive output elements
+// along the innermost planned dim; within a run input k advances by its innermost stride
+// (1, or 0 when broadcast there).
+template <int N, class Run>
+void for_each_run(const BroadcastPlan<N>& plan, int64_t numel, const Run& run) {
+  const int64_t ndim = static_cast<int64_t>(plan.extents.size());
+  const int64_t inner = plan.extents.back();
+  const int64_t chunks = (numel + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t pos = c * kChunk;
+    const int64_t end = std::min(numel, pos + kChunk);
+    std::vector<int64_t> index(ndim);
+    std::array<int64_t, N> offsets{};
+    int64_t rest = pos;
+    for (int64_t d = ndim - 1; d >= 0; --d) {
+      index[d] = rest % plan.extents[d];
+      rest /= plan.extents[d];
+      for (int k = 0; k < N; ++k) offsets[k] += index[d] * plan.strides[k][d];
+    }
+    while (pos < end) {
+      const int64_t len = std::min(inner - index[ndim - 1], end - pos);
+      run(pos, offsets, len);
+      pos += len;
+      index[ndim - 1] += len;
+      for (int k = 0; k < N; ++k) offsets[k] += len * plan.strides[k][ndim - 1];
+      // Odometer carry into the outer dims.
+      for (int64_t d = ndim - 1; d > 0 && index[d] == plan.extents[d]; --d) {
+        index[d] = 0;
+        ++index[d - 1];
+        for (int k = 0; k < N; ++k)
+          offsets[k] += plan.strides[k][d - 1] - plan.extents[d] * plan.strides[k][d];
+      }
+    }
+  }
+}
+
+template <class F>
+void with_unary_op(UnaryOp op, const F& f) {
+  using U = UnaryOp;
+  switch (op) {
+    case U::Neg: return f(std::integral_constant<U, U::Neg>{});
+    case U::Exp: return f(std::integral_constant<U, U::Exp>{});
+    case U::Log: return f(std::integral_constant<U, U::Log>{});
+    case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
+    case U::Square: return f(std::integral_constant<U, U::Square>{});
+    case U::Abs: return f(std::integral_constant<U, U::Abs>{});
+    case U::Relu: return f(std::integral_constant<U, U::Relu>{});
+    case U::Gelu: return f(std::integral_constant<U, U::Gelu>{});
+    case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
+    case U::Tanh: return f(std::integral_constant<U, U::Tanh>{});
+  }
+  MIXPREC_FAIL("unary: unknown UnaryOp ", static_cast<int>(op));
+}
+
+template <class F>
+void with_binary_op(BinaryOp op, const F& f) {
+  using B = BinaryOp;
+  switch (op) {
+    case B::Add: return f(std::integral_constant<B, B::Add>{});
+    case B::Sub: return f(std::integral_constant<B, B::Sub>{});
+    case B::Mul: return f(std::integral_constant<B, B::Mul>{});
+    case B::Div: return f(std::integral_constant<B, B::Div>{});
+  }
+  MIXPREC_FAIL("binary: unknown BinaryOp ", static_cast<int>(op));
+}
+
+template <UnaryOp Op, class T>
+void unary_kernel(const T* x, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(unary_value<Op>(to_float(x[i])));
+}
+
+template <UnaryOp Op, class T>
+void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = from_float<T>(unary_grad<Op>(to_float(x[i]), to_float(y[i]), to_float(dy[i])));
+}
+
+template <class T>
+void affine_kernel(const T* x, float alpha, float beta, T* y, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(affine_value(to_float(x[i]), alpha, beta));
+}
+
+template <BinaryOp Op, class T>
+void binary_same_shape(const T* a, const T* b, T* out, int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = from_float<T>(binary_value<Op>(to_float(a[i]), to_float(b[i])));
+}
+
+// a has out's shape; b is repeated every `nb` elements (a bias over the trailing dims).
+template <BinaryOp Op, class T>
+void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
+  const int64_t rows = n / nb;
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* pa = a + r * nb;
+    T* po = out + r * nb;
+    for (int64_t j = 0; j < nb; ++j)
+      po[j] = from_float<T>(binary_value<Op>(to_float(pa[j]), to_float(b[j])));
+  }
+}
+
+template <BinaryOp Op, class T>
+void binary_broadcast(const T* a, const T* b, T* out, const Shape& sa, const Shape& sb,
+                      const Shape& so, int64_t n) {
+  const BroadcastPlan<2> plan = plan_broadcast<2>(so, {&sa, &sb});
+  const bool step_a = plan.strides[0].back() != 0;
+  const bool step_b = plan.strides[1].back() != 0;
+  for_each_run(plan, n, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t len) {
+    const T* pa = a + off[0];
+    const T* pb = b + off[1];
+    T* po = out + o;
+    if (step_a && step_b) {
+      for (int64_t i = 0; i < len; ++i)
+        po[i] = from_float<T>(binary_value<Op>(to_float(pa[i]), to_float(pb[i])));
+    } else if (step_a) {
+      const float vb = to_float(*pb);
+      for (int64_t i = 0; i < len; ++i)
+        po[i] = from_float<T>(binary_value<Op>(to_float(pa[i]), vb));
+    } else if (step_b) {
+      const float va = to_float(*pa);
+      for (int64_t i = 0; i < len; ++i)
+        po[i] = from_float<T>(binary_value<Op>(va, to_float(pb[i])));
+    } else {
+      const T v = from_float<T>(binary_value<Op>(to_float(*pa), to_float(*pb)));
+      std::fill(po, po + len, v);
+    }
+  });
+}
+
+// Number of elements that `b` repeats with when it broadcasts to `out` as a block of out's
+// trailing dims (leading 1s of b ignored), or 0 when it does not.
+int64_t trailing_block(const Shape& b, const Shape& out) {
+  size_t first = 0;
+  while (first < b.size() && b[first] == 1) ++first;
+  const size_t len = b.size() - first;
+  if (len > out.size()) return 0;
+  int64_t block = 1;
+  for (size_t i = 0; i < len; ++i) {
+    if (b[first + i] != out[out.size() - len + i]) return 0;
+    block *= b[first + i];
+  }
+  return block;
+}
+
+// Offset of the `index`-th point of a multi-dim space (row-major over `extents`) under
+// `strides`.
+int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
+                  const std::vector<int64_t>& strides) {
+  int64_t off = 0;
+  for (size_t d = extents.size(); d-- > 0;) {
+    off += (index % extents[d]) * strides[d];
+    index /= extents[d];
+  }
+  return off;
+}
+
+template <class T>
+void scale_copy(const T* x, T* y, int64_t n, float scale) {
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(scale * to_float(x[i]));
+}
+
+// Sum of all n elements: fixed-size chunks summed in parallel, partials added in order.
+template <class T>
+float sum_all(const T* x, int64_t n) {
+  const int64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
+  std::vector<float> partial(chunks);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kReduceChunk, end = std::min(n, begin + kReduceChunk);
+    float acc = 0.0f;
+    for (int64_t i = begin; i < end; ++i) acc += to_float(x[i]);
+    partial[c] = acc;
+  }
+  float total = 0.0f;
+  for (float p : partial) total += p;
+  return total;
+}
+
+template <class T>
+void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float scale) {
+  const int64_t n = shape_numel(sx), m = shape_numel(sy);
+  if (n == m) return scale_copy(x, y, n, scale);
+  if (m == 1) {
+    y[0] = from_float<T>(scale * sum_all(x, n));
+    return;
+  }
+  // Planned over x's shape, the dims whose y stride is 0 are the reduced ones.
+  const BroadcastPlan<1> plan = plan_broadcast<1>(sx, {&sy});
+  const std::vector<int64_t>& ext = plan.extents;
+  const std::vector<int64_t>& ystride = plan.strides[0];
+  const size_t ndim = ext.size();
+  std::vector<int64_t> xstride(ndim, 1);
+  for (size_t d = ndim - 1; d-- > 0;) xstride[d] = xstride[d + 1] * ext[d + 1];
+
+  const size_t last = ndim - 1;
+  std::vector<int64_t> kept_ext, kept_xstride, red_ext, red_xstride;
+  for (size_t d = 0; d < last; ++d) {
+    if (ystride[d] != 0) {
+      kept_ext.push_back(ext[d]);
+      kept_xstride.push_back(xstride[d]);
+    } else {
+      red_ext.push_back(ext[d]);
+      red_xstride.push_back(xstride[d]);
+    }
+  }
+  const int64_t reduced = shape_numel(red_ext);
+  const int64_t inner = ext[last];
+
+  if (ystride[last] == 0) {
+    // The innermost dim is reduced: each y element sums `reduced` contiguous runs of `inner`.
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t o = 0; o < m; ++o) {
+      const int64_t base = offset_of(o, kept_ext, kept_xstride);
+      float acc = 0.0f;
+      for (int64_t r = 0; r < reduced; ++r) {
+        const T* px = x + base + offset_of(r, red_ext, red_xstride);
+        for (int64_t i = 0; i < inner; ++i) acc += to_float(px[i]);
+      }
+      y[o] = from_float<T>(scale * acc);
+    }
+    return;
+  }
+
+  // The innermost dim is kept: y is [m / inner, inner]; each task accumulates one block of
+  // columns of one y row over every reduced position, reading x rows contiguously.
+  const int64_t rows = m / inner;
+  const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+  const int64_t tasks = rows * blocks;
+#pragma omp parallel for if (n > kParallelMin && tasks > 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t row = t / blocks;
+    const int64_t col = (t % blocks) * kColumnBlock;
+    const int64_t width = std::min(kColumnBlock, inner - col);
+    const int64_t base = offset_of(row, kept_ext, kept_xstride) + col;
+    float acc[kColumnBlock] = {};
+    for (int64_t r = 0; r < reduced; ++r) {
+      const T* px = x + base + offset_of(r, red_ext, red_xstride);
+      for (int64_t j = 0; j < width; ++j) acc[j] += to_float(px[j]);
+    }
+    T* py = y + row * inner + col;
+    for (int64_t j = 0; j < width; ++j) py[j] = from_float<T>(scale * acc[j]);
+  }
+}
+
+template <class T>
+void expand_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float scale) {
+  const int64_t n = shape_numel(sy);
+  if (shape_numel(sx) == n) return scale_copy(x, y, n, scale);
+  const BroadcastPlan<1> plan = plan_broadcast<1>(sy, {&sx});
+  const bool step = plan.strides[0].back() != 0;
+  for_each_run(plan, n, [&](int64_t o, const std::array<int64_t, 1>& off, int64_t len) {
+    const T* px = x + off[0];
+    T* py = y + o;
+    if (step) {
+      for (int64_t i = 0; i < len; ++i) py[i] = from_float<T>(scale * to_float(px[i]));
+    } else {
+      std::fill(py, py + len, from_float<T>(scale * to_float(*px)));
+    }
+  });
+}
+
+template <class T>
+void causal_mask_kernel(const T* x, T* y, int64_t batch, int64_t rows, int64_t cols,
+                        float fill) {
+  const T masked = from_float<T>(fill);
+  const int64_t total_rows = batch * rows;
+#pragma omp parallel for if (total_rows * cols > kParallelMin)
+  for (int64_t r = 0; r < total_rows; ++r) {
+    const int64_t i = r % rows;
+    const T* px = x + r * cols;
+    T* py = y + r * cols;
+    const int64_t visible = std::min(cols, i + 1);
+    if (px != py) std::copy(px, px + visible, py);
+    std::fill(py + visible, py + cols, masked);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
+  check_same_dtype("unary", x, y);
+  check_same_shape("unary", x, y);
+  const int64_t n = x.numel();
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "unary", [&] {
+    with_unary_op(op, [&](auto op_tag) {
+      unary_kernel<decltype(op_tag)::value>(cdata<scalar_t>(x), mdata<scalar_t>(y), n);
+    });
+  });
+}
+
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                Tensor& dx) {
+  for (const Tensor* t : {&y, &dy, &dx}) {
+    check_same_dtype("unary_backward", x, *t);
+    check_same_shape("unary_backward", x, *t);
+  }
+  const int64_t n = x.numel();
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "unary_backward", [&] {
+    with_unary_op(op, [&](auto op_tag) {
+      unary_backward_kernel<decltype(op_tag)::value>(cdata<scalar_t>(x), cdata<scalar_t>(y),
+                                                     cdata<scalar_t>(dy),
+                                                     mdata<scalar_t>(dx), n);
+    });
+  });
+}
+
+void CpuBackend::affine(const Tensor& x, float alpha, float beta, Tensor& y) {
+  check_same_dtype("affine", x, y);
+  check_same_shape("affine", x, y);
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "affine", [&] {
+    affine_kernel(cdata<scalar_t>(x), alpha, beta, mdata<scalar_t>(y), x.numel());
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_same_dtype("binary", a, out);
+  check_same_dtype("binary", b, out);
+  MIXPREC_CHECK(broadcasts_to(a.shape(), out.shape()) && broadcasts_to(b.shape(), out.shape()),
+                "binary: ", describe(a), " and ", describe(b), " do not broadcast to ",
+                describe(out));
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const bool a_full = a.numel() == n, b_full = b.numel() == n;
+  const int64_t block = a_full ? trailing_block(b.shape(), out.shape()) : 0;
+  MIXPREC_DISPATCH_FLOATING(out.dtype(), "binary", [&] {
+    with_binary_op(op, [&](auto op_tag) {
+      constexpr BinaryOp kOp = decltype(op_tag)::value;
+      const scalar_t* pa = cdata<scalar_t>(a);
+      const scalar_t* pb = cdata<scalar_t>(b);
+      scalar_t* po = mdata<scalar_t>(out);
+      if (a_full && b_full) binary_same_shape<kOp>(pa, pb, po, n);
+      else if (block > 0) binary_trailing<kOp>(pa, pb, po, n, block);
+      else binary_broadcast<kOp>(pa, pb, po, a.shape(), b.shape(), out.shape(), n);
+    });
+  });
+}
+
+void CpuBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
+  check_same_dtype("sum_to", x, y);
+  MIXPREC_CHECK(broadcasts_to(y.shape(), x.shape()), "sum_to: ", describe(y),
+                " does not broadcast to ", describe(x));
+  if (y.numel() == 0) return;
+  if (x.numel() == 0) {
+    fill(y, 0.0);
+    return;
+  }
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "sum_to", [&] {
+    sum_to_kernel(cdata<scalar_t>(x), mdata<scalar_t>(y), x.shape(), y.shape(), scale);
+  });
+}
+
+void CpuBackend::expand(const Tensor& x, Tensor& y, float scale) {
+  check_same_dtype("expand", x, y);
+  MIXPREC_CHECK(broadcasts_to(x.shape(), y.shape()), "expand: ", describe(x),
+                " does not broadcast to ", describe(y));
+  if (y.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "expand", [&] {
+    expand_kernel(cdata<scalar_t>(x), mdata<scalar_t>(y), x.shape(), y.shape(), scale);
+  });
+}
+
+void CpuBackend::causal_mask(const Tensor& x, float fill, Tensor& y) {
+  check_same_dtype("causal_mask", x, y);
+  check_same_shape("causal_mask", x, y);
+  MIXPREC_CHECK(x.dim() >= 2, "causal_mask: expected at least 2 dimensions, got ", describe(x));
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  if (x.numel() == 0) return;
+  const int64_t batch = x.numel() / (rows * cols);
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "causal_mask", [&] {
+    causal_mask_kernel(cdata<scalar_t>(x), mdata<scalar_t>(y), batch, rows, cols, fill);
+  });
+}
+
+}  // namespace mixprec

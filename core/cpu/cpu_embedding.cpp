@@ -1,0 +1,93 @@
+// Embedding lookup, its scatter-sum backward and dropout of the CPU backend.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/math/dropout.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+constexpr int64_t kParallelWork = 1 << 15;
+
+template <class T>
+void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for if (n > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = dropout_keep(key.seed, key.offset + static_cast<uint64_t>(i), p);
+    y[i] = from_float<T>(dropout_value(to_float(x[i]), keep, scale));
+  }
+}
+
+// Every vocabulary row sums the dy rows of its positions in increasing position order, in
+// FP32, and is rounded once: no atomics, so the result is the same for any thread count.
+template <class T>
+void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* dweight,
+                             int64_t vocab, int64_t dim) {
+  // Counting sort of the positions by id (stable, so each id keeps its positions in order).
+  std::vector<int64_t> start(static_cast<size_t>(vocab + 1), 0);
+  for (int64_t i = 0; i < count; ++i) ++start[ids[i] + 1];
+  for (int64_t v = 0; v < vocab; ++v) start[v + 1] += start[v];
+  std::vector<int64_t> order(static_cast<size_t>(count));
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < count; ++i) order[next[ids[i]]++] = i;
+
+#pragma omp parallel if (vocab * dim + count * dim > kParallelWork)
+  {
+    std::vector<float> acc(static_cast<size_t>(dim));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t v = 0; v < vocab; ++v) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = start[v]; k < start[v + 1]; ++k) {
+        const T* row = dy + order[k] * dim;
+        for (int64_t j = 0; j < dim; ++j) acc[j] += to_float(row[j]);
+      }
+      T* out = dweight + v * dim;
+      for (int64_t j = 0; j < dim; ++j) out[j] = from_float<T>(acc[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& y) {
+  const int64_t dim = weight.size(1);
+  const int64_t count = ids.numel();
+  MIXPREC_CHECK(y.dtype() == weight.dtype() && y.numel() == count * dim, "embedding: output ",
+                describe(y), " does not match ", count, " ids of ", describe(weight));
+  const int32_t* id = ids.data_as<int32_t>();
+  const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(weight.dtype());
+  const char* src = static_cast<const char*>(weight.data());
+  char* dst = static_cast<char*>(y.data());
+#pragma omp parallel for if (count * dim > kParallelWork)
+  for (int64_t i = 0; i < count; ++i)
+    std::memcpy(dst + i * row_bytes, src + static_cast<int64_t>(id[i]) * row_bytes, row_bytes);
+}
+
+void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) {
+  const int64_t vocab = dweight.size(0), dim = dweight.size(1);
+  MIXPREC_CHECK(dy.dtype() == dweight.dtype() && dy.numel() == ids.numel() * dim,
+                "embedding_backward: dy ", describe(dy), " does not match ", ids.numel(),
+                " ids and dweight ", describe(dweight));
+  MIXPREC_DISPATCH_FLOATING(dweight.dtype(), "embedding_backward", [&] {
+    embedding_backward_rows(ids.data_as<int32_t>(), ids.numel(),
+                            static_cast<const scalar_t*>(dy.data()),
+                            static_cast<scalar_t*>(dweight.data()), vocab, dim);
+  });
+}
+
+void CpuBackend::dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) {
+  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "dropout: ", describe(x),
+                " and ", describe(y), " differ");
+  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "dropout", [&] {
+    dropout_elements(static_cast<const scalar_t*>(x.data()), p, key,
+                     static_cast<scalar_t*>(y.data()), x.numel());
+  });
+}
+
+}  // namespace mixprec

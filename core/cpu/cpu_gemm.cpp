@@ -1,0 +1,196 @@
+// GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies); FP16 and
+// BF16 operands are widened to FP32 once, multiplied by the same Eigen kernel, and C is
+// rounded once on store — the semantics of a tensor-core GEMM with FP32 accumulation.
+#include "core/cpu/cpu_gemm.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <vector>
+
+#include "core/convert.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+// Below these sizes a bulk conversion or a batch loop stays on one thread: waking the team
+// costs more than the work.
+constexpr int64_t kParallelConvert = int64_t{1} << 16;
+constexpr int64_t kParallelBatchFlops = int64_t{1} << 15;
+
+}  // namespace
+
+namespace cpu {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+
+template <class OpA, class OpB>
+void product(const OpA& a, const OpB& b, float alpha, float beta, MatrixMap& c) {
+  if (beta == 0.0f) {
+    // Assignment (not c *= 0) so that NaN or garbage in an uninitialised C never leaks in.
+    if (alpha == 1.0f) {
+      c.noalias() = a * b;
+    } else {
+      c.noalias() = alpha * a * b;
+    }
+    return;
+  }
+  if (beta != 1.0f) c *= beta;
+  if (alpha == 1.0f) {
+    c.noalias() += a * b;
+  } else {
+    c.noalias() += alpha * a * b;
+  }
+}
+
+}  // namespace
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  MatrixMap cm(c, m, n);
+  if (k == 0) {
+    if (beta == 0.0f) {
+      cm.setZero();
+    } else {
+      cm *= beta;
+    }
+    return;
+  }
+  const ConstMatrixMap am(a, trans_a ? k : m, trans_a ? m : k);
+  const ConstMatrixMap bm(b, trans_b ? n : k, trans_b ? k : n);
+  if (!trans_a && !trans_b) return product(am, bm, alpha, beta, cm);
+  if (!trans_a && trans_b) return product(am, bm.transpose(), alpha, beta, cm);
+  if (trans_a && !trans_b) return product(am.transpose(), bm, alpha, beta, cm);
+  product(am.transpose(), bm.transpose(), alpha, beta, cm);
+}
+
+void load_f32(bool is_bf16, const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  const int64_t chunk = kParallelConvert;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = i * chunk;
+    const size_t count = static_cast<size_t>(std::min(n - begin, chunk));
+    if (is_bf16) {
+      convert_bf16_to_f32(s + begin, dst + begin, count);
+    } else {
+      convert_f16_to_f32(s + begin, dst + begin, count);
+    }
+  }
+}
+
+void store_f32(bool is_bf16, const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const int64_t chunk = kParallelConvert;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = i * chunk;
+    const size_t count = static_cast<size_t>(std::min(n - begin, chunk));
+    if (is_bf16) {
+      convert_f32_to_bf16(src + begin, d + begin, count);
+    } else {
+      convert_f32_to_f16(src + begin, d + begin, count);
+    }
+  }
+}
+
+}  // namespace cpu
+
+namespace {
+
+// Elements of a batched operand that the descriptor touches.
+int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
+  return (batch - 1) * stride + matrix;
+}
+
+void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
+  MIXPREC_CHECK(a.defined() && b.defined() && c.defined(), "gemm: undefined operand");
+  MIXPREC_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch between ",
+                describe(a), ", ", describe(b), " and ", describe(c));
+  MIXPREC_CHECK(is_floating(a.dtype()), "gemm: unsupported dtype ", a.dtype(),
+                " on the CPU backend");
+  MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
+                ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
+  MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
+                "gemm: negative batch stride");
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  MIXPREC_CHECK(d.batch == 1 || d.stride_c >= d.m * d.n, "gemm: batch stride of C (", d.stride_c,
+                ") is below m * n = ", d.m * d.n, ", so outputs of the batch would overlap");
+  MIXPREC_CHECK(span(d.batch, d.stride_a, d.m * d.k) <= a.numel(), "gemm: A ", describe(a),
+                " is too small for batch ", d.batch, " of ", d.trans_a ? d.k : d.m, "x",
+                d.trans_a ? d.m : d.k, " with stride ", d.stride_a);
+  MIXPREC_CHECK(span(d.batch, d.stride_b, d.k * d.n) <= b.numel(), "gemm: B ", describe(b),
+                " is too small for batch ", d.batch, " of ", d.trans_b ? d.n : d.k, "x",
+                d.trans_b ? d.k : d.n, " with stride ", d.stride_b);
+  MIXPREC_CHECK(span(d.batch, d.stride_c, d.m * d.n) <= c.numel(), "gemm: C ", describe(c),
+                " is too small for batch ", d.batch, " of ", d.m, "x", d.n, " with stride ",
+                d.stride_c);
+}
+
+// Small matrices: one Eigen call each, spread over the batch (Eigen then stays on the calling
+// thread). A single large matrix: Eigen spreads the product over the threads itself.
+bool parallel_over_batch(const GemmDesc& d) {
+  return d.batch > 1 && d.batch * d.m * d.n * std::max<int64_t>(d.k, 1) >= kParallelBatchFlops;
+}
+
+void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
+#pragma omp parallel for schedule(static) if (parallel_over_batch(d))
+  for (int64_t i = 0; i < d.batch; ++i) {
+    cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a + i * d.stride_a,
+                  b + i * d.stride_b, d.beta, c + i * d.stride_c);
+  }
+}
+
+// F16/BF16: A and B are widened once (a broadcast operand only once for the whole batch),
+// each C block is computed in an FP32 buffer and rounded once on store.
+void gemm_16bit(const GemmDesc& d, bool is_bf16, const Tensor& a, const Tensor& b, Tensor& c) {
+  const int64_t span_a = span(d.batch, d.stride_a, d.m * d.k);
+  const int64_t span_b = span(d.batch, d.stride_b, d.k * d.n);
+  std::vector<float> a32(static_cast<size_t>(span_a)), b32(static_cast<size_t>(span_b));
+  cpu::load_f32(is_bf16, a.data(), a32.data(), span_a);
+  cpu::load_f32(is_bf16, b.data(), b32.data(), span_b);
+  auto* c16 = static_cast<uint16_t*>(c.data());
+  const int64_t mn = d.m * d.n;
+  const bool parallel = parallel_over_batch(d);
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> c32(static_cast<size_t>(mn));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < d.batch; ++i) {
+      uint16_t* ci = c16 + i * d.stride_c;
+      // Inside the team each block converts on its own thread; alone, the conversion may
+      // use the threads itself.
+      if (d.beta != 0.0f) cpu::load_f32(is_bf16, ci, c32.data(), mn);
+      cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32.data() + i * d.stride_a,
+                    b32.data() + i * d.stride_b, d.beta, c32.data());
+      cpu::store_f32(is_bf16, c32.data(), ci, mn);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
+  check_gemm(desc, a, b, c);
+  if (desc.batch == 0 || desc.m == 0 || desc.n == 0) return;
+  switch (a.dtype()) {
+    case DType::F32:
+      return gemm_float(desc, a.data_as<float>(), b.data_as<float>(), c.data_as<float>());
+    case DType::F16:
+      return gemm_16bit(desc, false, a, b, c);
+    case DType::BF16:
+      return gemm_16bit(desc, true, a, b, c);
+    default:
+      MIXPREC_FAIL("gemm: unsupported dtype ", a.dtype(), " on the CPU backend");
+  }
+}
+
+}  // namespace mixprec

@@ -1,0 +1,21 @@
+// The FP32 GEMM on raw buffers that the CPU GEMM and convolution kernels share. It lives in
+// cpu_gemm.cpp, the one translation unit that compiles Eigen's product kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace mixprec::cpu {
+
+// c = alpha * op(a) @ op(b) + beta * c, all row-major with natural leading dimensions:
+// op(a) is m x k (a stored k x m when trans_a), op(b) is k x n (b stored n x k when trans_b),
+// c is m x n. beta == 0 never reads c. Called from inside an OpenMP parallel region it runs
+// on the calling thread; otherwise Eigen may spread one product over the OpenMP threads.
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, const float* b, float beta, float* c);
+
+// Bulk conversion of n elements of a 16-bit float dtype (F16 or BF16) to FP32 and back,
+// through the vectorised paths of core/convert.h (split over threads when n is large).
+void load_f32(bool is_bf16, const void* src, float* dst, int64_t n);
+void store_f32(bool is_bf16, const float* src, void* dst, int64_t n);
+
+}  // namespace mixprec::cpu

@@ -1,0 +1,188 @@
+// Layout primitives of the CPU backend: permute and copy_narrow. Both move whole elements
+// without arithmetic (copy_narrow's accumulate mode aside), so they work on raw 2- or 4-byte
+// words and serve every dtype, I32 included.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+// Square tile of a transpose whose innermost output dim is strided in the input: both the
+// reads and the writes of one tile then stay within a few cache lines per row.
+constexpr int64_t kTile = 32;
+
+// Offset of the `index`-th point of a row-major space over `extents` under `strides`.
+int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
+                  const std::vector<int64_t>& strides) {
+  int64_t off = 0;
+  for (size_t d = extents.size(); d-- > 0;) {
+    off += (index % extents[d]) * strides[d];
+    index /= extents[d];
+  }
+  return off;
+}
+
+// y's dims (extent > 1) with the stride each has in x and in y, adjacent dims merged when
+// they are adjacent and in order in x too.
+struct PermutePlan {
+  std::vector<int64_t> extents;
+  std::vector<int64_t> xstrides;
+  std::vector<int64_t> ystrides;
+};
+
+PermutePlan plan_permute(const Shape& xshape, const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> xs = contiguous_strides(xshape);
+  PermutePlan plan;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t extent = xshape[perm[i]];
+    if (extent == 1) continue;
+    const int64_t stride = xs[perm[i]];
+    if (!plan.extents.empty() && plan.xstrides.back() == stride * extent) {
+      plan.extents.back() *= extent;
+      plan.xstrides.back() = stride;
+    } else {
+      plan.extents.push_back(extent);
+      plan.xstrides.push_back(stride);
+    }
+  }
+  if (plan.extents.empty()) {
+    plan.extents.push_back(1);
+    plan.xstrides.push_back(1);
+  }
+  plan.ystrides.assign(plan.extents.size(), 1);
+  for (size_t d = plan.extents.size() - 1; d-- > 0;)
+    plan.ystrides[d] = plan.ystrides[d + 1] * plan.extents[d + 1];
+  return plan;
+}
+
+template <class Word>
+void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
+  const size_t last = plan.extents.size() - 1;
+  const int64_t inner = plan.extents[last];
+  if (plan.xstrides[last] == 1) {
+    // The innermost run is contiguous in both: one memcpy per output row.
+    const std::vector<int64_t> outer_ext(plan.extents.begin(), plan.extents.end() - 1);
+    const std::vector<int64_t> outer_xs(plan.xstrides.begin(), plan.xstrides.end() - 1);
+    const int64_t rows = n / inner;
+#pragma omp parallel for if (n > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(y + r * inner, x + offset_of(r, outer_ext, outer_xs), inner * sizeof(Word));
+    return;
+  }
+  // A transpose: the output dim `j` is the one contiguous in x. Tile the (j, last) plane.
+  size_t j = 0;
+  while (plan.xstrides[j] != 1) ++j;
+  std::vector<int64_t> outer_ext, outer_xs, outer_ys;
+  for (size_t d = 0; d < last; ++d) {
+    if (d == j) continue;
+    outer_ext.push_back(plan.extents[d]);
+    outer_xs.push_back(plan.xstrides[d]);
+    outer_ys.push_back(plan.ystrides[d]);
+  }
+  const int64_t rows = plan.extents[j], cols = inner;
+  const int64_t ys_row = plan.ystrides[j], xs_col = plan.xstrides[last];
+  const int64_t outer = shape_numel(outer_ext);
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t tasks = outer * row_tiles;
+#pragma omp parallel for if (n > kParallelMin)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / row_tiles;
+    const int64_t r0 = (t % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
+    const Word* px = x + offset_of(o, outer_ext, outer_xs);
+    Word* py = y + offset_of(o, outer_ext, outer_ys);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) py[r * ys_row + c] = px[r + c * xs_col];
+    }
+  }
+}
+
+template <class T>
+void add_rows(const T* src, T* dst, int64_t outer, int64_t src_row, int64_t dst_row,
+              int64_t count) {
+#pragma omp parallel for if (outer * count > kParallelMin)
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* ps = src + o * src_row;
+    T* pd = dst + o * dst_row;
+    for (int64_t i = 0; i < count; ++i) pd[i] = from_float<T>(to_float(pd[i]) + to_float(ps[i]));
+  }
+}
+
+void copy_rows(const char* src, char* dst, int64_t outer, int64_t src_row, int64_t dst_row,
+               int64_t bytes) {
+#pragma omp parallel for if (outer * bytes > 4 * kParallelMin)
+  for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_row, src + o * src_row, bytes);
+}
+
+}  // namespace
+
+void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) {
+  MIXPREC_CHECK(x.dtype() == y.dtype(), "permute: dtype mismatch between ", describe(x), " and ",
+                describe(y));
+  const int64_t rank = x.dim();
+  MIXPREC_CHECK(static_cast<int64_t>(perm.size()) == rank && y.dim() == rank, "permute: ",
+                describe(x), " -> ", describe(y), " needs a permutation of ", rank,
+                " dimensions, got ", perm.size());
+  std::vector<bool> seen(rank, false);
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t p = perm[i];
+    MIXPREC_CHECK(p >= 0 && p < rank && !seen[p], "permute: ", shape_str(perm),
+                  " is not a permutation of the dimensions of ", describe(x));
+    seen[p] = true;
+    MIXPREC_CHECK(y.shape()[i] == x.shape()[p], "permute: output ", describe(y),
+                  " does not match ", describe(x), " permuted by ", shape_str(perm));
+  }
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const PermutePlan plan = plan_permute(x.shape(), perm);
+  if (dtype_size(x.dtype()) == 2)
+    permute_words(static_cast<const uint16_t*>(x.data()), static_cast<uint16_t*>(y.data()), plan, n);
+  else
+    permute_words(static_cast<const uint32_t*>(x.data()), static_cast<uint32_t*>(y.data()), plan, n);
+}
+
+void CpuBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
+                             int64_t dst_start, int64_t length, bool accumulate) {
+  MIXPREC_CHECK(src.dtype() == dst.dtype(), "copy_narrow: dtype mismatch between ",
+                describe(src), " and ", describe(dst));
+  const int64_t rank = src.dim();
+  MIXPREC_CHECK(dst.dim() == rank && dim >= 0 && dim < rank, "copy_narrow: dimension ", dim,
+                " is invalid for ", describe(src), " -> ", describe(dst));
+  for (int64_t d = 0; d < rank; ++d)
+    MIXPREC_CHECK(d == dim || src.shape()[d] == dst.shape()[d], "copy_narrow: ", describe(src),
+                  " and ", describe(dst), " differ outside dimension ", dim);
+  const int64_t src_extent = src.shape()[dim], dst_extent = dst.shape()[dim];
+  MIXPREC_CHECK(length >= 0 && src_start >= 0 && src_start + length <= src_extent &&
+                    dst_start >= 0 && dst_start + length <= dst_extent,
+                "copy_narrow: range [", src_start, ", ", src_start + length, ") of ",
+                describe(src), " -> [", dst_start, ", ", dst_start + length, ") of ",
+                describe(dst), " along dimension ", dim, " is out of bounds");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= src.shape()[d];
+  for (int64_t d = dim + 1; d < rank; ++d) inner *= src.shape()[d];
+  if (outer * inner * length == 0) return;
+  const int64_t count = length * inner;
+  const int64_t src_row = src_extent * inner, dst_row = dst_extent * inner;
+  if (accumulate) {
+    MIXPREC_DISPATCH_FLOATING(src.dtype(), "copy_narrow", [&] {
+      add_rows(static_cast<const scalar_t*>(src.data()) + src_start * inner,
+               static_cast<scalar_t*>(dst.data()) + dst_start * inner, outer, src_row, dst_row,
+               count);
+    });
+    return;
+  }
+  const int64_t esize = static_cast<int64_t>(dtype_size(src.dtype()));
+  copy_rows(static_cast<const char*>(src.data()) + src_start * inner * esize,
+            static_cast<char*>(dst.data()) + dst_start * inner * esize, outer, src_row * esize,
+            dst_row * esize, count * esize);
+}
+
+}  // namespace mixprec

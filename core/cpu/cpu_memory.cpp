@@ -1,0 +1,163 @@
+// Memory, fills, casts and checks of the CPU backend.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/convert.h"
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+// 64-byte alignment: whole cache lines and full AVX-512 vectors.
+constexpr size_t kAlignment = 64;
+
+template <class T>
+void store_all(Tensor& out, T value) {
+  T* p = static_cast<T*>(out.data());
+  const int64_t n = out.numel();
+#pragma omp parallel for if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+// Converts n elements between any two dtypes through float (I32 through double, so large
+// integers survive an I32 -> I32 path that never reaches here anyway).
+template <class Src, class Dst>
+void convert_elements(const Src* src, Dst* dst, int64_t n) {
+#pragma omp parallel for if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<Dst, int32_t>) {
+      dst[i] = static_cast<int32_t>(to_float(src[i]));
+    } else {
+      dst[i] = from_float<Dst>(to_float(src[i]));
+    }
+  }
+}
+
+template <class T, class Draw>
+void fill_random(T* p, int64_t n, const Draw& draw) {
+#pragma omp parallel for if (n > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) p[i] = from_float<T>(draw(i));
+}
+
+template <class T>
+bool all_finite_elements(const T* p, int64_t n) {
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) bad += std::isfinite(to_float(p[i])) ? 0 : 1;
+  return bad == 0;
+}
+
+}  // namespace
+
+void* CpuBackend::allocate(size_t nbytes) {
+  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw Error("cpu: out of memory allocating " + std::to_string(nbytes) + " bytes");
+  return p;
+}
+
+void CpuBackend::deallocate(void* ptr, size_t) noexcept { std::free(ptr); }
+
+void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
+  std::memcpy(dst, host_src, nbytes);
+}
+
+void CpuBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
+  std::memcpy(host_dst, src, nbytes);
+}
+
+void CpuBackend::fill(Tensor& out, double value) {
+  if (out.dtype() == DType::I32) return store_all(out, static_cast<int32_t>(value));
+  MIXPREC_DISPATCH_FLOATING(out.dtype(), "fill", [&] {
+    store_all(out, from_float<scalar_t>(static_cast<float>(value)));
+  });
+}
+
+void CpuBackend::arange(Tensor& out, double start, double step) {
+  const int64_t n = out.numel();
+  if (out.dtype() == DType::I32) {
+    int32_t* p = out.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(start + step * i);
+    return;
+  }
+  MIXPREC_DISPATCH_FLOATING(out.dtype(), "arange", [&] {
+    scalar_t* p = static_cast<scalar_t*>(out.data());
+    for (int64_t i = 0; i < n; ++i) p[i] = from_float<scalar_t>(static_cast<float>(start + step * i));
+  });
+}
+
+void CpuBackend::random_uniform(Tensor& out, PhiloxKey key, float low, float high) {
+  MIXPREC_DISPATCH_FLOATING(out.dtype(), "random_uniform", [&] {
+    fill_random(static_cast<scalar_t*>(out.data()), out.numel(), [&](int64_t i) {
+      return low + (high - low) * philox_uniform(key.seed, key.offset + i);
+    });
+  });
+}
+
+void CpuBackend::random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) {
+  MIXPREC_DISPATCH_FLOATING(out.dtype(), "random_normal", [&] {
+    fill_random(static_cast<scalar_t*>(out.data()), out.numel(), [&](int64_t i) {
+      return mean + stddev * philox_normal(key.seed, key.offset + i);
+    });
+  });
+}
+
+void CpuBackend::cast(const Tensor& x, Tensor& y) {
+  MIXPREC_CHECK(x.numel() == y.numel(), "cast: ", describe(x), " and ", describe(y),
+                " differ in size");
+  const int64_t n = x.numel();
+  if (x.dtype() == y.dtype()) return copy(x, y);
+  // The bulk paths are vectorised (F16C / AVX-512) and bit-identical to the scalar ones.
+  if (x.dtype() == DType::F32 && y.dtype() == DType::F16)
+    return convert_f32_to_f16(x.data_as<float>(), static_cast<uint16_t*>(y.data()), n);
+  if (x.dtype() == DType::F16 && y.dtype() == DType::F32)
+    return convert_f16_to_f32(static_cast<const uint16_t*>(x.data()), y.data_as<float>(), n);
+  if (x.dtype() == DType::F32 && y.dtype() == DType::BF16)
+    return convert_f32_to_bf16(x.data_as<float>(), static_cast<uint16_t*>(y.data()), n);
+  if (x.dtype() == DType::BF16 && y.dtype() == DType::F32)
+    return convert_bf16_to_f32(static_cast<const uint16_t*>(x.data()), y.data_as<float>(), n);
+  if (x.dtype() == DType::I32) {
+    const int32_t* src = x.data_as<int32_t>();
+    MIXPREC_DISPATCH_FLOATING(y.dtype(), "cast", [&] {
+      scalar_t* dst = static_cast<scalar_t*>(y.data());
+      for (int64_t i = 0; i < n; ++i) dst[i] = from_float<scalar_t>(static_cast<float>(src[i]));
+    });
+    return;
+  }
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "cast", [&] {
+    const scalar_t* src = static_cast<const scalar_t*>(x.data());
+    switch (y.dtype()) {
+      case DType::F32: return convert_elements(src, y.data_as<float>(), n);
+      case DType::F16: return convert_elements(src, y.data_as<half>(), n);
+      case DType::BF16: return convert_elements(src, y.data_as<bfloat16>(), n);
+      case DType::I32: return convert_elements(src, y.data_as<int32_t>(), n);
+    }
+  });
+}
+
+void CpuBackend::copy(const Tensor& x, Tensor& y) {
+  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "copy: ", describe(x),
+                " and ", describe(y), " differ");
+  if (x.data() != y.data()) std::memcpy(y.data(), x.data(), x.nbytes());
+}
+
+bool CpuBackend::all_finite(const Tensor& x) {
+  if (x.dtype() == DType::I32) return true;
+  return MIXPREC_DISPATCH_FLOATING(x.dtype(), "all_finite", [&] {
+    return all_finite_elements(static_cast<const scalar_t*>(x.data()), x.numel());
+  });
+}
+
+int64_t CpuBackend::find_out_of_range(const Tensor& ids, int64_t upper) {
+  const int32_t* p = ids.data_as<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (p[i] < 0 || p[i] >= upper) return i;
+  return -1;
+}
+
+}  // namespace mixprec

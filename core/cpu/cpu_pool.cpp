@@ -1,0 +1,173 @@
+// 2-D max and average pooling of the CPU backend, parallel over the N*C planes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+constexpr int64_t kParallelPool = int64_t{1} << 14;
+
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+  // The window of output (oh, ow) clipped to the input: rows [h0, h1), columns [w0, w1).
+  void window(int64_t y, int64_t x, int64_t& h0, int64_t& h1, int64_t& w0, int64_t& w1) const {
+    const int64_t hs = y * sh - ph, ws = x * sw - pw;
+    h0 = std::max<int64_t>(hs, 0);
+    h1 = std::min(hs + kh, h);
+    w0 = std::max<int64_t>(ws, 0);
+    w1 = std::min(ws + kw, w);
+  }
+  int64_t work() const { return planes * oh * ow * kh * kw; }
+};
+
+PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, const Shape& y) {
+  MIXPREC_CHECK(x.size() == 4 && y.size() == 4, op, ": expected 4-D input and output, got ",
+                shape_str(x), " and ", shape_str(y));
+  MIXPREC_CHECK(d.kernel_h >= 1 && d.kernel_w >= 1 && d.stride_h >= 1 && d.stride_w >= 1 &&
+                    d.pad_h >= 0 && d.pad_w >= 0,
+                op, ": invalid kernel, stride or padding");
+  PoolGeometry g{x[0] * x[1], x[2], x[3], y[2], y[3], d.kernel_h, d.kernel_w,
+                 d.stride_h, d.stride_w, d.pad_h, d.pad_w};
+  const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] && oh == g.oh && ow == g.ow, op,
+                ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
+  return g;
+}
+
+// NaN wins (as in PyTorch), so a NaN in the window is never hidden by the maximum. An empty
+// window (only possible with padding over half the kernel) gives -inf and index -1.
+template <class T>
+void max_pool(const T* x, T* y, int32_t* argmax, const PoolGeometry& g) {
+#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        int64_t h0, h1, w0, w1;
+        g.window(oy, ox, h0, h1, w0, w1);
+        float best = -std::numeric_limits<float>::infinity();
+        int64_t best_at = -1;
+        for (int64_t iy = h0; iy < h1 && !std::isnan(best); ++iy) {
+          for (int64_t ix = w0; ix < w1; ++ix) {
+            const float v = to_float(in[iy * g.w + ix]);
+            if (best_at < 0 || v > best || std::isnan(v)) {
+              best = v;
+              best_at = iy * g.w + ix;
+              if (std::isnan(v)) break;
+            }
+          }
+        }
+        const int64_t out = (p * g.oh + oy) * g.ow + ox;
+        y[out] = from_float<T>(best);
+        if (argmax) argmax[out] = static_cast<int32_t>(best_at);
+      }
+    }
+  }
+}
+
+// count_include_pad: the divisor is the full kernel area, padded cells included.
+template <class T>
+void avg_pool(const T* x, T* y, const PoolGeometry& g) {
+  const float inv_area = 1.0f / static_cast<float>(g.kh * g.kw);
+#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        int64_t h0, h1, w0, w1;
+        g.window(oy, ox, h0, h1, w0, w1);
+        float sum = 0.0f;
+        for (int64_t iy = h0; iy < h1; ++iy)
+          for (int64_t ix = w0; ix < w1; ++ix) sum += to_float(in[iy * g.w + ix]);
+        y[(p * g.oh + oy) * g.ow + ox] = from_float<T>(sum * inv_area);
+      }
+    }
+  }
+}
+
+// Windows may overlap (stride < kernel), so each input plane is summed in FP32 and rounded
+// once at the end.
+template <class T>
+void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_t* argmax, T* dx) {
+  const float inv_area = 1.0f / static_cast<float>(g.kh * g.kw);
+  const int64_t plane = g.h * g.w;
+#pragma omp parallel if (g.work() > kParallelPool)
+  {
+    std::vector<float> acc(static_cast<size_t>(plane));
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < g.planes; ++p) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t out = (p * g.oh + oy) * g.ow + ox;
+          const float grad = to_float(dy[out]);
+          if (is_max) {
+            if (argmax[out] >= 0) acc[argmax[out]] += grad;
+            continue;
+          }
+          int64_t h0, h1, w0, w1;
+          g.window(oy, ox, h0, h1, w0, w1);
+          const float share = grad * inv_area;
+          for (int64_t iy = h0; iy < h1; ++iy)
+            for (int64_t ix = w0; ix < w1; ++ix) acc[iy * g.w + ix] += share;
+        }
+      }
+      T* out = dx + p * plane;
+      for (int64_t i = 0; i < plane; ++i) out[i] = from_float<T>(acc[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tensor* argmax) {
+  const PoolGeometry g = pool_geometry("pool2d", desc, x.shape(), y.shape());
+  MIXPREC_CHECK(x.dtype() == y.dtype(), "pool2d: dtype mismatch between ", describe(x), " and ",
+                describe(y));
+  const bool is_max = desc.kind == PoolKind::Max;
+  if (is_max && argmax) {
+    MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(),
+                  "pool2d: argmax ", describe(*argmax), " must be I32 of the output's shape ",
+                  shape_str(y.shape()));
+  }
+  if (y.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "pool2d", [&] {
+    const auto* in = static_cast<const scalar_t*>(x.data());
+    auto* out = static_cast<scalar_t*>(y.data());
+    if (is_max) {
+      max_pool(in, out, argmax ? argmax->data_as<int32_t>() : nullptr, g);
+    } else {
+      avg_pool(in, out, g);
+    }
+  });
+}
+
+void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
+                                 Tensor& dx) {
+  const PoolGeometry g = pool_geometry("pool2d_backward", desc, dx.shape(), dy.shape());
+  MIXPREC_CHECK(dx.dtype() == dy.dtype(), "pool2d_backward: dtype mismatch between ",
+                describe(dy), " and ", describe(dx));
+  const bool is_max = desc.kind == PoolKind::Max;
+  if (is_max) {
+    MIXPREC_CHECK(argmax && argmax->dtype() == DType::I32 && argmax->shape() == dy.shape(),
+                  "pool2d_backward: max pooling needs the I32 argmax of the forward, shaped ",
+                  shape_str(dy.shape()));
+  }
+  if (dx.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(dx.dtype(), "pool2d_backward", [&] {
+    pool_backward(g, is_max, static_cast<const scalar_t*>(dy.data()),
+                  is_max ? argmax->data_as<int32_t>() : nullptr,
+                  static_cast<scalar_t*>(dx.data()));
+  });
+}
+
+}  // namespace mixprec

@@ -1,0 +1,155 @@
+// Softmax, log-softmax and cross-entropy of the CPU backend: one row per iteration of the
+// outer (parallel) loop, FP32 math, one rounding on store.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/dispatch.h"
+#include "core/math/softmax.h"
+#include "core/tensor.h"
+
+namespace mixprec {
+namespace {
+
+// Below this many elements the threads cost more than they save.
+constexpr int64_t kParallelWork = 1 << 15;
+
+struct RowStats {
+  float max;
+  float sum;  // sum_j exp(x_j - max)
+};
+
+template <class T>
+RowStats row_stats(const T* x, int64_t cols) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < cols; ++j) m = std::fmax(m, to_float(x[j]));
+  float s = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
+  return {m, s};
+}
+
+template <class T>
+void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const RowStats st = row_stats(xr, cols);
+    if (log) {
+      const float log_sum = std::log(st.sum);
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = from_float<T>(log_softmax_value(to_float(xr[j]), st.max, log_sum));
+    } else {
+      const float inv_sum = 1.0f / st.sum;
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = from_float<T>(softmax_value(to_float(xr[j]), st.max, inv_sum));
+    }
+  }
+}
+
+template <class T>
+void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols,
+                           bool log) {
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * cols;
+    const T* dyr = dy + r * cols;
+    T* dxr = dx + r * cols;
+    float dot = 0.0f;
+    for (int64_t j = 0; j < cols; ++j)
+      dot += softmax_backward_term(to_float(yr[j]), to_float(dyr[j]), log);
+    for (int64_t j = 0; j < cols; ++j)
+      dxr[j] = from_float<T>(softmax_backward_value(to_float(yr[j]), to_float(dyr[j]), dot, log));
+  }
+}
+
+// Fills lse[r] and returns the mean over rows of lse[r] - logit[r, label[r]]. The mean is
+// summed serially in row order so that the loss does not depend on the thread count.
+template <class T>
+float cross_entropy_rows(const T* logits, const int32_t* labels, float* lse, int64_t rows,
+                         int64_t cols) {
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowStats st = row_stats(logits + r * cols, cols);
+    lse[r] = st.max + std::log(st.sum);
+  }
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    total += static_cast<double>(lse[r]) - to_float(logits[r * cols + labels[r]]);
+  return static_cast<float>(total / static_cast<double>(rows));
+}
+
+template <class T>
+void cross_entropy_backward_rows(const T* logits, const int32_t* labels, const float* lse,
+                                 float scale, T* dlogits, int64_t rows, int64_t cols) {
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = logits + r * cols;
+    T* dr = dlogits + r * cols;
+    for (int64_t j = 0; j < cols; ++j)
+      dr[j] = from_float<T>(cross_entropy_grad_value(to_float(xr[j]), lse[r], j == labels[r], scale));
+  }
+}
+
+int64_t last_dim(const Tensor& x) { return x.dim() == 0 ? 1 : x.size(-1); }
+
+}  // namespace
+
+void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log) {
+  MIXPREC_CHECK(x.numel() == y.numel(), "softmax: ", describe(x), " and ", describe(y),
+                " differ in size");
+  const int64_t cols = last_dim(x);
+  if (x.numel() == 0 || cols == 0) return;
+  const int64_t rows = x.numel() / cols;
+  MIXPREC_CHECK(y.dtype() == x.dtype(), "softmax: output ", describe(y), " must be ", x.dtype());
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
+    softmax_rows(static_cast<const scalar_t*>(x.data()), static_cast<scalar_t*>(y.data()), rows,
+                 cols, log);
+  });
+}
+
+void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
+  MIXPREC_CHECK(y.dtype() == dy.dtype() && y.dtype() == dx.dtype() && y.numel() == dy.numel() &&
+                    y.numel() == dx.numel(),
+                "softmax_backward: y ", describe(y), ", dy ", describe(dy), " and dx ",
+                describe(dx), " must match");
+  const int64_t cols = last_dim(y);
+  if (y.numel() == 0 || cols == 0) return;
+  const int64_t rows = y.numel() / cols;
+  MIXPREC_DISPATCH_FLOATING(y.dtype(), "softmax_backward", [&] {
+    softmax_backward_rows(static_cast<const scalar_t*>(y.data()),
+                          static_cast<const scalar_t*>(dy.data()),
+                          static_cast<scalar_t*>(dx.data()), rows, cols, log);
+  });
+}
+
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
+                               Tensor& lse) {
+  const int64_t rows = logits.size(0), cols = logits.size(1);
+  MIXPREC_CHECK(loss.dtype() == DType::F32 && lse.dtype() == DType::F32 && lse.numel() == rows,
+                "cross_entropy: loss ", describe(loss), " and lse ", describe(lse),
+                " must be F32 (a scalar and [", rows, "])");
+  const int32_t* lab = labels.data_as<int32_t>();
+  MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
+    loss.data_as<float>()[0] = cross_entropy_rows(static_cast<const scalar_t*>(logits.data()),
+                                                  lab, lse.data_as<float>(), rows, cols);
+  });
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels,
+                                        const Tensor& lse, const Tensor& dloss,
+                                        Tensor& dlogits) {
+  const int64_t rows = logits.size(0), cols = logits.size(1);
+  MIXPREC_CHECK(dlogits.dtype() == logits.dtype() && dlogits.numel() == logits.numel(),
+                "cross_entropy_backward: dlogits ", describe(dlogits), " must match logits ",
+                describe(logits));
+  const float scale = dloss.data_as<float>()[0] / static_cast<float>(rows);
+  MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
+    cross_entropy_backward_rows(static_cast<const scalar_t*>(logits.data()),
+                                labels.data_as<int32_t>(), lse.data_as<float>(), scale,
+                                static_cast<scalar_t*>(dlogits.data()), rows, cols);
+  });
+}
+
+}  // namespace mixprec

@@ -1,0 +1,21 @@
+// Per-element math of dropout, shared by the CPU and CUDA backends. Element i keeps its value
+// when the Philox draw for counter `offset + i` is at least p, so a (seed, offset) key fixes
+// the mask on every backend and for any thread count; the backward replays the same key.
+#pragma once
+
+#include <cstdint>
+
+#include "core/hd.h"
+#include "core/philox.h"
+
+namespace mixprec {
+
+// True when element `counter` survives (probability 1 - p).
+MIXPREC_HD bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
+  return !(philox_uniform(seed, counter) < p);
+}
+
+// x / (1 - p) for a kept element, 0 for a dropped one; scale = 1 / (1 - p).
+MIXPREC_HD float dropout_value(float x, bool keep, float scale) { return keep ? x * scale : 0.0f; }
+
+}  // namespace mixprec

@@ -1,0 +1,44 @@
+// Per-element math of softmax, log-softmax and cross-entropy, shared by the CPU and CUDA
+// backends. A kernel reduces each row to its maximum m and to s = sum_j exp(x_j - m) and then
+// calls these functions per element. Subtracting the row maximum keeps every exponent <= 0,
+// so exp never overflows and the largest term is exactly 1 (s >= 1, log(s) is finite);
+// log-softmax is formed as x - m - log(s) and never takes the log of a tiny probability.
+#pragma once
+
+#include <cmath>
+
+#include "core/hd.h"
+
+namespace mixprec {
+
+// exp(x - row_max): the unnormalised probability of one element.
+MIXPREC_HD float softmax_exp(float x, float row_max) { return expf(x - row_max); }
+
+// softmax_j = exp(x_j - m) / s, given inv_sum = 1 / s.
+MIXPREC_HD float softmax_value(float x, float row_max, float inv_sum) {
+  return expf(x - row_max) * inv_sum;
+}
+
+// log_softmax_j = x_j - m - log(s), given log_sum = log(s).
+MIXPREC_HD float log_softmax_value(float x, float row_max, float log_sum) {
+  return x - row_max - log_sum;
+}
+
+// The row reduction the backward needs, one term per element: softmax sums y_j * dy_j,
+// log-softmax sums dy_j.
+MIXPREC_HD float softmax_backward_term(float y, float dy, bool log) { return log ? dy : y * dy; }
+
+// dx_j from the output y_j, its gradient dy_j and `dot`, the row sum of softmax_backward_term:
+//   softmax:      dx_j = y_j (dy_j - sum_k y_k dy_k)
+//   log-softmax:  dx_j = dy_j - exp(y_j) sum_k dy_k
+MIXPREC_HD float softmax_backward_value(float y, float dy, float dot, bool log) {
+  return log ? dy - expf(y) * dot : y * (dy - dot);
+}
+
+// One element of d(mean cross-entropy)/dlogits: scale * (softmax_j - [j == label]), where
+// softmax_j = exp(logit_j - lse) and scale = dloss / N.
+MIXPREC_HD float cross_entropy_grad_value(float logit, float lse, bool is_label, float scale) {
+  return scale * (expf(logit - lse) - (is_label ? 1.0f : 0.0f));
+}
+
+}  // namespace mixprec

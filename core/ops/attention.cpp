@@ -1,0 +1,133 @@
+// causal_attention: softmax(q k^T / sqrt(D) + causal mask) v over q, k, v [B, H, T, D].
+// The two GEMMs run in q's dtype with FP32 accumulation; the scores are widened to F32
+// before the mask and the softmax, and the probabilities are rounded back to q's dtype only
+// for the P v product. The backward keeps the F32 probabilities:
+//   dV = P^T dO,  dP = dO V^T,  dS = softmax_backward(P, dP) / sqrt(D),  dQ = dS K,  dK = dS^T Q
+// (masked entries have P = 0, so dS is 0 there and no gradient reaches future positions).
+#include <cmath>
+#include <limits>
+
+#include "core/autograd/record.h"
+#include "core/backend.h"
+#include "core/ops/checks.h"
+#include "core/ops/ops.h"
+
+namespace mixprec::ops {
+namespace {
+
+// x converted to `dtype` (x itself when it already has it).
+Tensor converted(Backend& be, const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor y = Tensor::empty(x.shape(), dtype, x.device());
+  be.cast(x, y);
+  return y;
+}
+
+// One [T, T] or [T, D] matrix per (batch, head): strides are the matrix sizes.
+GemmDesc batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch,
+                 int64_t stride_a, int64_t stride_b, float alpha) {
+  GemmDesc d;
+  d.trans_a = trans_a;
+  d.trans_b = trans_b;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.batch = batch;
+  d.stride_a = stride_a;
+  d.stride_b = stride_b;
+  d.stride_c = m * n;
+  d.alpha = alpha;
+  d.beta = 0.0f;
+  return d;
+}
+
+struct CausalAttentionBackward final : Node {
+  Tensor q, k, v, probs;  // probs: F32 [B, H, T, T]
+  std::string name() const override { return "causal_attention"; }
+
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    Backend& be = backend_for(q.device());
+    const DType dtype = q.dtype();
+    const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+    const int64_t batch = b * h, tt = t * t, td = t * d;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const Tensor dout = converted(be, grads[0], dtype);
+    const bool need_q = next_edges[0].valid(), need_k = next_edges[1].valid(),
+               need_v = next_edges[2].valid();
+
+    Tensor dv;
+    if (need_v) {
+      const Tensor p = converted(be, probs, dtype);
+      dv = Tensor::empty(v.shape(), dtype, v.device());
+      be.gemm(batched(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
+    }
+    Tensor dq, dk;
+    if (need_q || need_k) {
+      Tensor dp = Tensor::empty(probs.shape(), dtype, q.device());
+      be.gemm(batched(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp);
+      const Tensor dp32 = converted(be, dp, DType::F32);
+      Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
+      be.softmax_backward(probs, dp32, ds32, false);
+      const Tensor ds = converted(be, ds32, dtype);
+      if (need_q) {
+        dq = Tensor::empty(q.shape(), dtype, q.device());
+        be.gemm(batched(false, false, t, d, t, batch, tt, td, scale), ds, k, dq);
+      }
+      if (need_k) {
+        dk = Tensor::empty(k.shape(), dtype, k.device());
+        be.gemm(batched(true, false, t, d, t, batch, tt, td, scale), ds, q, dk);
+      }
+    }
+    return {dq, dk, dv};
+  }
+
+  void release_saved() override {
+    q = Tensor();
+    k = Tensor();
+    v = Tensor();
+    probs = Tensor();
+  }
+};
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const char* op = "causal_attention";
+  check_floating(op, q);
+  check_floating(op, k);
+  check_floating(op, v);
+  check_rank(op, q, 4, "q [B, H, T, D]");
+  check_same_dtype_device(op, {&q, &k, &v});
+  MIXPREC_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), op, ": q, k and v must have "
+                "one shape [B, H, T, D], got q ", describe(q), ", k ", describe(k), ", v ",
+                describe(v));
+
+  Backend& be = backend_for(q.device());
+  const DType dtype = q.dtype();
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  const int64_t batch = b * h, tt = t * t, td = t * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  Tensor scores = Tensor::empty({b, h, t, t}, dtype, q.device());
+  be.gemm(batched(false, true, t, t, d, batch, td, td, scale), q, k, scores);
+  const Tensor scores32 = converted(be, scores, DType::F32);
+  Tensor masked = Tensor::empty(scores.shape(), DType::F32, q.device());
+  be.causal_mask(scores32, -std::numeric_limits<float>::infinity(), masked);
+  Tensor probs = Tensor::empty(scores.shape(), DType::F32, q.device());
+  be.softmax(masked, probs, false);
+  const Tensor p = converted(be, probs, dtype);
+  Tensor out = Tensor::empty(q.shape(), dtype, q.device());
+  be.gemm(batched(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
+
+  if (auto node = make_node<CausalAttentionBackward>({&q, &k, &v})) {
+    node->q = q.detach();
+    node->k = k.detach();
+    node->v = v.detach();
+    node->probs = probs;
+    attach_output(node, out);
+  }
+  check_forward(op, out);
+  return out;
+}
+
+}  // namespace mixprec::ops

@@ -1,0 +1,57 @@
+// cross_entropy: mean over N of -log softmax(logits)[label], computed as lse - logit[label]
+// with an FP32 log-sum-exp, so large logits neither overflow nor lose the small terms. The
+// loss is an F32 scalar whatever the logits' dtype; the per-row lse is kept for the backward.
+#include "core/autograd/record.h"
+#include "core/backend.h"
+#include "core/ops/checks.h"
+#include "core/ops/ops.h"
+
+namespace mixprec::ops {
+namespace {
+
+struct CrossEntropyBackward final : Node {
+  Tensor logits, labels, lse;
+  std::string name() const override { return "cross_entropy"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    const Tensor dloss = grads[0].dtype() == DType::F32 ? grads[0] : grads[0].to(DType::F32);
+    Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+    backend_for(logits.device()).cross_entropy_backward(logits, labels, lse, dloss, dlogits);
+    return {dlogits};
+  }
+  void release_saved() override {
+    logits = Tensor();
+    labels = Tensor();
+    lse = Tensor();
+  }
+};
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  check_floating("cross_entropy", logits);
+  check_rank("cross_entropy", logits, 2, "logits");
+  MIXPREC_CHECK(labels.defined(), "cross_entropy: labels is an undefined tensor");
+  MIXPREC_CHECK(labels.dtype() == DType::I32, "cross_entropy: labels must be I32 class indices, got ",
+                describe(labels), " (class probabilities are not supported)");
+  MIXPREC_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0),
+                "cross_entropy: labels ", describe(labels), " must be [", logits.size(0),
+                "] for logits ", describe(logits));
+  MIXPREC_CHECK(labels.device() == logits.device(), "cross_entropy: labels ", describe(labels),
+                " and logits ", describe(logits), " are on different devices");
+  check_indices("cross_entropy", labels, logits.size(1), "labels");
+
+  const int64_t n = logits.size(0);
+  Tensor loss = Tensor::empty({}, DType::F32, logits.device());
+  Tensor lse = Tensor::empty({n}, DType::F32, logits.device());
+  backend_for(logits.device()).cross_entropy(logits, labels, loss, lse);
+  if (auto node = make_node<CrossEntropyBackward>({&logits})) {
+    node->logits = logits.detach();
+    node->labels = labels.detach();
+    node->lse = lse;
+    attach_output(node, loss);
+  }
+  check_forward("cross_entropy", loss);
+  return loss;
+}
+
+}  // namespace mixprec::ops

@@ -1,0 +1,236 @@
+// The autograd engine: graph recording, topological backward, accumulation modes, freed
+// graphs, NoGradGuard and anomaly mode.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/record.h"
+#include "core/ops/ops.h"
+#include "core/tensor.h"
+
+using namespace mixprec;
+
+namespace {
+
+// y = x * x computed on the host, so the engine is tested independently of the kernels.
+struct SquareBackward final : Node {
+  Tensor x;
+  int* calls = nullptr;
+  std::string name() const override { return "test_square"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    if (calls) ++*calls;
+    Tensor gx = Tensor::empty(x.shape(), x.dtype());
+    for (int64_t i = 0; i < x.numel(); ++i) gx.set(i, 2 * x.get(i) * grads[0].get(i));
+    return {gx};
+  }
+  void release_saved() override { x = Tensor(); }
+};
+
+Tensor test_square(const Tensor& x, int* calls = nullptr) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  for (int64_t i = 0; i < x.numel(); ++i) y.set(i, x.get(i) * x.get(i));
+  if (auto node = make_node<SquareBackward>({&x})) {
+    node->x = x.detach();
+    node->calls = calls;
+    attach_output(node, y);
+  }
+  check_forward("test_square", y);
+  return y;
+}
+
+// z = a + b on the host with both gradients passed through.
+struct AddBackward final : Node {
+  std::string name() const override { return "test_add"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override { return {grads[0], grads[0]}; }
+};
+
+Tensor test_add(const Tensor& a, const Tensor& b) {
+  Tensor z = Tensor::empty(a.shape(), a.dtype());
+  for (int64_t i = 0; i < a.numel(); ++i) z.set(i, a.get(i) + b.get(i));
+  if (auto node = make_node<AddBackward>({&a, &b})) attach_output(node, z);
+  return z;
+}
+
+double sum_all(const Tensor& t) {
+  double s = 0;
+  for (float v : t.to_float_vector()) s += v;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("leaves, grad_fn and requires_grad propagate", "[autograd]") {
+  Tensor x = Tensor::from_vector({1, 2, 3}, {3});
+  CHECK(!x.requires_grad());
+  CHECK(x.is_leaf());
+  x.set_requires_grad(true);
+  const Tensor y = test_square(x);
+  CHECK(y.requires_grad());
+  CHECK(!y.is_leaf());
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name() == "test_square");
+  const Tensor c = Tensor::from_vector({1, 1, 1}, {3});
+  CHECK(!test_square(c).requires_grad());
+  Tensor y2 = y;
+  REQUIRE_THROWS_WITH(y2.set_requires_grad(false), Catch::Contains("only leaf tensors"));
+  Tensor ints = Tensor::zeros({2}, DType::I32);
+  REQUIRE_THROWS_WITH(ints.set_requires_grad(true), Catch::Contains("only floating tensors"));
+}
+
+TEST_CASE("backward through a diamond sums both paths", "[autograd]") {
+  // z = x^2 + (x^2)^2 -> dz/dx = 2x + 4x^3
+  Tensor x = Tensor::from_vector({0.5f, -1.5f, 2.f}, {3});
+  x.set_requires_grad(true);
+  const Tensor s = test_square(x);
+  const Tensor z = test_add(s, test_square(s));
+  z.backward(Tensor::ones({3}));
+  const std::vector<float> g = x.grad().to_float_vector();
+  const std::vector<float> xs = {0.5f, -1.5f, 2.f};
+  for (int i = 0; i < 3; ++i) CHECK(g[i] == Approx(2 * xs[i] + 4 * xs[i] * xs[i] * xs[i]));
+}
+
+TEST_CASE("gradients accumulate by default and overwrite on request", "[autograd]") {
+  Tensor x = Tensor::from_vector({3.f}, {1});
+  x.set_requires_grad(true);
+  test_square(x).backward();
+  CHECK(x.grad().item() == 6.0);
+  test_square(x).backward();
+  CHECK(x.grad().item() == 12.0);
+  BackwardOptions overwrite;
+  overwrite.grad_mode = GradMode::Overwrite;
+  test_square(x).backward(Tensor(), overwrite);
+  CHECK(x.grad().item() == 6.0);
+  x.reset_grad();
+  CHECK(!x.grad().defined());
+}
+
+TEST_CASE("a leaf used twice receives the sum of both gradients", "[autograd]") {
+  Tensor x = Tensor::from_vector({2.f}, {1});
+  x.set_requires_grad(true);
+  test_add(x, x).backward();
+  CHECK(x.grad().item() == 2.0);
+}
+
+TEST_CASE("saved tensors are freed after backward; a second backward is an error", "[autograd]") {
+  Tensor x = Tensor::from_vector({2.f}, {1});
+  x.set_requires_grad(true);
+  const Tensor y = test_square(x);
+  y.backward();
+  REQUIRE_THROWS_WITH(y.backward(), Catch::Contains("a second time") &&
+                                        Catch::Contains("test_square") &&
+                                        Catch::Contains("retain_graph=true"));
+  auto* node = dynamic_cast<SquareBackward*>(y.grad_fn().get());
+  REQUIRE(node);
+  CHECK(!node->x.defined());  // the saved input was released
+
+  const Tensor y2 = test_square(x);
+  x.reset_grad();
+  y2.backward(Tensor(), {.retain_graph = true});
+  y2.backward();
+  CHECK(x.grad().item() == 8.0);
+}
+
+TEST_CASE("each node runs exactly once even with many consumers", "[autograd]") {
+  int calls = 0;
+  Tensor x = Tensor::from_vector({1.f}, {1});
+  x.set_requires_grad(true);
+  const Tensor s = test_square(x, &calls);
+  Tensor total = s;
+  for (int i = 0; i < 5; ++i) total = test_add(total, s);
+  total.backward();
+  CHECK(calls == 1);
+  CHECK(x.grad().item() == 12.0);  // 6 uses of x^2 -> 6 * 2x
+}
+
+TEST_CASE("NoGradGuard records nothing", "[autograd]") {
+  Tensor x = Tensor::from_vector({1.f}, {1});
+  x.set_requires_grad(true);
+  {
+    NoGradGuard guard;
+    CHECK(!grad_enabled());
+    const Tensor y = test_square(x);
+    CHECK(!y.requires_grad());
+    CHECK(!y.grad_fn());
+  }
+  CHECK(grad_enabled());
+  CHECK(test_square(x).requires_grad());
+}
+
+TEST_CASE("backward errors name the problem", "[autograd]") {
+  const Tensor c = Tensor::from_vector({1.f, 2.f}, {2});
+  REQUIRE_THROWS_WITH(c.backward(Tensor::ones({2})), Catch::Contains("does not require grad"));
+  Tensor x = Tensor::from_vector({1.f, 2.f}, {2});
+  x.set_requires_grad(true);
+  const Tensor y = test_square(x);
+  REQUIRE_THROWS_WITH(y.backward(), Catch::Contains("non-scalar") && Catch::Contains("F32[2]"));
+  REQUIRE_THROWS_WITH(y.backward(Tensor::ones({3})), Catch::Contains("does not match"));
+}
+
+TEST_CASE("leaf gradients can be kept in FP32 for an FP16 leaf", "[autograd]") {
+  Tensor w = Tensor::from_vector({3.f}, {1}, DType::F16);
+  w.set_requires_grad(true);
+  w.set_grad_dtype(DType::F32);
+  test_square(w).backward();
+  REQUIRE(w.grad().dtype() == DType::F32);
+  CHECK(w.grad().item() == 6.0);
+}
+
+TEST_CASE("cast is differentiable and carries gradients back to FP32 masters", "[autograd]") {
+  Tensor master = Tensor::from_vector({0.1f, 3.f}, {2});
+  master.set_requires_grad(true);
+  const Tensor working = master.to(DType::F16);
+  CHECK(working.dtype() == DType::F16);
+  const Tensor y = test_square(working);
+  y.backward(Tensor::ones({2}, DType::F16));
+  REQUIRE(master.grad().dtype() == DType::F32);
+  const float w0 = half_bits_to_float(float_to_half_bits(0.1f));
+  CHECK(master.grad().get(0) == static_cast<double>(half_bits_to_float(float_to_half_bits(2 * w0))));
+  CHECK(master.grad().get(1) == 6.0);
+}
+
+TEST_CASE("reshape is differentiable", "[autograd]") {
+  Tensor x = Tensor::arange(0, 6);
+  x.set_requires_grad(true);
+  const Tensor y = test_square(x.reshape({2, 3}));
+  y.backward(Tensor::ones({2, 3}));
+  CHECK(x.grad().shape() == Shape{6});
+  CHECK(x.grad().get(5) == 10.0);
+}
+
+TEST_CASE("anomaly mode names the op and layer that produced a non-finite value", "[autograd]") {
+  Tensor x = Tensor::from_vector({1e30f}, {1});
+  x.set_requires_grad(true);
+  {
+    // Off: no check, the overflow passes silently.
+    const Tensor y = test_square(x);
+    CHECK(std::isinf(y.item()));
+  }
+  AnomalyModeGuard anomaly;
+  {
+    LayerScope outer("encoder");
+    LayerScope inner("3");
+    REQUIRE_THROWS_WITH(test_square(x), Catch::Contains("'test_square'") &&
+                                            Catch::Contains("layer 'encoder.3'") &&
+                                            Catch::Contains("Inf or NaN"));
+  }
+  // Forward finite (1e20), gradient overflows: 2 * 1e10 * 1e30 = inf.
+  Tensor w = Tensor::from_vector({1e10f}, {1});
+  w.set_requires_grad(true);
+  const Tensor y = test_square(w);
+  REQUIRE_THROWS_WITH(y.backward(Tensor::from_vector({1e30f}, {1})),
+                      Catch::Contains("gradient computed by 'test_square'"));
+}
+
+TEST_CASE("very deep graphs neither overflow the stack in backward nor in destruction", "[autograd]") {
+  Tensor x = Tensor::from_vector({1.f}, {1});
+  x.set_requires_grad(true);
+  {
+    Tensor y = x;
+    for (int i = 0; i < 200000; ++i) y = y.reshape({1});
+    y.backward();
+    CHECK(x.grad().item() == 1.0);
+  }
+  CHECK(sum_all(x.grad()) == 1.0);
+}
