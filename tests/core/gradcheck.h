@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd/grad_mode.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"

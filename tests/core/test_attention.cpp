@@ -1,0 +1,141 @@
+// causal_attention: forward against a double-loop reference, causality (no output depends on
+// a later position), gradients, F16/BF16 against F32, and input validation.
+#include <cmath>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "gradcheck.h"
+
+namespace mixprec {
+namespace {
+
+using Catch::Contains;
+using testing::check_low_precision;
+using testing::gradcheck;
+using testing::random_tensor;
+using testing::require_close;
+
+std::vector<double> reference_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), d = q.size(3);
+  const std::vector<float> vq = q.to_float_vector(), vk = k.to_float_vector(), vv = v.to_float_vector();
+  std::vector<double> out(vq.size(), 0.0);
+  for (int64_t b = 0; b < bh; ++b) {
+    const int64_t base = b * t * d;
+    for (int64_t i = 0; i < t; ++i) {
+      std::vector<double> s(i + 1);
+      double m = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {  // the causal mask: only positions j <= i
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += (double)vq[base + i * d + e] * vk[base + j * d + e];
+        s[j] = dot / std::sqrt((double)d);
+        m = std::max(m, s[j]);
+      }
+      double z = 0;
+      for (int64_t j = 0; j <= i; ++j) z += std::exp(s[j] - m);
+      for (int64_t j = 0; j <= i; ++j) {
+        const double p = std::exp(s[j] - m) / z;
+        for (int64_t e = 0; e < d; ++e) out[base + i * d + e] += p * vv[base + j * d + e];
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("causal_attention matches a double-loop reference", "[nn][attention]") {
+  for (const Shape& shape : {Shape{2, 3, 5, 4}, Shape{1, 1, 1, 3}, Shape{1, 2, 13, 7}, Shape{3, 1, 4, 1}}) {
+    const Tensor q = random_tensor(shape, 1, -2.f, 2.f), k = random_tensor(shape, 2, -2.f, 2.f),
+                 v = random_tensor(shape, 3);
+    const Tensor out = ops::causal_attention(q, k, v);
+    REQUIRE(out.shape() == shape);
+    REQUIRE(out.dtype() == DType::F32);
+    const std::vector<double> ref = reference_attention(q, k, v);
+    const std::vector<float> got = out.to_float_vector();
+    for (size_t i = 0; i < ref.size(); ++i) REQUIRE(got[i] == Approx(ref[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("causal_attention outputs do not depend on later positions", "[nn][attention]") {
+  const Shape shape{2, 2, 9, 4};
+  const int64_t t = 9, d = 4, t0 = 5;
+  const Tensor q = random_tensor(shape, 4, -2.f, 2.f), k = random_tensor(shape, 5, -2.f, 2.f),
+               v = random_tensor(shape, 6);
+  const std::vector<float> before = ops::causal_attention(q, k, v).to_float_vector();
+  Tensor k2 = k.clone(), v2 = v.clone(), q2 = q.clone();
+  for (int64_t bh = 0; bh < 4; ++bh)
+    for (int64_t e = 0; e < d; ++e) {
+      const int64_t at = (bh * t + t0) * d + e;
+      k2.set(at, k.get(at) + 3.0);
+      v2.set(at, v.get(at) - 5.0);
+      q2.set(at, q.get(at) * -2.0);
+    }
+  const std::vector<float> after = ops::causal_attention(q2, k2, v2).to_float_vector();
+  int64_t changed_later = 0;
+  for (int64_t bh = 0; bh < 4; ++bh)
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t e = 0; e < d; ++e) {
+        const int64_t at = (bh * t + i) * d + e;
+        if (i < t0) REQUIRE(after[at] == before[at]);
+        else if (after[at] != before[at]) ++changed_later;
+      }
+  // The perturbation is real: every position from t0 on sees it.
+  CHECK(changed_later == 4 * (t - t0) * d);
+}
+
+TEST_CASE("causal_attention gradients match finite differences", "[nn][attention]") {
+  for (const Shape& shape : {Shape{1, 2, 5, 3}, Shape{2, 1, 3, 4}, Shape{1, 1, 7, 1}}) {
+    Tensor q = random_tensor(shape, 7, -1.f, 1.f).set_requires_grad(true);
+    Tensor k = random_tensor(shape, 8, -1.f, 1.f).set_requires_grad(true);
+    Tensor v = random_tensor(shape, 9).set_requires_grad(true);
+    gradcheck("causal_attention",
+              [](const std::vector<Tensor>& in) { return ops::causal_attention(in[0], in[1], in[2]); },
+              {q, k, v});
+  }
+  // Only v needing a gradient.
+  const Tensor q = random_tensor({1, 1, 4, 2}, 10), k = random_tensor({1, 1, 4, 2}, 11);
+  Tensor v = random_tensor({1, 1, 4, 2}, 12).set_requires_grad(true);
+  gradcheck("causal_attention dv",
+            [&](const std::vector<Tensor>& in) { return ops::causal_attention(q, k, in[0]); }, {v});
+}
+
+TEST_CASE("causal_attention in F16 and BF16 matches F32", "[nn][attention]") {
+  const Shape shape{2, 2, 8, 8};
+  const Tensor q = random_tensor(shape, 13, -1.f, 1.f), k = random_tensor(shape, 14, -1.f, 1.f),
+               v = random_tensor(shape, 15);
+  const auto f = [](const std::vector<Tensor>& in) { return ops::causal_attention(in[0], in[1], in[2]); };
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    check_low_precision("causal_attention", f, {q, k, v}, dtype, 2.0);
+    Tensor ql = q.to(dtype).set_requires_grad(true), kl = k.to(dtype).set_requires_grad(true),
+           vl = v.to(dtype).set_requires_grad(true);
+    Tensor out = ops::causal_attention(ql, kl, vl);
+    REQUIRE(out.dtype() == dtype);
+    const Tensor dout = random_tensor(shape, 16, -1.f, 1.f, dtype);
+    out.backward(dout);
+    Tensor qf = q.clone().set_requires_grad(true), kf = k.clone().set_requires_grad(true),
+           vf = v.clone().set_requires_grad(true);
+    ops::causal_attention(qf, kf, vf).backward(dout.to(DType::F32));
+    const double tol = 4 * testing::low_precision_rtol(dtype);
+    for (auto [low, full, name] : {std::tuple{ql, qf, "dq"}, {kl, kf, "dk"}, {vl, vf, "dv"}}) {
+      REQUIRE(low.grad().dtype() == dtype);
+      require_close(low.grad(), full.grad(), tol, tol, std::string("causal_attention ") + name);
+    }
+  }
+}
+
+TEST_CASE("causal_attention rejects bad input", "[nn][attention]") {
+  const Tensor q = random_tensor({1, 2, 3, 4}, 1);
+  REQUIRE_THROWS_WITH(ops::causal_attention(q, random_tensor({1, 2, 4, 4}, 2), q),
+                      Contains("causal_attention") && Contains("F32[1, 2, 4, 4]"));
+  REQUIRE_THROWS_WITH(ops::causal_attention(q, q, q.to(DType::F16)),
+                      Contains("causal_attention") && Contains("F16[1, 2, 3, 4]"));
+  const Tensor q3 = random_tensor({2, 3, 4}, 3);
+  REQUIRE_THROWS_WITH(ops::causal_attention(q3, q3, q3),
+                      Contains("causal_attention") && Contains("F32[2, 3, 4]"));
+  const Tensor ids = Tensor::zeros({1, 2, 3, 4}).to(DType::I32);
+  REQUIRE_THROWS_WITH(ops::causal_attention(ids, ids, ids),
+                      Contains("causal_attention") && Contains("I32[1, 2, 3, 4]"));
+  REQUIRE_THROWS_WITH(ops::causal_attention(Tensor(), q, q),
+                      Contains("causal_attention") && Contains("undefined"));
+}
+
+}  // namespace
+}  // namespace mixprec

@@ -1,0 +1,197 @@
+// embedding (lookup, deterministic scatter-sum backward) and dropout (reproducible masks,
+// drop rate, scaling, backward through the same mask).
+#include <cmath>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "gradcheck.h"
+
+namespace mixprec {
+namespace {
+
+using Catch::Contains;
+using testing::gradcheck;
+using testing::random_tensor;
+using testing::require_close;
+
+// ---- embedding ----------------------------------------------------------------------------
+
+TEST_CASE("embedding looks up rows for ids of any shape", "[nn][embedding]") {
+  const Tensor weight = random_tensor({5, 3}, 1);
+  const Tensor ids = Tensor::from_ints({4, 0, 2, 2, 1, 4}, {2, 3});
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    const Tensor w = weight.to(dtype);
+    const Tensor y = ops::embedding(w, ids);
+    REQUIRE(y.shape() == Shape{2, 3, 3});
+    REQUIRE(y.dtype() == dtype);
+    const std::vector<int32_t> id = ids.to_int_vector();
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 3; ++j) REQUIRE(y.get(i * 3 + j) == w.get(id[i] * 3 + j));
+  }
+  const Tensor single = ops::embedding(weight, Tensor::from_ints({3}, {}));
+  REQUIRE(single.shape() == Shape{3});
+  CHECK(single.get(2) == weight.get(11));
+}
+
+TEST_CASE("embedding backward sums the gradients of repeated ids", "[nn][embedding]") {
+  const int64_t vocab = 6, dim = 4;
+  const std::vector<int32_t> id{1, 3, 1, 1, 5, 3, 0};
+  const Tensor ids = Tensor::from_ints(id, {7});
+  const Tensor dy = random_tensor({7, dim}, 2);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    Tensor w = random_tensor({vocab, dim}, 3, -1.f, 1.f, dtype).set_requires_grad(true);
+    ops::embedding(w, ids).backward(dy.to(dtype));
+    const Tensor g = w.grad();
+    REQUIRE(g.dtype() == dtype);
+    const std::vector<float> vdy = dy.to(dtype).to_float_vector();
+    for (int64_t v = 0; v < vocab; ++v)
+      for (int64_t j = 0; j < dim; ++j) {
+        double ref = 0;
+        for (size_t i = 0; i < id.size(); ++i)
+          if (id[i] == v) ref += vdy[i * dim + j];
+        const double tol = dtype == DType::F32 ? 1e-6 : testing::low_precision_rtol(dtype);
+        REQUIRE(g.get(v * dim + j) == Approx(ref).margin(tol));
+      }
+    // Rows no id points at get an exact zero.
+    for (int64_t j = 0; j < dim; ++j) CHECK(g.get(2 * dim + j) == 0.0);
+  }
+}
+
+TEST_CASE("embedding backward is deterministic on many repeated ids", "[nn][embedding]") {
+  const int64_t vocab = 50, dim = 64, count = 4000;
+  std::vector<int32_t> id(count);
+  for (int64_t i = 0; i < count; ++i) id[i] = static_cast<int32_t>((i * i + 3 * i) % 7 == 0 ? 0 : i % vocab);
+  const Tensor ids = Tensor::from_ints(id, {count});
+  const Tensor dy = random_tensor({count, dim}, 4);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    Tensor w = Tensor::zeros({vocab, dim}).set_requires_grad(true);
+    ops::embedding(w, ids).backward(dy);
+    const std::vector<float> g = w.grad().to_float_vector();
+    if (run == 0) first = g;
+    else REQUIRE(g == first);
+  }
+  // Row 0 sums over its positions in order; check against double.
+  const std::vector<float> vdy = dy.to_float_vector();
+  for (int64_t j = 0; j < dim; ++j) {
+    double ref = 0;
+    for (int64_t i = 0; i < count; ++i)
+      if (id[i] == 0) ref += vdy[i * dim + j];
+    REQUIRE(first[j] == Approx(ref).margin(1e-4));
+  }
+}
+
+TEST_CASE("embedding gradient matches finite differences", "[nn][embedding]") {
+  const Tensor ids = Tensor::from_ints({2, 0, 2, 6, 1}, {5});
+  Tensor w = random_tensor({7, 3}, 5).set_requires_grad(true);
+  gradcheck("embedding", [&](const std::vector<Tensor>& in) { return ops::embedding(in[0], ids); },
+            {w});
+}
+
+TEST_CASE("embedding rejects bad input", "[nn][embedding]") {
+  const Tensor w = random_tensor({5, 3}, 1);
+  REQUIRE_THROWS_WITH(ops::embedding(w, Tensor::from_ints({0, 1, 2, 3, 9}, {5})),
+                      Contains("embedding") && Contains("9") && Contains("index 4") &&
+                          Contains("[0, 5)"));
+  REQUIRE_THROWS_WITH(ops::embedding(w, Tensor::from_ints({0, -2}, {1, 2})),
+                      Contains("embedding") && Contains("-2") && Contains("index 1"));
+  REQUIRE_THROWS_WITH(ops::embedding(w, Tensor::zeros({2, 3})),
+                      Contains("embedding") && Contains("ids") && Contains("F32[2, 3]"));
+  REQUIRE_THROWS_WITH(ops::embedding(random_tensor({15}, 1), Tensor::from_ints({0}, {1})),
+                      Contains("embedding") && Contains("F32[15]"));
+  REQUIRE_THROWS_WITH(ops::embedding(w, Tensor()), Contains("embedding") && Contains("undefined"));
+}
+
+// ---- dropout ------------------------------------------------------------------------------
+
+TEST_CASE("dropout drops a fraction p and scales survivors by 1/(1-p)", "[nn][dropout]") {
+  const int64_t n = 100000;
+  const Tensor x = random_tensor({n}, 6, 1.f, 2.f);
+  for (double p : {0.1, 0.5, 0.8}) {
+    Generator gen(123);
+    const Tensor y = ops::dropout(x, p, true, gen);
+    REQUIRE(y.dtype() == DType::F32);
+    CHECK(gen.offset() == static_cast<uint64_t>(n));
+    const std::vector<float> vx = x.to_float_vector(), vy = y.to_float_vector();
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (vy[i] == 0.f) {
+        ++dropped;
+      } else {
+        REQUIRE(vy[i] == Approx(vx[i] / (1.0 - p)).epsilon(1e-6));
+      }
+    }
+    // Binomial(n, p): six standard deviations.
+    const double fraction = static_cast<double>(dropped) / n;
+    CHECK(std::abs(fraction - p) < 6 * std::sqrt(p * (1 - p) / n));
+  }
+}
+
+TEST_CASE("dropout masks are reproducible from the generator state", "[nn][dropout]") {
+  const Tensor x = random_tensor({3, 1000}, 7, 1.f, 2.f);
+  Generator a(42), b(42), c(43);
+  const std::vector<float> ya = ops::dropout(x, 0.5, true, a).to_float_vector();
+  CHECK(ya == ops::dropout(x, 0.5, true, b).to_float_vector());
+  CHECK(ya != ops::dropout(x, 0.5, true, c).to_float_vector());
+  // The next call draws fresh counters.
+  CHECK(ya != ops::dropout(x, 0.5, true, a).to_float_vector());
+  // The mask depends only on the key, not the dtype.
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    Generator g(42);
+    const std::vector<float> yl = ops::dropout(x.to(dtype), 0.5, true, g).to_float_vector();
+    for (size_t i = 0; i < ya.size(); ++i) REQUIRE((yl[i] == 0.f) == (ya[i] == 0.f));
+  }
+}
+
+TEST_CASE("dropout backward applies the forward mask", "[nn][dropout]") {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    Tensor x = random_tensor({7, 13}, 8, 1.f, 2.f, dtype).set_requires_grad(true);
+    Generator gen(9);
+    const double p = 0.3;
+    Tensor y = ops::dropout(x, p, true, gen);
+    y.backward(Tensor::ones(y.shape(), dtype));
+    const Tensor g = x.grad();
+    REQUIRE(g.dtype() == dtype);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (y.get(i) == 0.0) {
+        REQUIRE(g.get(i) == 0.0);
+      } else {
+        ++kept;
+        REQUIRE(g.get(i) == Approx(1.0 / (1.0 - p)).epsilon(testing::low_precision_rtol(dtype)));
+      }
+    }
+    CHECK(kept > 0);
+    CHECK(kept < x.numel());
+  }
+  Tensor x = random_tensor({4, 5}, 10).set_requires_grad(true);
+  gradcheck("dropout",
+            [](const std::vector<Tensor>& in) {
+              Generator gen(11);
+              return ops::dropout(in[0], 0.4, true, gen);
+            },
+            {x});
+}
+
+TEST_CASE("dropout is the identity when p == 0 or not training", "[nn][dropout]") {
+  const Tensor x = random_tensor({4, 4}, 12);
+  Generator gen(1);
+  CHECK(ops::dropout(x, 0.0, true, gen).is_same(x));
+  CHECK(ops::dropout(x, 0.5, false, gen).is_same(x));
+  CHECK(gen.offset() == 0);
+}
+
+TEST_CASE("dropout rejects bad input", "[nn][dropout]") {
+  const Tensor x = random_tensor({4, 4}, 12);
+  Generator gen(1);
+  REQUIRE_THROWS_WITH(ops::dropout(x, 1.0, true, gen), Contains("dropout") && Contains("p must be"));
+  REQUIRE_THROWS_WITH(ops::dropout(x, -0.1, true, gen), Contains("dropout") && Contains("-0.1"));
+  REQUIRE_THROWS_WITH(ops::dropout(x, NAN, true, gen), Contains("dropout") && Contains("p must be"));
+  REQUIRE_THROWS_WITH(ops::dropout(Tensor::from_ints({1, 2}, {2}), 0.5, true, gen),
+                      Contains("dropout") && Contains("I32[2]"));
+  REQUIRE_THROWS_WITH(ops::dropout(Tensor(), 0.5, true, gen),
+                      Contains("dropout") && Contains("undefined"));
+}
+
+}  // namespace
+}  // namespace mixprec

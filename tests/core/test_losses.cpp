@@ -1,0 +1,181 @@
+// cross_entropy and mse_loss: forward against double references, stability, gradients,
+// F16/BF16 against F32, and input validation.
+#include <cmath>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "gradcheck.h"
+
+namespace mixprec {
+namespace {
+
+using Catch::Contains;
+using testing::check_low_precision;
+using testing::gradcheck;
+using testing::random_tensor;
+using testing::require_close;
+
+Tensor labels_for(int64_t n, int64_t c, uint64_t seed) {
+  std::vector<int32_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7 + seed) % c);
+  return Tensor::from_ints(v, {n});
+}
+
+double reference_cross_entropy(const std::vector<float>& x, const std::vector<int32_t>& labels,
+                               int64_t c) {
+  double total = 0;
+  const int64_t n = static_cast<int64_t>(labels.size());
+  for (int64_t r = 0; r < n; ++r) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < c; ++j) m = std::max(m, (double)x[r * c + j]);
+    double s = 0;
+    for (int64_t j = 0; j < c; ++j) s += std::exp(x[r * c + j] - m);
+    total += m + std::log(s) - x[r * c + labels[r]];
+  }
+  return total / n;
+}
+
+TEST_CASE("cross_entropy matches a double reference", "[nn][cross_entropy]") {
+  for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 7}, {1, 3}, {13, 1}, {8, 32}}) {
+    const Tensor logits = random_tensor({n, c}, 3 + n, -5.f, 5.f);
+    const Tensor labels = labels_for(n, c, 2);
+    const Tensor loss = ops::cross_entropy(logits, labels);
+    REQUIRE(loss.dtype() == DType::F32);
+    REQUIRE(loss.numel() == 1);
+    CHECK(loss.item() == Approx(reference_cross_entropy(logits.to_float_vector(),
+                                                        labels.to_int_vector(), c))
+                             .epsilon(1e-5)
+                             .margin(1e-6));
+  }
+}
+
+TEST_CASE("cross_entropy is stable for large logits", "[nn][cross_entropy]") {
+  const Tensor labels = Tensor::from_ints({2, 0}, {2});
+  const Tensor big = Tensor::from_vector({1e4f, 1e4f + 1, 1e4f + 2, -1e4f, -1e4f - 1, -1e4f + 50},
+                                         {2, 3});
+  const Tensor small = Tensor::from_vector({0.f, 1.f, 2.f, 0.f, -1.f, 50.f}, {2, 3});
+  const double expected = reference_cross_entropy(small.to_float_vector(), {2, 0}, 3);
+  CHECK(ops::cross_entropy(big, labels).item() == Approx(expected).epsilon(1e-5));
+  CHECK(ops::cross_entropy(small, labels).item() == Approx(expected).epsilon(1e-6));
+  // F16 logits near the top of the range still give a finite, exact-enough loss.
+  const Tensor big16 = Tensor::from_vector({60000.f, 59968.f}, {1, 2}, DType::F16);
+  const Tensor label0 = Tensor::from_ints({1}, {1});
+  CHECK(ops::cross_entropy(big16, label0).item() == Approx(32.0 + std::log1p(std::exp(-32.0))));
+}
+
+TEST_CASE("cross_entropy gradient matches finite differences", "[nn][cross_entropy]") {
+  for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 7}, {1, 3}, {13, 4}, {3, 1}}) {
+    Tensor logits = random_tensor({n, c}, 40 + c, -3.f, 3.f).set_requires_grad(true);
+    const Tensor labels = labels_for(n, c, 1);
+    gradcheck("cross_entropy",
+              [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], labels); },
+              {logits});
+  }
+  // The analytic form: (softmax - onehot) / N.
+  Tensor logits = Tensor::from_vector({1.f, 2.f, 3.f, 0.f, 0.f, 0.f}, {2, 3}).set_requires_grad(true);
+  ops::cross_entropy(logits, Tensor::from_ints({2, 0}, {2})).backward();
+  const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  const std::vector<float> g = logits.grad().to_float_vector();
+  CHECK(g[0] == Approx(std::exp(1.0) / s / 2));
+  CHECK(g[2] == Approx((std::exp(3.0) / s - 1) / 2));
+  CHECK(g[3] == Approx((1.0 / 3 - 1) / 2));
+  CHECK(g[4] == Approx(1.0 / 6));
+}
+
+TEST_CASE("cross_entropy in F16 and BF16 matches F32", "[nn][cross_entropy]") {
+  const Tensor logits = random_tensor({6, 9}, 77, -4.f, 4.f);
+  const Tensor labels = labels_for(6, 9, 4);
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    check_low_precision("cross_entropy",
+                        [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], labels); },
+                        {logits}, dtype);
+    Tensor low = logits.to(dtype).set_requires_grad(true);
+    Tensor loss = ops::cross_entropy(low, labels);
+    REQUIRE(loss.dtype() == DType::F32);
+    loss.backward();
+    REQUIRE(low.grad().dtype() == dtype);
+    Tensor full = logits.clone().set_requires_grad(true);
+    ops::cross_entropy(full, labels).backward();
+    require_close(low.grad(), full.grad(), testing::low_precision_rtol(dtype),
+                  testing::low_precision_rtol(dtype) * 0.1, "cross_entropy backward");
+  }
+}
+
+TEST_CASE("cross_entropy rejects bad input", "[nn][cross_entropy]") {
+  const Tensor logits = random_tensor({4, 5}, 1);
+  REQUIRE_THROWS_WITH(ops::cross_entropy(logits, Tensor::zeros({4})),
+                      Contains("cross_entropy") && Contains("labels") && Contains("F32[4]"));
+  REQUIRE_THROWS_WITH(
+      ops::cross_entropy(logits, Tensor::from_ints({0, 1, 7, 2}, {4})),
+      Contains("cross_entropy") && Contains("7") && Contains("index 2") && Contains("[0, 5)"));
+  REQUIRE_THROWS_WITH(
+      ops::cross_entropy(logits, Tensor::from_ints({0, -1, 1, 2}, {4})),
+      Contains("cross_entropy") && Contains("-1") && Contains("index 1"));
+  REQUIRE_THROWS_WITH(ops::cross_entropy(logits, Tensor::from_ints({0, 1}, {2})),
+                      Contains("cross_entropy") && Contains("I32[2]") && Contains("F32[4, 5]"));
+  REQUIRE_THROWS_WITH(ops::cross_entropy(random_tensor({20}, 1), labels_for(4, 5, 0)),
+                      Contains("cross_entropy") && Contains("F32[20]"));
+  REQUIRE_THROWS_WITH(ops::cross_entropy(labels_for(4, 5, 0), labels_for(4, 5, 0)),
+                      Contains("cross_entropy") && Contains("I32[4]"));
+  REQUIRE_THROWS_WITH(ops::cross_entropy(logits, Tensor()),
+                      Contains("cross_entropy") && Contains("undefined"));
+}
+
+TEST_CASE("mse_loss matches a double reference", "[nn][mse_loss]") {
+  for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}, Shape{2, 3, 5}}) {
+    const Tensor a = random_tensor(shape, 5, -2.f, 2.f);
+    const Tensor b = random_tensor(shape, 6, -2.f, 2.f);
+    const Tensor loss = ops::mse_loss(a, b);
+    REQUIRE(loss.dtype() == DType::F32);
+    REQUIRE(loss.numel() == 1);
+    const std::vector<float> va = a.to_float_vector(), vb = b.to_float_vector();
+    double ref = 0;
+    for (size_t i = 0; i < va.size(); ++i) ref += ((double)va[i] - vb[i]) * ((double)va[i] - vb[i]);
+    CHECK(loss.item() == Approx(ref / va.size()).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("mse_loss gradients match finite differences", "[nn][mse_loss]") {
+  for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}}) {
+    Tensor a = random_tensor(shape, 8).set_requires_grad(true);
+    Tensor b = random_tensor(shape, 9).set_requires_grad(true);
+    gradcheck("mse_loss", [](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); },
+              {a, b});
+  }
+  // Only one input needing a gradient.
+  Tensor a = random_tensor({4}, 10).set_requires_grad(true);
+  const Tensor target = random_tensor({4}, 11);
+  ops::mse_loss(a, target).backward();
+  for (int64_t i = 0; i < 4; ++i)
+    CHECK(a.grad().get(i) == Approx(2.0 / 4 * (a.get(i) - target.get(i))));
+}
+
+TEST_CASE("mse_loss in F16 and BF16 matches F32", "[nn][mse_loss]") {
+  const Tensor a = random_tensor({5, 9}, 12, -2.f, 2.f), b = random_tensor({5, 9}, 13, -2.f, 2.f);
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    check_low_precision("mse_loss",
+                        [](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); },
+                        {a, b}, dtype);
+    Tensor al = a.to(dtype).set_requires_grad(true), bl = b.to(dtype).set_requires_grad(true);
+    Tensor loss = ops::mse_loss(al, bl);
+    REQUIRE(loss.dtype() == DType::F32);
+    loss.backward();
+    REQUIRE(al.grad().dtype() == dtype);
+    REQUIRE(bl.grad().dtype() == dtype);
+    for (int64_t i = 0; i < al.numel(); ++i) CHECK(al.grad().get(i) == -bl.grad().get(i));
+  }
+}
+
+TEST_CASE("mse_loss rejects bad input", "[nn][mse_loss]") {
+  const Tensor a = random_tensor({3, 4}, 1);
+  REQUIRE_THROWS_WITH(ops::mse_loss(a, random_tensor({4, 3}, 2)),
+                      Contains("mse_loss") && Contains("F32[3, 4]") && Contains("F32[4, 3]"));
+  REQUIRE_THROWS_WITH(ops::mse_loss(a, a.to(DType::F16)),
+                      Contains("mse_loss") && Contains("F16[3, 4]"));
+  REQUIRE_THROWS_WITH(ops::mse_loss(a, labels_for(3, 4, 0)),
+                      Contains("mse_loss") && Contains("I32[3]"));
+  REQUIRE_THROWS_WITH(ops::mse_loss(Tensor(), a), Contains("mse_loss") && Contains("undefined"));
+}
+
+}  // namespace
+}  // namespace mixprec
