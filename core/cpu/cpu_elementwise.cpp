@@ -6,11 +6,18 @@
 // over the last dims, a [N, 1] column) become one or two dims whose innermost run is
 // contiguous or constant. Work is split into fixed-size chunks of the output, so the
 // parallel split (and hence every result) does not depend on the thread count.
+//
+// F16/BF16 data moves through FP32 scratch blocks with the vectorised bulk converters of
+// core/convert.h (bit-identical to to_float/from_float), so the math loops run on floats
+// and vectorise; F32 data is read and written in place.
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "core/convert.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/error.h"
@@ -26,8 +33,12 @@ constexpr int64_t kParallelMin = 1 << 15;
 constexpr int64_t kChunk = 1 << 14;
 // Columns per task when sum_to keeps the innermost dim: 1 KiB of FP32 accumulators.
 constexpr int64_t kColumnBlock = 256;
-// Elements per partial sum of a full reduction; partials are then added in order.
+// Elements per parallel partial sum of a full reduction; partials are then added in order.
 constexpr int64_t kReduceChunk = 1 << 13;
+// Elements (or reduced rows) per partial sum inside one accumulation; see sum_run.
+constexpr int64_t kRunBlock = 256;
+// Elements per FP32 scratch block of a 16-bit operand.
+constexpr int64_t kBlock = 512;
 
 template <class T>
 const T* cdata(const Tensor& t) {
@@ -36,6 +47,83 @@ const T* cdata(const Tensor& t) {
 template <class T>
 T* mdata(Tensor& t) {
   return static_cast<T*>(t.data());
+}
+
+// `n` (<= kBlock) elements of src as floats: src itself for F32, else converted into `buf`.
+template <class T>
+const float* load_block(const T* src, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else if constexpr (std::is_same_v<T, half>) {
+    convert_f16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, static_cast<size_t>(n));
+    return buf;
+  } else {
+    convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, static_cast<size_t>(n));
+    return buf;
+  }
+}
+
+// Where a kernel writes its float results: dst itself for F32, else the scratch `buf` that
+// store_block then rounds into dst.
+template <class T>
+float* store_target(T* dst, float* buf) {
+  if constexpr (std::is_same_v<T, float>) return dst;
+  else return buf;
+}
+
+template <class T>
+void store_block(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, half>)
+    convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), static_cast<size_t>(n));
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), static_cast<size_t>(n));
+}
+
+template <size_t N, class F, size_t... I>
+void apply_block(const std::array<const float*, N>& in, float* out, int64_t n, const F& f,
+                 std::index_sequence<I...>) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f(in[I][i]...);
+}
+
+// out[i] = f(in[0][i], ..., in[N-1][i]) over n contiguous elements. Each block of the inputs
+// is loaded before its outputs are stored, so out may alias an input.
+template <class T, size_t N, class F>
+void map_contiguous(const std::array<const T*, N>& in, T* out, int64_t n, const F& f) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t begin = blk * kBlock, len = std::min(kBlock, n - begin);
+    float in_buf[N][kBlock];
+    float out_buf[kBlock];
+    std::array<const float*, N> p;
+    for (size_t k = 0; k < N; ++k) p[k] = load_block(in[k] + begin, len, in_buf[k]);
+    float* o = store_target(out + begin, out_buf);
+    apply_block(p, o, len, f, std::make_index_sequence<N>{});
+    store_block(o, out + begin, len);
+  }
+}
+
+// Serial form of map_contiguous for one run inside an already parallel loop; an input with
+// `step[k]` false is the single value at in[k] repeated.
+template <class T, size_t N, class F>
+void map_run(const std::array<const T*, N>& in, const std::array<bool, N>& step, T* out,
+             int64_t n, const F& f) {
+  float in_buf[N][kBlock];
+  float out_buf[kBlock];
+  std::array<const float*, N> p;
+  for (size_t k = 0; k < N; ++k)
+    if (!step[k]) {
+      std::fill(in_buf[k], in_buf[k] + std::min(n, kBlock), to_float(*in[k]));
+      p[k] = in_buf[k];
+    }
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t len = std::min(kBlock, n - begin);
+    for (size_t k = 0; k < N; ++k)
+      if (step[k]) p[k] = load_block(in[k] + begin, len, in_buf[k]);
+    float* o = store_target(out + begin, out_buf);
+    apply_block(p, o, len, f, std::make_index_sequence<N>{});
+    store_block(o, out + begin, len);
+  }
 }
 
 // `in` broadcasts to `out` (right-aligned; each extent 1 or equal).
@@ -167,68 +255,43 @@ void with_binary_op(BinaryOp op, const F& f) {
 
 template <UnaryOp Op, class T>
 void unary_kernel(const T* x, T* y, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(unary_value<Op>(to_float(x[i])));
+  map_contiguous<T, 1>({x}, y, n, [](float v) { return unary_value<Op>(v); });
 }
 
 template <UnaryOp Op, class T>
 void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    dx[i] = from_float<T>(unary_grad<Op>(to_float(x[i]), to_float(y[i]), to_float(dy[i])));
+  map_contiguous<T, 3>({x, y, dy}, dx, n,
+                       [](float xv, float yv, float g) { return unary_grad<Op>(xv, yv, g); });
 }
 
 template <class T>
 void affine_kernel(const T* x, float alpha, float beta, T* y, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(affine_value(to_float(x[i]), alpha, beta));
+  map_contiguous<T, 1>({x}, y, n, [=](float v) { return affine_value(v, alpha, beta); });
 }
 
 template <BinaryOp Op, class T>
 void binary_same_shape(const T* a, const T* b, T* out, int64_t n) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = from_float<T>(binary_value<Op>(to_float(a[i]), to_float(b[i])));
+  map_contiguous<T, 2>({a, b}, out, n, [](float u, float v) { return binary_value<Op>(u, v); });
 }
 
 // a has out's shape; b is repeated every `nb` elements (a bias over the trailing dims).
 template <BinaryOp Op, class T>
 void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
   const int64_t rows = n / nb;
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* pa = a + r * nb;
-    T* po = out + r * nb;
-    for (int64_t j = 0; j < nb; ++j)
-      po[j] = from_float<T>(binary_value<Op>(to_float(pa[j]), to_float(b[j])));
-  }
+  const auto f = [](float u, float v) { return binary_value<Op>(u, v); };
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    map_run<T, 2>({a + r * nb, b}, {true, true}, out + r * nb, nb, f);
 }
 
 template <BinaryOp Op, class T>
 void binary_broadcast(const T* a, const T* b, T* out, const Shape& sa, const Shape& sb,
                       const Shape& so, int64_t n) {
   const BroadcastPlan<2> plan = plan_broadcast<2>(so, {&sa, &sb});
-  const bool step_a = plan.strides[0].back() != 0;
-  const bool step_b = plan.strides[1].back() != 0;
+  const std::array<bool, 2> step = {plan.strides[0].back() != 0, plan.strides[1].back() != 0};
+  const auto f = [](float u, float v) { return binary_value<Op>(u, v); };
   for_each_run(plan, n, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t len) {
-    const T* pa = a + off[0];
-    const T* pb = b + off[1];
-    T* po = out + o;
-    if (step_a && step_b) {
-      for (int64_t i = 0; i < len; ++i)
-        po[i] = from_float<T>(binary_value<Op>(to_float(pa[i]), to_float(pb[i])));
-    } else if (step_a) {
-      const float vb = to_float(*pb);
-      for (int64_t i = 0; i < len; ++i)
-        po[i] = from_float<T>(binary_value<Op>(to_float(pa[i]), vb));
-    } else if (step_b) {
-      const float va = to_float(*pa);
-      for (int64_t i = 0; i < len; ++i)
-        po[i] = from_float<T>(binary_value<Op>(va, to_float(pb[i])));
-    } else {
-      const T v = from_float<T>(binary_value<Op>(to_float(*pa), to_float(*pb)));
-      std::fill(po, po + len, v);
-    }
+    map_run<T, 2>({a + off[0], b + off[1]}, step, out + o, len, f);
   });
 }
 
@@ -261,8 +324,31 @@ int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
 
 template <class T>
 void scale_copy(const T* x, T* y, int64_t n, float scale) {
-#pragma omp parallel for if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(scale * to_float(x[i]));
+  map_contiguous<T, 1>({x}, y, n, [=](float v) { return scale * v; });
+}
+
+// Sum of a contiguous run in FP32. Eight interleaved accumulators (which the compiler can
+// keep in one vector register) over blocks of kRunBlock, blocks added in order: the rounding
+// error then grows with kRunBlock / 8 + n / kRunBlock rather than with n, and the order is
+// fixed, so results do not depend on the thread count.
+template <class T>
+float sum_run(const T* p, int64_t n) {
+  constexpr int kLanes = 8;
+  float buf[kRunBlock];
+  float total = 0.0f;
+  for (int64_t begin = 0; begin < n; begin += kRunBlock) {
+    const int64_t len = std::min(kRunBlock, n - begin);
+    const float* v = load_block(p + begin, len, buf);
+    float lane[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= len; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lane[j] += v[i + j];
+    float block = 0.0f;
+    for (; i < len; ++i) block += v[i];
+    for (int j = 0; j < kLanes; ++j) block += lane[j];
+    total += block;
+  }
+  return total;
 }
 
 // Sum of all n elements: fixed-size chunks summed in parallel, partials added in order.
@@ -272,10 +358,8 @@ float sum_all(const T* x, int64_t n) {
   std::vector<float> partial(chunks);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kReduceChunk, end = std::min(n, begin + kReduceChunk);
-    float acc = 0.0f;
-    for (int64_t i = begin; i < end; ++i) acc += to_float(x[i]);
-    partial[c] = acc;
+    const int64_t begin = c * kReduceChunk;
+    partial[c] = sum_run(x + begin, std::min(kReduceChunk, n - begin));
   }
   float total = 0.0f;
   for (float p : partial) total += p;
@@ -318,10 +402,8 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
     for (int64_t o = 0; o < m; ++o) {
       const int64_t base = offset_of(o, kept_ext, kept_xstride);
       float acc = 0.0f;
-      for (int64_t r = 0; r < reduced; ++r) {
-        const T* px = x + base + offset_of(r, red_ext, red_xstride);
-        for (int64_t i = 0; i < inner; ++i) acc += to_float(px[i]);
-      }
+      for (int64_t r = 0; r < reduced; ++r)
+        acc += sum_run(x + base + offset_of(r, red_ext, red_xstride), inner);
       y[o] = from_float<T>(scale * acc);
     }
     return;
@@ -338,13 +420,23 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
     const int64_t col = (t % blocks) * kColumnBlock;
     const int64_t width = std::min(kColumnBlock, inner - col);
     const int64_t base = offset_of(row, kept_ext, kept_xstride) + col;
-    float acc[kColumnBlock] = {};
-    for (int64_t r = 0; r < reduced; ++r) {
-      const T* px = x + base + offset_of(r, red_ext, red_xstride);
-      for (int64_t j = 0; j < width; ++j) acc[j] += to_float(px[j]);
+    // Partial sums over kRunBlock reduced rows are added into the totals, which bounds the
+    // rounding error growth as in sum_run.
+    float total[kColumnBlock] = {};
+    float acc[kColumnBlock];
+    float buf[kColumnBlock];
+    for (int64_t r0 = 0; r0 < reduced; r0 += kRunBlock) {
+      std::fill(acc, acc + width, 0.0f);
+      const int64_t r1 = std::min(reduced, r0 + kRunBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* v = load_block(x + base + offset_of(r, red_ext, red_xstride), width, buf);
+        for (int64_t j = 0; j < width; ++j) acc[j] += v[j];
+      }
+      for (int64_t j = 0; j < width; ++j) total[j] += acc[j];
     }
-    T* py = y + row * inner + col;
-    for (int64_t j = 0; j < width; ++j) py[j] = from_float<T>(scale * acc[j]);
+    for (int64_t j = 0; j < width; ++j) total[j] *= scale;
+    if constexpr (std::is_same_v<T, float>) std::copy(total, total + width, y + row * inner + col);
+    else store_block(total, y + row * inner + col, width);
   }
 }
 
@@ -355,12 +447,10 @@ void expand_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
   const BroadcastPlan<1> plan = plan_broadcast<1>(sy, {&sx});
   const bool step = plan.strides[0].back() != 0;
   for_each_run(plan, n, [&](int64_t o, const std::array<int64_t, 1>& off, int64_t len) {
-    const T* px = x + off[0];
-    T* py = y + o;
     if (step) {
-      for (int64_t i = 0; i < len; ++i) py[i] = from_float<T>(scale * to_float(px[i]));
+      map_run<T, 1>({x + off[0]}, {true}, y + o, len, [=](float v) { return scale * v; });
     } else {
-      std::fill(py, py + len, from_float<T>(scale * to_float(*px)));
+      std::fill(y + o, y + o + len, from_float<T>(scale * to_float(x[off[0]])));
     }
   });
 }
@@ -396,7 +486,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                 Tensor& dx) {
-  for (const Tensor* t : {&y, &dy, &dx}) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
     check_same_dtype("unary_backward", x, *t);
     check_same_shape("unary_backward", x, *t);
   }

@@ -6,8 +6,8 @@
 //
 // Derivatives: unary_grad(x, y, dy) returns dx = dy * f'(x), where y = f(x) as stored in the
 // output tensor (so in F16/BF16 it is the rounded value). Ops whose derivative is cheaper
-// from the output read y (exp, sqrt, sigmoid, tanh); the others read x only, and
-// unary_grad_reads_output() says which, so callers know what to keep for backward.
+// from the output read y (exp, sqrt, sigmoid, tanh); the others read x only (neg reads
+// neither). unary_grad_reads_output() says which, so callers know what to keep for backward.
 #pragma once
 
 #include <math.h>
@@ -21,10 +21,35 @@ namespace mixprec {
 inline constexpr float kGeluTanhScale = 0.7978845608028654f;
 inline constexpr float kGeluTanhCubic = 0.044715f;
 
+// tanh as the odd rational minimax approximation that Eigen and XLA use for float: within
+// 3e-7 of the exact value everywhere, |result| <= 1, exactly +-1 beyond |x| = 7.9053 (where
+// float tanh rounds to +-1 anyway), x itself below |x| = 4e-4, NaN for NaN. Unlike libm's
+// tanhf it is branch-free arithmetic that the compiler vectorises (about 50x faster on the
+// CPU), and both backends run the same formula.
+MIXPREC_HD float tanh_rational(float x) {
+  constexpr float kClamp = 7.90531110763549805f;
+  const float xc = x > kClamp ? kClamp : (x < -kClamp ? -kClamp : x);
+  const float x2 = xc * xc;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 - 8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  const float t = xc * p / q;
+  const float bounded = t > 1.0f ? 1.0f : (t < -1.0f ? -1.0f : t);
+  return fabsf(x) < 4e-4f ? x : bounded;
+}
+
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 MIXPREC_HD float gelu_tanh(float x) {
   const float u = kGeluTanhScale * (x + kGeluTanhCubic * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return 0.5f * x * (1.0f + tanh_rational(u));
 }
 
 // The exact derivative of gelu_tanh:
@@ -32,7 +57,7 @@ MIXPREC_HD float gelu_tanh(float x) {
 MIXPREC_HD float gelu_tanh_derivative(float x) {
   const float x2 = x * x;
   const float u = kGeluTanhScale * (x + kGeluTanhCubic * x2 * x);
-  const float t = tanhf(u);
+  const float t = tanh_rational(u);
   const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluTanhCubic * x2);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
@@ -58,7 +83,7 @@ MIXPREC_HD float unary_value(float x) {
   else if constexpr (Op == UnaryOp::Sigmoid) return stable_sigmoid(x);
   else {
     static_assert(Op == UnaryOp::Tanh, "unhandled UnaryOp");
-    return tanhf(x);
+    return tanh_rational(x);
   }
 }
 
@@ -83,10 +108,6 @@ MIXPREC_HD float unary_grad(float x, float y, float dy) {
 MIXPREC_HD bool unary_grad_reads_output(UnaryOp op) {
   return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Sigmoid ||
          op == UnaryOp::Tanh;
-}
-
-MIXPREC_HD bool unary_grad_reads_input(UnaryOp op) {
-  return !unary_grad_reads_output(op) && op != UnaryOp::Neg;
 }
 
 template <BinaryOp Op>

@@ -1,6 +1,8 @@
 // add, sub, mul, div with NumPy broadcasting. The backward computes each input's gradient at
 // the output's shape and reduces it to the input's shape with sum_to, whose scale also
 // carries the sign of sub's and div's second gradient.
+#include <algorithm>
+
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
@@ -80,7 +82,15 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
   check_floating(name, b);
   check_same_dtype_device(name, {&a, &b});
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  for (size_t i = 1; i <= std::min(sa.size(), sb.size()); ++i) {
+    const int64_t da = sa[sa.size() - i], db = sb[sb.size() - i];
+    MIXPREC_CHECK(da == db || da == 1 || db == 1, name, ": ", describe(a), " and ", describe(b),
+                  " cannot be broadcast together (extents ", da, " and ", db, " in dimension -",
+                  i, ")");
+  }
+  const Shape shape = broadcast_shapes(sa, sb, name);
   Tensor out = apply_binary(op, a, b, shape);
   if (auto node = make_node<BinaryBackward>({&a, &b})) {
     node->op = op;

@@ -1,0 +1,484 @@
+// Elementwise ops and primitives: the shared per-element math (core/math/elementwise.h),
+// unary activations, scalar ops, broadcasting binary ops, and the CPU backend's binary,
+// expand and causal_mask kernels (including their parallel and fast paths), each against a
+// double-precision reference, finite differences, and F16/BF16 against F32.
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "core/backend.h"
+#include "core/math/elementwise.h"
+#include "gradcheck.h"
+
+namespace mixprec {
+namespace {
+
+using testing::check_low_precision;
+using testing::gradcheck;
+using testing::low_precision_rtol;
+using testing::random_tensor;
+using testing::require_close;
+
+// Row-major coordinates of `flat` in `shape`.
+std::vector<int64_t> coords_of(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return c;
+}
+
+// Flat index into `in` of the element that broadcasts to output element `flat` of `out`.
+int64_t broadcast_source(int64_t flat, const Shape& out, const Shape& in) {
+  const std::vector<int64_t> c = coords_of(flat, out);
+  int64_t index = 0;
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) index = index * in[d] + (in[d] == 1 ? 0 : c[lead + d]);
+  return index;
+}
+
+// Values uniformly in [-high, -low] U [low, high]: away from the kinks of relu and abs.
+Tensor away_from_zero(const Shape& shape, uint64_t seed, float low, float high) {
+  const std::vector<float> u = random_tensor(shape, seed, -1.f, 1.f).to_float_vector();
+  std::vector<float> v(u.size());
+  for (size_t i = 0; i < u.size(); ++i)
+    v[i] = (u[i] < 0 ? -1.f : 1.f) * (low + (high - low) * std::abs(u[i]));
+  return Tensor::from_vector(v, shape);
+}
+
+// Runs f forward and backward on `inputs` rounded to `dtype`, and on the same (rounded)
+// values in F32; the gradients must keep the input dtype and agree within the format's
+// tolerance (a few roundings: output, incoming gradient, result).
+void check_low_precision_backward(const std::string& label,
+                                  const testing::TensorFn& f,
+                                  const std::vector<Tensor>& inputs, DType dtype) {
+  std::vector<Tensor> low, ref;
+  for (const Tensor& t : inputs) {
+    Tensor l = t.detach().to(dtype);
+    l.set_requires_grad(true);
+    Tensor r = l.detach().to(DType::F32);
+    r.set_requires_grad(true);
+    low.push_back(l);
+    ref.push_back(r);
+  }
+  const Tensor yl = f(low), yr = f(ref);
+  REQUIRE(yl.dtype() == dtype);
+  const Tensor w = random_tensor(yl.shape(), 99, -1.f, 1.f, dtype);
+  yl.backward(w);
+  yr.backward(w.to(DType::F32));
+  const double tol = 2 * low_precision_rtol(dtype);
+  for (size_t i = 0; i < low.size(); ++i) {
+    REQUIRE(low[i].grad().defined());
+    CHECK(low[i].grad().dtype() == dtype);
+    require_close(low[i].grad(), ref[i].grad(), tol, tol,
+                  label + " grad " + std::to_string(i) + " " + std::string(dtype_name(dtype)));
+  }
+}
+
+// ---- shared per-element math ---------------------------------------------------------------
+
+double gelu_reference(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST_CASE("elementwise math: gelu, its derivative and sigmoid against double references",
+          "[elementwise]") {
+  for (double x = -6.0; x <= 6.0; x += 0.0625) {
+    INFO("x = " << x);
+    CHECK(gelu_tanh(static_cast<float>(x)) == Approx(gelu_reference(x)).margin(1e-6));
+    const double h = 1e-5;
+    const double slope = (gelu_reference(x + h) - gelu_reference(x - h)) / (2 * h);
+    // tanh_rational is exactly -1 below u = -7.9 where tanh is 1 - 2.7e-7, which costs up
+    // to 4e-6 of gelu's slope in its far negative tail (where the slope itself is ~1e-6).
+    CHECK(gelu_tanh_derivative(static_cast<float>(x)) == Approx(slope).margin(5e-6));
+    CHECK(stable_sigmoid(static_cast<float>(x)) == Approx(1 / (1 + std::exp(-x))).margin(1e-7));
+  }
+  // The stable form neither overflows nor loses the tiny tail.
+  CHECK(stable_sigmoid(-80.f) == Approx(std::exp(-80.0)).epsilon(1e-5));
+  CHECK(stable_sigmoid(100.f) == 1.0f);
+  CHECK(std::isfinite(stable_sigmoid(-1000.f)));
+  CHECK(std::isfinite(gelu_tanh_derivative(-30.f)));
+  CHECK(gelu_tanh(-30.f) == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("elementwise math: tanh_rational is within 3e-7 of tanh and bounded by 1",
+          "[elementwise]") {
+  double worst = 0;
+  float worst_at = 0;
+  bool bounded = true, odd = true;
+  for (double x = -12.0; x <= 12.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const float t = tanh_rational(xf);
+    const double err = std::abs(t - std::tanh(static_cast<double>(xf)));
+    if (err > worst) {
+      worst = err;
+      worst_at = xf;
+    }
+    bounded = bounded && std::abs(t) <= 1.0f;
+    odd = odd && tanh_rational(-xf) == -t;
+  }
+  INFO("worst error " << worst << " at " << worst_at);
+  CHECK(worst <= 3e-7);
+  CHECK(bounded);
+  CHECK(odd);
+  CHECK(tanh_rational(1e-5f) == 1e-5f);
+  CHECK(tanh_rational(INFINITY) == 1.0f);
+  CHECK(tanh_rational(-INFINITY) == -1.0f);
+  CHECK(std::isnan(tanh_rational(NAN)));
+  CHECK(std::isnan(gelu_tanh(NAN)));
+}
+
+TEST_CASE("elementwise math: derivatives match finite differences of the forward",
+          "[elementwise]") {
+  const std::vector<UnaryOp> ops_list = {UnaryOp::Neg,    UnaryOp::Exp,  UnaryOp::Log,
+                                         UnaryOp::Sqrt,   UnaryOp::Square, UnaryOp::Abs,
+                                         UnaryOp::Relu,   UnaryOp::Gelu, UnaryOp::Sigmoid,
+                                         UnaryOp::Tanh};
+  for (UnaryOp op : ops_list) {
+    for (float x : {-1.7f, -0.6f, 0.3f, 0.9f, 2.2f}) {
+      if ((op == UnaryOp::Log || op == UnaryOp::Sqrt) && x <= 0) continue;
+      const float h = 1e-2f;
+      const double numeric =
+          (double(unary_value(op, x + h)) - double(unary_value(op, x - h))) / (2.0 * h);
+      const float y = unary_value(op, x);
+      INFO("op " << static_cast<int>(op) << " at " << x);
+      CHECK(unary_grad(op, x, y, 1.5f) == Approx(1.5 * numeric).epsilon(2e-3).margin(1e-4));
+    }
+  }
+  CHECK(unary_grad(UnaryOp::Relu, 0.f, 0.f, 1.f) == 0.f);
+  CHECK(binary_value(BinaryOp::Sub, 3.f, 5.f) == -2.f);
+  CHECK(binary_value(BinaryOp::Div, 3.f, 4.f) == 0.75f);
+}
+
+// ---- unary ops ---------------------------------------------------------------------------
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> reference;
+  float low, high;  // input magnitudes; signed unless `positive`
+  bool positive;
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {"exp", [](const Tensor& x) { return ops::exp(x); }, [](double x) { return std::exp(x); },
+       0.f, 2.f, false},
+      {"log", [](const Tensor& x) { return ops::log(x); }, [](double x) { return std::log(x); },
+       0.3f, 3.f, true},
+      {"sqrt", [](const Tensor& x) { return ops::sqrt(x); },
+       [](double x) { return std::sqrt(x); }, 0.3f, 3.f, true},
+      {"square", [](const Tensor& x) { return ops::square(x); }, [](double x) { return x * x; },
+       0.f, 2.f, false},
+      {"relu", [](const Tensor& x) { return ops::relu(x); },
+       [](double x) { return x > 0 ? x : 0.0; }, 0.05f, 2.f, false},
+      {"gelu", [](const Tensor& x) { return ops::gelu(x); }, gelu_reference, 0.f, 3.f, false},
+      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, 0.f, 4.f, false},
+      {"tanh", [](const Tensor& x) { return ops::tanh(x); },
+       [](double x) { return std::tanh(x); }, 0.f, 2.f, false},
+  };
+}
+
+Tensor unary_input(const UnaryCase& c, const Shape& shape, uint64_t seed) {
+  if (c.positive) return random_tensor(shape, seed, c.low, c.high);
+  return away_from_zero(shape, seed, c.low, c.high);
+}
+
+TEST_CASE("unary ops match a double reference", "[elementwise]") {
+  for (const UnaryCase& c : unary_cases()) {
+    for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}, Shape{2, 1, 5}}) {
+      const Tensor x = unary_input(c, shape, 7 + shape.size());
+      const Tensor y = c.op(x);
+      REQUIRE(y.shape() == shape);
+      REQUIRE(y.dtype() == DType::F32);
+      const std::vector<float> xv = x.to_float_vector(), yv = y.to_float_vector();
+      for (size_t i = 0; i < xv.size(); ++i) {
+        INFO(c.name << "(" << xv[i] << ")");
+        CHECK(yv[i] == Approx(c.reference(xv[i])).epsilon(1e-6).margin(1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("unary op gradients match finite differences", "[elementwise]") {
+  for (const UnaryCase& c : unary_cases()) {
+    for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}}) {
+      Tensor x = unary_input(c, shape, 17 + shape.size()).set_requires_grad(true);
+      gradcheck(c.name, [&c](const std::vector<Tensor>& in) { return c.op(in[0]); }, {x});
+    }
+  }
+}
+
+TEST_CASE("unary ops in F16 and BF16 match F32 and backpropagate in their dtype",
+          "[elementwise]") {
+  for (const UnaryCase& c : unary_cases()) {
+    const Tensor x = unary_input(c, {5, 13}, 27);
+    const auto f = [&c](const std::vector<Tensor>& in) { return c.op(in[0]); };
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      check_low_precision(c.name, f, {x}, dtype);
+      check_low_precision_backward(c.name, f, {x}, dtype);
+    }
+  }
+}
+
+TEST_CASE("relu rounds an F16 input once and keeps negative zero out", "[elementwise]") {
+  const Tensor x = Tensor::from_vector({-2.f, -0.f, 0.f, 1e-7f, 65504.f}, {5}, DType::F16);
+  const Tensor y = ops::relu(x);
+  REQUIRE(y.dtype() == DType::F16);
+  const std::vector<float> v = y.to_float_vector();
+  CHECK(v[0] == 0.f);
+  CHECK(v[1] == 0.f);
+  CHECK(!std::signbit(v[1]));
+  CHECK(v[3] == Approx(1.19209e-7).epsilon(1e-2));  // an F16 subnormal survives
+  CHECK(v[4] == 65504.f);
+}
+
+TEST_CASE("unary ops reject bad input with the op's name", "[elementwise]") {
+  const Tensor ids = Tensor::from_ints(std::vector<int32_t>{1, 2, 3}, Shape{3});
+  REQUIRE_THROWS_WITH(ops::relu(ids), Catch::Contains("relu") && Catch::Contains("I32[3]"));
+  REQUIRE_THROWS_WITH(ops::exp(Tensor()), Catch::Contains("exp") && Catch::Contains("undefined"));
+  REQUIRE_THROWS_WITH(ops::gelu(Tensor::empty({0, 4})),
+                      Catch::Contains("gelu") && Catch::Contains("[0, 4]") &&
+                          Catch::Contains("empty"));
+}
+
+// ---- scalar ops -----------------------------------------------------------------------------
+
+TEST_CASE("scalar ops: forward, gradients, low precision", "[elementwise]") {
+  const Tensor x = random_tensor({3, 7}, 41, -2.f, 2.f);
+  const std::vector<float> xv = x.to_float_vector();
+  const std::vector<float> a = ops::add_scalar(x, 0.75).to_float_vector();
+  const std::vector<float> m = ops::mul_scalar(x, -2.5).to_float_vector();
+  const std::vector<float> n = ops::neg(x).to_float_vector();
+  const std::vector<float> d = (x / 4.0).to_float_vector();
+  const std::vector<float> s = (1.5 * x - 1.0).to_float_vector();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    CHECK(a[i] == Approx(xv[i] + 0.75));
+    CHECK(m[i] == Approx(xv[i] * -2.5));
+    CHECK(n[i] == -xv[i]);
+    CHECK(d[i] == Approx(xv[i] / 4.0));
+    CHECK(s[i] == Approx(1.5 * xv[i] - 1.0));
+  }
+  const std::vector<std::pair<const char*, testing::TensorFn>> fns = {
+      {"add_scalar", [](const std::vector<Tensor>& in) { return ops::add_scalar(in[0], 0.3); }},
+      {"mul_scalar", [](const std::vector<Tensor>& in) { return ops::mul_scalar(in[0], -1.7); }},
+      {"neg", [](const std::vector<Tensor>& in) { return -in[0]; }},
+  };
+  for (const auto& [name, f] : fns) {
+    Tensor leaf = random_tensor({2, 5, 3}, 43, -1.f, 1.f).set_requires_grad(true);
+    gradcheck(name, f, {leaf});
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      check_low_precision(name, f, {x}, dtype);
+      check_low_precision_backward(name, f, {x}, dtype);
+    }
+  }
+  REQUIRE_THROWS_WITH(ops::mul_scalar(Tensor::from_ints(std::vector<int32_t>{1}, Shape{1}), 2.0),
+                      Catch::Contains("mul_scalar") && Catch::Contains("I32"));
+  REQUIRE_THROWS_WITH(ops::neg(Tensor()), Catch::Contains("neg"));
+}
+
+// ---- binary ops ---------------------------------------------------------------------------
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> reference;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; },
+       [](double a, double b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; },
+       [](double a, double b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; },
+       [](double a, double b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; },
+       [](double a, double b) { return a / b; }},
+  };
+}
+
+// Pairs of shapes covering the kernel's paths: equal shapes, a trailing bias, a leading
+// bias on the left operand, [N, 1] columns, broadcasting on both sides, scalars.
+const std::vector<std::pair<Shape, Shape>>& broadcast_pairs() {
+  static const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{3, 7}, {3, 7}},    {{5, 7}, {7}},          {{2, 3, 5}, {3, 5}}, {{7}, {5, 7}},
+      {{4, 3}, {4, 1}},    {{3, 1, 5}, {4, 1}},    {{3, 1}, {1, 4}},    {{2, 3}, {}},
+      {{}, {2, 3}},        {{1, 1, 13}, {13}},     {{2, 1, 3, 1}, {1, 4, 1, 5}}, {{1}, {1}},
+  };
+  return pairs;
+}
+
+// b is kept away from zero so that div is smooth.
+Tensor binary_rhs(const Shape& shape, uint64_t seed) { return away_from_zero(shape, seed, 0.5f, 1.5f); }
+
+TEST_CASE("binary ops broadcast like NumPy and match a double reference", "[elementwise]") {
+  for (const BinaryCase& c : binary_cases()) {
+    for (const auto& [sa, sb] : broadcast_pairs()) {
+      const Tensor a = random_tensor(sa, 51, -2.f, 2.f), b = binary_rhs(sb, 52);
+      const Tensor y = c.op(a, b);
+      const Shape out = broadcast_shapes(sa, sb, "test");
+      REQUIRE(y.shape() == out);
+      const std::vector<float> av = a.to_float_vector(), bv = b.to_float_vector(),
+                               yv = y.to_float_vector();
+      for (int64_t i = 0; i < shape_numel(out); ++i) {
+        const double expect = c.reference(av[broadcast_source(i, out, sa)],
+                                          bv[broadcast_source(i, out, sb)]);
+        INFO(c.name << " " << shape_str(sa) << " with " << shape_str(sb) << " at " << i);
+        CHECK(yv[i] == Approx(expect).epsilon(1e-6).margin(1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("binary op gradients match finite differences, broadcast shapes included",
+          "[elementwise]") {
+  for (const BinaryCase& c : binary_cases()) {
+    for (const auto& [sa, sb] : broadcast_pairs()) {
+      Tensor a = random_tensor(sa, 61, -2.f, 2.f).set_requires_grad(true);
+      Tensor b = binary_rhs(sb, 62).set_requires_grad(true);
+      gradcheck(std::string(c.name) + " " + shape_str(sa) + " " + shape_str(sb),
+                [&c](const std::vector<Tensor>& in) { return c.op(in[0], in[1]); }, {a, b});
+    }
+  }
+}
+
+TEST_CASE("binary ops: gradient to one operand only, and the same tensor on both sides",
+          "[elementwise]") {
+  for (const BinaryCase& c : binary_cases()) {
+    Tensor a = random_tensor({4, 3}, 71, -1.f, 1.f).set_requires_grad(true);
+    const Tensor b = binary_rhs({3}, 72);
+    c.op(a, b).backward(Tensor::ones({4, 3}));
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().shape() == Shape{4, 3});
+    CHECK(!b.grad().defined());
+
+    Tensor u = binary_rhs({5}, 73).set_requires_grad(true);
+    gradcheck(std::string(c.name) + " self",
+              [&c](const std::vector<Tensor>& in) { return c.op(in[0], in[0]); }, {u});
+  }
+}
+
+TEST_CASE("binary ops in F16 and BF16 match F32 and backpropagate in their dtype",
+          "[elementwise]") {
+  for (const BinaryCase& c : binary_cases()) {
+    for (const auto& [sa, sb] :
+         std::vector<std::pair<Shape, Shape>>{{{6, 9}, {6, 9}}, {{6, 9}, {9}}, {{3, 1}, {1, 5}}}) {
+      const Tensor a = random_tensor(sa, 81, -2.f, 2.f), b = binary_rhs(sb, 82);
+      const auto f = [&c](const std::vector<Tensor>& in) { return c.op(in[0], in[1]); };
+      for (DType dtype : {DType::F16, DType::BF16}) {
+        check_low_precision(c.name, f, {a, b}, dtype);
+        check_low_precision_backward(c.name, f, {a, b}, dtype);
+      }
+    }
+  }
+}
+
+TEST_CASE("binary ops reject bad input with the op's name, shapes and dtypes", "[elementwise]") {
+  const Tensor f32 = Tensor::ones({2, 3});
+  const Tensor f16 = Tensor::ones({2, 3}, DType::F16);
+  const Tensor ids = Tensor::from_ints(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  REQUIRE_THROWS_WITH(ops::add(f32, f16), Catch::Contains("add") && Catch::Contains("F32[2, 3]") &&
+                                              Catch::Contains("F16[2, 3]"));
+  REQUIRE_THROWS_WITH(ops::mul(f32, Tensor::ones({4})),
+                      Catch::Contains("mul") && Catch::Contains("F32[2, 3]") &&
+                          Catch::Contains("F32[4]") && Catch::Contains("broadcast"));
+  REQUIRE_THROWS_WITH(ops::sub(Tensor::ones({3, 2, 2}), Tensor::ones({3, 2})),
+                      Catch::Contains("sub") && Catch::Contains("[3, 2, 2]"));
+  REQUIRE_THROWS_WITH(ops::div(ids, f32), Catch::Contains("div") && Catch::Contains("I32[2, 3]"));
+  REQUIRE_THROWS_WITH(ops::add(f32, Tensor()), Catch::Contains("add") && Catch::Contains("undefined"));
+  REQUIRE_THROWS_WITH(ops::mul(Tensor::empty({0, 3}), f32),
+                      Catch::Contains("mul") && Catch::Contains("empty"));
+}
+
+// ---- backend primitives ------------------------------------------------------------------
+
+TEST_CASE("backend binary: large tensors on every path, and out aliasing an input",
+          "[elementwise]") {
+  Backend& be = backend_for(kCPU);
+  // Large enough to be split across threads and chunks; odd extents so that runs straddle
+  // chunk boundaries.
+  for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{
+           {{67, 1031}, {67, 1031}}, {{67, 1031}, {1031}}, {{67, 1, 1031}, {1, 3, 1}},
+           {{1031}, {45, 1031}}, {{301, 1}, {1, 257}}, {{3, 97, 1}, {3, 1, 211}}}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      const Tensor a = random_tensor(sa, 91, -2.f, 2.f, dtype), b = random_tensor(sb, 92, -2.f, 2.f, dtype);
+      const Shape out = broadcast_shapes(sa, sb, "test");
+      Tensor y = Tensor::empty(out, dtype);
+      be.binary(BinaryOp::Sub, a, b, y);
+      const std::vector<float> av = a.to_float_vector(), bv = b.to_float_vector(),
+                               yv = y.to_float_vector();
+      std::vector<float> expect(yv.size());
+      for (int64_t i = 0; i < shape_numel(out); ++i)
+        expect[i] = av[broadcast_source(i, out, sa)] - bv[broadcast_source(i, out, sb)];
+      // The FP32 difference rounded once to the dtype, bit for bit.
+      const std::vector<float> rounded = Tensor::from_vector(expect, out, dtype).to_float_vector();
+      int64_t bad = 0;
+      for (size_t i = 0; i < yv.size(); ++i) bad += yv[i] == rounded[i] ? 0 : 1;
+      INFO(shape_str(sa) << " - " << shape_str(sb) << " in " << dtype);
+      CHECK(bad == 0);
+    }
+  }
+  // The autograd engine accumulates gradients with out == a.
+  Tensor acc = Tensor::full({50, 1000}, 1.0);
+  const Tensor inc = random_tensor({50, 1000}, 93);
+  be.binary(BinaryOp::Add, acc, inc, acc);
+  require_close(acc, ops::add_scalar(inc, 1.0), 0, 1e-6, "in place");
+  REQUIRE_THROWS_WITH(be.binary(BinaryOp::Add, Tensor::ones({2, 3}), Tensor::ones({3}), acc),
+                      Catch::Contains("binary") && Catch::Contains("[50, 1000]"));
+}
+
+TEST_CASE("backend affine and expand", "[elementwise]") {
+  Backend& be = backend_for(kCPU);
+  const Tensor x = random_tensor({3, 1, 5}, 101);
+  for (const Shape& out : {Shape{3, 4, 5}, Shape{2, 3, 1, 5}, Shape{3, 1, 5}, Shape{40, 3, 300, 5}}) {
+    Tensor y = Tensor::empty(out);
+    be.expand(x, y, -0.5f);
+    const std::vector<float> xv = x.to_float_vector(), yv = y.to_float_vector();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < shape_numel(out); ++i)
+      bad += yv[i] == -0.5f * xv[broadcast_source(i, out, x.shape())] ? 0 : 1;
+    INFO("expand to " << shape_str(out));
+    CHECK(bad == 0);
+  }
+  Tensor y = Tensor::empty({3, 1, 5}, DType::F16);
+  be.affine(x.to(DType::F16), 3.f, 0.25f, y);
+  const std::vector<float> xv = x.to(DType::F16).to_float_vector(), yv = y.to_float_vector();
+  for (size_t i = 0; i < xv.size(); ++i)
+    CHECK(yv[i] == Tensor::scalar(3.f * xv[i] + 0.25f, DType::F16).to_float_vector()[0]);
+  Tensor wrong = Tensor::empty({2, 5});
+  REQUIRE_THROWS_WITH(be.expand(x, wrong, 1.f),
+                      Catch::Contains("expand") && Catch::Contains("[3, 1, 5]") &&
+                          Catch::Contains("[2, 5]"));
+}
+
+TEST_CASE("backend causal_mask keeps the lower triangle", "[elementwise]") {
+  Backend& be = backend_for(kCPU);
+  for (DType dtype : {DType::F32, DType::F16}) {
+    for (const Shape& shape : {Shape{2, 3, 5, 5}, Shape{4, 7}, Shape{7, 4}}) {
+      const Tensor x = random_tensor(shape, 111, -1.f, 1.f, dtype);
+      Tensor y = Tensor::empty(shape, dtype);
+      be.causal_mask(x, -INFINITY, y);
+      const std::vector<float> xv = x.to_float_vector(), yv = y.to_float_vector();
+      const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        const int64_t i = (k / cols) % rows, j = k % cols;
+        if (j > i) CHECK(yv[k] == -INFINITY);
+        else CHECK(yv[k] == xv[k]);
+      }
+    }
+  }
+  Tensor inplace = Tensor::ones({3, 3});
+  be.causal_mask(inplace, 0.f, inplace);
+  CHECK(inplace.to_float_vector() == std::vector<float>{1, 0, 0, 1, 1, 0, 1, 1, 1});
+  Tensor v = Tensor::empty({3});
+  REQUIRE_THROWS_WITH(be.causal_mask(Tensor::ones({3}), 0.f, v),
+                      Catch::Contains("causal_mask") && Catch::Contains("[3]"));
+}
+
+}  // namespace
+}  // namespace mixprec
