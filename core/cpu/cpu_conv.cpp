@@ -21,9 +21,9 @@ namespace mixprec {
 namespace {
 
 struct ConvGeometry {
-  int64_t n, c, h, w;    // input
-  int64_t o, kh, kw;     // filter
-  int64_t oh, ow;        // output
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // filter
+  int64_t oh, ow;      // output
   int64_t sh, sw, ph, pw;
   int64_t rows() const { return c * kh * kw; }
   int64_t pixels() const { return oh * ow; }
@@ -33,12 +33,16 @@ struct ConvGeometry {
 ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
                            const Conv2dDesc& d) {
   MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
-                ": expected 4-D input, filter and output, got ", shape_str(x), ", ",
-                shape_str(w), " and ", shape_str(y));
+                ": expected 4-D input, filter and output, got ", shape_str(x), ", ", shape_str(w),
+                " and ", shape_str(y));
   MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
                 ": invalid stride or padding");
-  ConvGeometry g{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
-                 d.stride_h, d.stride_w, d.pad_h, d.pad_w};
+  ConvGeometry g{.n = x[0], .c = x[1], .h = x[2], .w = x[3],
+                 .o = w[0], .kh = w[2], .kw = w[3],
+                 .oh = y[2], .ow = y[3],
+                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
+  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
+                " is larger than the padded input ", shape_str(x));
   const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
   const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
   MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o && oh == g.oh && ow == g.ow, op,
@@ -69,15 +73,21 @@ void store_row(const float* src, T* dst, int64_t n) {
   }
 }
 
+// Scratch slots (core/cpu/cpu_gemm.h) of the buffers that are live together in one kernel.
+constexpr int kFilterSlot = 0;  // the calling thread only
+constexpr int kColumnSlot = 1;
+constexpr int kOutputSlot = 2;
+constexpr int kInputSlot = 3;
+
 // The filter as an FP32 O x K matrix: the tensor itself for FP32, else a widened copy.
 template <class T>
-const float* filter_f32(const T* w, int64_t n, std::vector<float>& storage) {
+const float* filter_f32(const T* w, int64_t n) {
   if constexpr (kIsFloat<T>) {
     return w;
   } else {
-    storage.resize(static_cast<size_t>(n));
-    load_row(w, storage.data(), n);
-    return storage.data();
+    float* w32 = cpu::scratch(kFilterSlot, n);
+    load_row(w, w32, n);
+    return w32;
   }
 }
 
@@ -129,63 +139,81 @@ void col2im_add(const float* col, const ConvGeometry& g, float* dx) {
   }
 }
 
-// Images are independent, so a batch spreads over the threads (each GEMM then runs on its
-// thread); a single image leaves the threads to the GEMM.
+// Images are independent, so a batch spreads over `threads` threads (each GEMM then runs on
+// its thread); a single image leaves the threads to the GEMM. The serial path opens no
+// parallel region: Eigen's threads, nested inside a one-thread team, measured slower than
+// when started at the top level. `body(n)` takes its buffers from the calling thread's
+// scratch slots.
+template <class Body>
+void for_each_image(int64_t images, int threads, const Body& body) {
+  if (images > 1 && threads > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < images; ++n) body(n);
+  } else {
+    for (int64_t n = 0; n < images; ++n) body(n);
+  }
+}
+
+int image_threads(int64_t images) {
+  return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(images, 1)));
+}
+
 template <class T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometry& g) {
-  std::vector<float> w_storage;
-  const float* w32 = filter_f32(w, g.o * g.rows(), w_storage);
+  const float* w32 = filter_f32(w, g.o * g.rows());
   std::vector<float> bias32(static_cast<size_t>(bias ? g.o : 0));
   if (bias) load_row(bias, bias32.data(), g.o);
   const int64_t out_size = g.o * g.pixels();
-#pragma omp parallel if (g.n > 1)
-  {
-    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
-    std::vector<float> out32(static_cast<size_t>(kIsFloat<T> ? 0 : out_size));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.n; ++n) {
-      im2col(x + n * g.image(), g, col.data());
-      float* out = out32.data();
-      if constexpr (kIsFloat<T>) out = y + n * out_size;
-      float beta = 0.0f;
-      if (bias) {
-        for (int64_t o = 0; o < g.o; ++o)
-          std::fill(out + o * g.pixels(), out + (o + 1) * g.pixels(), bias32[o]);
-        beta = 1.0f;
-      }
-      cpu::gemm_f32(false, false, g.o, g.pixels(), g.rows(), 1.0f, w32, col.data(), beta, out);
-      if constexpr (!kIsFloat<T>) store_row(out, y + n * out_size, out_size);
+  for_each_image(g.n, image_threads(g.n), [&](int64_t n) {
+    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+    im2col(x + n * g.image(), g, col);
+    float* out;
+    if constexpr (kIsFloat<T>) {
+      out = y + n * out_size;
+    } else {
+      out = cpu::scratch(kOutputSlot, out_size);
     }
+    float beta = 0.0f;
+    if (bias) {
+      for (int64_t o = 0; o < g.o; ++o)
+        std::fill(out + o * g.pixels(), out + (o + 1) * g.pixels(), bias32[o]);
+      beta = 1.0f;
+    }
+    cpu::gemm_f32(false, false, g.o, g.pixels(), g.rows(), 1.0f, w32, col, beta, out);
+    if constexpr (!kIsFloat<T>) store_row(out, y + n * out_size, out_size);
+  });
+}
+
+// dy[n] as FP32: the tensor itself for FP32, else widened into the thread's scratch.
+template <class T>
+const float* output_grad_f32(const T* dy, int64_t n, int64_t size) {
+  if constexpr (kIsFloat<T>) {
+    return dy + n * size;
+  } else {
+    float* dy32 = cpu::scratch(kOutputSlot, size);
+    load_row(dy + n * size, dy32, size);
+    return dy32;
   }
 }
 
 template <class T>
 void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
-  std::vector<float> w_storage;
-  const float* w32 = filter_f32(w, g.o * g.rows(), w_storage);
+  const float* w32 = filter_f32(w, g.o * g.rows());
   const int64_t dy_size = g.o * g.pixels();
-#pragma omp parallel if (g.n > 1)
-  {
-    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
-    std::vector<float> dy32(static_cast<size_t>(kIsFloat<T> ? 0 : dy_size));
-    std::vector<float> dx32(static_cast<size_t>(kIsFloat<T> ? 0 : g.image()));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.n; ++n) {
-      const float* dyn;
-      if constexpr (kIsFloat<T>) {
-        dyn = dy + n * dy_size;
-      } else {
-        load_row(dy + n * dy_size, dy32.data(), dy_size);
-        dyn = dy32.data();
-      }
-      cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col.data());
-      float* dxn = dx32.data();
-      if constexpr (kIsFloat<T>) dxn = dx + n * g.image();
-      std::fill(dxn, dxn + g.image(), 0.0f);
-      col2im_add(col.data(), g, dxn);
-      if constexpr (!kIsFloat<T>) store_row(dxn, dx + n * g.image(), g.image());
+  for_each_image(g.n, image_threads(g.n), [&](int64_t n) {
+    const float* dyn = output_grad_f32(dy, n, dy_size);
+    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+    cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col);
+    float* dxn;
+    if constexpr (kIsFloat<T>) {
+      dxn = dx + n * g.image();
+    } else {
+      dxn = cpu::scratch(kInputSlot, g.image());
     }
-  }
+    std::fill(dxn, dxn + g.image(), 0.0f);
+    col2im_add(col, g, dxn);
+    if constexpr (!kIsFloat<T>) store_row(dxn, dx + n * g.image(), g.image());
+  });
 }
 
 // Each thread sums its images into a private FP32 dW (and dbias); the partial sums are then
@@ -194,37 +222,26 @@ template <class T>
 void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const int64_t dy_size = g.o * g.pixels();
-  const int teams = g.n > 1 ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.n)) : 1;
-  std::vector<float> partial_w(static_cast<size_t>(teams * w_size), 0.0f);
-  std::vector<float> partial_b(static_cast<size_t>(teams * g.o), 0.0f);
-#pragma omp parallel num_threads(teams)
-  {
+  const int threads = image_threads(g.n);
+  std::vector<float> partial_w(static_cast<size_t>(threads * w_size), 0.0f);
+  std::vector<float> partial_b(static_cast<size_t>(threads * g.o), 0.0f);
+  for_each_image(g.n, threads, [&](int64_t n) {
     const int t = omp_get_thread_num();
     float* pw = partial_w.data() + t * w_size;
     float* pb = partial_b.data() + t * g.o;
-    std::vector<float> col(static_cast<size_t>(g.rows() * g.pixels()));
-    std::vector<float> dy32(static_cast<size_t>(kIsFloat<T> ? 0 : dy_size));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.n; ++n) {
-      const float* dyn;
-      if constexpr (kIsFloat<T>) {
-        dyn = dy + n * dy_size;
-      } else {
-        load_row(dy + n * dy_size, dy32.data(), dy_size);
-        dyn = dy32.data();
-      }
-      im2col(x + n * g.image(), g, col.data());
-      cpu::gemm_f32(false, true, g.o, g.rows(), g.pixels(), 1.0f, dyn, col.data(), 1.0f, pw);
-      if (dbias) {
-        for (int64_t o = 0; o < g.o; ++o) {
-          float s = 0.0f;
-          for (int64_t p = 0; p < g.pixels(); ++p) s += dyn[o * g.pixels() + p];
-          pb[o] += s;
-        }
+    const float* dyn = output_grad_f32(dy, n, dy_size);
+    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+    im2col(x + n * g.image(), g, col);
+    cpu::gemm_f32(false, true, g.o, g.rows(), g.pixels(), 1.0f, dyn, col, 1.0f, pw);
+    if (dbias) {
+      for (int64_t o = 0; o < g.o; ++o) {
+        float s = 0.0f;
+        for (int64_t p = 0; p < g.pixels(); ++p) s += dyn[o * g.pixels() + p];
+        pb[o] += s;
       }
     }
-  }
-  for (int t = 1; t < teams; ++t) {
+  });
+  for (int t = 1; t < threads; ++t) {
     for (int64_t i = 0; i < w_size; ++i) partial_w[i] += partial_w[t * w_size + i];
     for (int64_t o = 0; o < g.o; ++o) partial_b[o] += partial_b[t * g.o + o];
   }
@@ -236,8 +253,8 @@ void check_dtypes(const char* op, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = *ts.begin();
   for (const Tensor* t : ts) {
     if (!t) continue;
-    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
-                  describe(*first), " and ", describe(*t));
+    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ", describe(*first),
+                  " and ", describe(*t));
   }
 }
 
@@ -275,13 +292,12 @@ void CpuBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const
   const ConvGeometry g =
       conv_geometry("conv2d_backward_filter", x.shape(), dw.shape(), dy.shape(), desc);
   check_dtypes("conv2d_backward_filter", {&x, &dy, &dw, dbias});
-  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ",
-                describe(*dbias), " does not have ", g.o, " elements");
+  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ", describe(*dbias),
+                " does not have ", g.o, " elements");
   if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "conv2d_backward_filter", [&] {
     conv_backward_filter(static_cast<const scalar_t*>(x.data()),
-                         static_cast<const scalar_t*>(dy.data()),
-                         static_cast<scalar_t*>(dw.data()),
+                         static_cast<const scalar_t*>(dy.data()), static_cast<scalar_t*>(dw.data()),
                          dbias ? static_cast<scalar_t*>(dbias->data()) : nullptr, g);
   });
 }

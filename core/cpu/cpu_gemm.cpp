@@ -3,9 +3,16 @@
 // rounded once on store — the semantics of a tensor-core GEMM with FP32 accumulation.
 #include "core/cpu/cpu_gemm.h"
 
+// GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
+// _mm512_undefined_ps placeholders inside its own intrinsics), a known false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
+#pragma GCC diagnostic pop
+
 #include <algorithm>
-#include <vector>
+#include <array>
+#include <memory>
 
 #include "core/convert.h"
 #include "core/cpu/cpu_backend.h"
@@ -15,9 +22,10 @@
 namespace mixprec {
 namespace {
 
-// Below these sizes a bulk conversion or a batch loop stays on one thread: waking the team
-// costs more than the work.
-constexpr int64_t kParallelConvert = int64_t{1} << 16;
+// A bulk conversion is split over the threads in chunks of this many elements; a smaller one
+// is memory-bound work that costs less than waking the team.
+constexpr int64_t kParallelConvert = int64_t{1} << 20;
+// A batch of GEMMs spreads over the threads from this many multiply-adds in total.
 constexpr int64_t kParallelBatchFlops = int64_t{1} << 15;
 
 }  // namespace
@@ -102,6 +110,22 @@ void store_f32(bool is_bf16, const float* src, void* dst, int64_t n) {
   }
 }
 
+float* scratch(int slot, int64_t n) {
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t capacity = 0;
+  };
+  thread_local std::array<Buffer, kScratchSlots> buffers;
+  MIXPREC_CHECK(slot >= 0 && slot < kScratchSlots, "cpu scratch: no slot ", slot);
+  Buffer& buffer = buffers[static_cast<size_t>(slot)];
+  if (buffer.capacity < n) {
+    buffer.data.reset();  // free first, so the old and new buffers never coexist
+    buffer.data.reset(new float[static_cast<size_t>(n)]);
+    buffer.capacity = n;
+  }
+  return buffer.data.get();
+}
+
 }  // namespace cpu
 
 namespace {
@@ -142,10 +166,15 @@ bool parallel_over_batch(const GemmDesc& d) {
 }
 
 void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
-#pragma omp parallel for schedule(static) if (parallel_over_batch(d))
-  for (int64_t i = 0; i < d.batch; ++i) {
+  const auto multiply = [&](int64_t i) {
     cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a + i * d.stride_a,
                   b + i * d.stride_b, d.beta, c + i * d.stride_c);
+  };
+  if (parallel_over_batch(d)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
   }
 }
 
@@ -154,25 +183,27 @@ void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
 void gemm_16bit(const GemmDesc& d, bool is_bf16, const Tensor& a, const Tensor& b, Tensor& c) {
   const int64_t span_a = span(d.batch, d.stride_a, d.m * d.k);
   const int64_t span_b = span(d.batch, d.stride_b, d.k * d.n);
-  std::vector<float> a32(static_cast<size_t>(span_a)), b32(static_cast<size_t>(span_b));
-  cpu::load_f32(is_bf16, a.data(), a32.data(), span_a);
-  cpu::load_f32(is_bf16, b.data(), b32.data(), span_b);
+  float* a32 = cpu::scratch(0, span_a);
+  float* b32 = cpu::scratch(1, span_b);
+  cpu::load_f32(is_bf16, a.data(), a32, span_a);
+  cpu::load_f32(is_bf16, b.data(), b32, span_b);
   auto* c16 = static_cast<uint16_t*>(c.data());
   const int64_t mn = d.m * d.n;
-  const bool parallel = parallel_over_batch(d);
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> c32(static_cast<size_t>(mn));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < d.batch; ++i) {
-      uint16_t* ci = c16 + i * d.stride_c;
-      // Inside the team each block converts on its own thread; alone, the conversion may
-      // use the threads itself.
-      if (d.beta != 0.0f) cpu::load_f32(is_bf16, ci, c32.data(), mn);
-      cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32.data() + i * d.stride_a,
-                    b32.data() + i * d.stride_b, d.beta, c32.data());
-      cpu::store_f32(is_bf16, c32.data(), ci, mn);
-    }
+  const auto multiply = [&](int64_t i) {
+    uint16_t* ci = c16 + i * d.stride_c;
+    float* c32 = cpu::scratch(2, mn);
+    if (d.beta != 0.0f) cpu::load_f32(is_bf16, ci, c32, mn);
+    cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32 + i * d.stride_a,
+                  b32 + i * d.stride_b, d.beta, c32);
+    cpu::store_f32(is_bf16, c32, ci, mn);
+  };
+  // No enclosing parallel region on the serial path: Eigen's threads, nested inside a
+  // one-thread team, measured slower than when started at the top level.
+  if (parallel_over_batch(d)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
   }
 }
 

@@ -18,4 +18,11 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 void load_f32(bool is_bf16, const void* src, float* dst, int64_t n);
 void store_f32(bool is_bf16, const float* src, void* dst, int64_t n);
 
+// Per-thread FP32 work buffers that keep their memory between calls: a fresh multi-megabyte
+// allocation per GEMM or convolution costs a page fault per 4 KiB. scratch(slot, n) returns
+// at least n uninitialised floats, valid until the same thread asks for the same slot again;
+// a buffer only grows. One kernel uses distinct slots for buffers that are live together.
+inline constexpr int kScratchSlots = 4;
+float* scratch(int slot, int64_t n);
+
 }  // namespace mixprec::cpu

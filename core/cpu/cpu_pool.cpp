@@ -34,8 +34,11 @@ PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, 
   MIXPREC_CHECK(d.kernel_h >= 1 && d.kernel_w >= 1 && d.stride_h >= 1 && d.stride_w >= 1 &&
                     d.pad_h >= 0 && d.pad_w >= 0,
                 op, ": invalid kernel, stride or padding");
-  PoolGeometry g{x[0] * x[1], x[2], x[3], y[2], y[3], d.kernel_h, d.kernel_w,
-                 d.stride_h, d.stride_w, d.pad_h, d.pad_w};
+  PoolGeometry g{.planes = x[0] * x[1], .h = x[2], .w = x[3], .oh = y[2], .ow = y[3],
+                 .kh = d.kernel_h, .kw = d.kernel_w,
+                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
+  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": window ", g.kh, "x", g.kw,
+                " is larger than the padded input ", shape_str(x));
   const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
   const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
   MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] && oh == g.oh && ow == g.ow, op,
@@ -135,9 +138,8 @@ void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tens
                 describe(y));
   const bool is_max = desc.kind == PoolKind::Max;
   if (is_max && argmax) {
-    MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(),
-                  "pool2d: argmax ", describe(*argmax), " must be I32 of the output's shape ",
-                  shape_str(y.shape()));
+    MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(), "pool2d: argmax ",
+                  describe(*argmax), " must be I32 of the output's shape ", shape_str(y.shape()));
   }
   if (y.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "pool2d", [&] {
@@ -154,8 +156,8 @@ void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tens
 void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
                                  Tensor& dx) {
   const PoolGeometry g = pool_geometry("pool2d_backward", desc, dx.shape(), dy.shape());
-  MIXPREC_CHECK(dx.dtype() == dy.dtype(), "pool2d_backward: dtype mismatch between ",
-                describe(dy), " and ", describe(dx));
+  MIXPREC_CHECK(dx.dtype() == dy.dtype(), "pool2d_backward: dtype mismatch between ", describe(dy),
+                " and ", describe(dx));
   const bool is_max = desc.kind == PoolKind::Max;
   if (is_max) {
     MIXPREC_CHECK(argmax && argmax->dtype() == DType::I32 && argmax->shape() == dy.shape(),
@@ -165,8 +167,7 @@ void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const
   if (dx.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(dx.dtype(), "pool2d_backward", [&] {
     pool_backward(g, is_max, static_cast<const scalar_t*>(dy.data()),
-                  is_max ? argmax->data_as<int32_t>() : nullptr,
-                  static_cast<scalar_t*>(dx.data()));
+                  is_max ? argmax->data_as<int32_t>() : nullptr, static_cast<scalar_t*>(dx.data()));
   });
 }
 

@@ -23,8 +23,8 @@ struct Operand {
 };
 
 // out[i] = op(x[i]) @ op(y[i]) for i in [0, batch); op(x) is m x k, op(y) is k x n.
-Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t m, int64_t n,
-               int64_t k, const Shape& out_shape) {
+Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t m, int64_t n, int64_t k,
+               const Shape& out_shape) {
   GemmDesc desc;
   desc.trans_a = x.trans;
   desc.trans_b = y.trans;
@@ -58,9 +58,9 @@ struct MatmulBackward final : Node {
     Tensor ga, gb;
     if (next_edges[0].valid()) {
       // d op(a) = g @ op(b)^T (m x k); a stored k x m takes its transpose, op(b) @ g^T.
-      ga = trans_a ? product({&b, trans_b, b_shared}, {&g, true, false}, batch, k, m, n, a.shape())
-                   : product({&g, false, false}, {&b, !trans_b, b_shared}, batch, m, k, n,
-                             a.shape());
+      ga = trans_a
+               ? product({&b, trans_b, b_shared}, {&g, true, false}, batch, k, m, n, a.shape())
+               : product({&g, false, false}, {&b, !trans_b, b_shared}, batch, m, k, n, a.shape());
     }
     if (next_edges[1].valid()) gb = grad_b(g);
     return {ga, gb};
@@ -70,9 +70,9 @@ struct MatmulBackward final : Node {
   Tensor grad_b(const Tensor& g) const {
     const auto [batch, m, n, k, b_shared] = dims;
     if (!b_shared) {
-      return trans_b ? product({&g, true, false}, {&a, trans_a, false}, batch, n, k, m, b.shape())
-                     : product({&a, !trans_a, false}, {&g, false, false}, batch, k, n, m,
-                               b.shape());
+      return trans_b
+                 ? product({&g, true, false}, {&a, trans_a, false}, batch, n, k, m, b.shape())
+                 : product({&a, !trans_a, false}, {&g, false, false}, batch, k, n, m, b.shape());
     }
     // Sum over the batch: fold it into the rows of one (batch*m) x k matrix A' so that
     // sum_i op(a_i)^T g_i = A'^T G with G = g as (batch*m) x n. A stored a_i (k x m) is
@@ -89,8 +89,7 @@ struct MatmulBackward final : Node {
       a2 = reshape(a2, {k, rows});
     }
     return trans_b ? product({&g2, true, false}, {&a2, trans_a, false}, 1, n, k, rows, b.shape())
-                   : product({&a2, !trans_a, false}, {&g2, false, false}, 1, k, n, rows,
-                             b.shape());
+                   : product({&a2, !trans_a, false}, {&g2, false, false}, 1, k, n, rows, b.shape());
   }
 
   void release_saved() override {
@@ -108,8 +107,9 @@ MatmulDims matmul_dims(const Tensor& a, const Tensor& b, bool trans_a, bool tran
   check_floating("matmul", a);
   check_floating("matmul", b);
   check_same_dtype_device("matmul", {&a, &b});
-  MIXPREC_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: both operands need at least 2 dimensions, got ",
-                describe(a), " and ", describe(b));
+  MIXPREC_CHECK(a.dim() >= 2 && b.dim() >= 2,
+                "matmul: both operands need at least 2 dimensions, got ", describe(a), " and ",
+                describe(b));
   MatmulDims d;
   d.m = trans_a ? a.size(-1) : a.size(-2);
   d.k = trans_a ? a.size(-2) : a.size(-1);
@@ -134,8 +134,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape(a.shape().begin(), a.shape().end() - 2);
   out_shape.push_back(d.m);
   out_shape.push_back(d.n);
-  Tensor y = product({&a, trans_a, false}, {&b, trans_b, d.b_shared}, d.batch, d.m, d.n, d.k,
-                     out_shape);
+  Tensor y =
+      product({&a, trans_a, false}, {&b, trans_b, d.b_shared}, d.batch, d.m, d.n, d.k, out_shape);
   if (auto node = make_node<MatmulBackward>({&a, &b})) {
     node->a = a.detach();
     node->b = b.detach();

@@ -1,0 +1,95 @@
+// linear: y = x @ W^T + b over the last dim of x, as GEMMs on the flattened rows of x
+// (X is M x in, M = product of the leading dims).
+//
+// The bias enters the GEMM as its C operand (C = ones(M, 1) @ b, then C += X W^T with
+// beta = 1), so y is rounded once, as a GEMM with a bias epilogue does; its gradient
+// ones(1, M) @ G is likewise one GEMM with FP32 accumulation over every row.
+#include "core/autograd/record.h"
+#include "core/backend.h"
+#include "core/ops/checks.h"
+#include "core/ops/ops.h"
+
+namespace mixprec::ops {
+namespace {
+
+void run_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float beta,
+              const Tensor& a, const Tensor& b, Tensor& c) {
+  GemmDesc desc;
+  desc.trans_a = trans_a;
+  desc.trans_b = trans_b;
+  desc.m = m;
+  desc.n = n;
+  desc.k = k;
+  desc.beta = beta;
+  backend_for(c.device()).gemm(desc, a, b, c);
+}
+
+struct LinearBackward final : Node {
+  Tensor x, weight;
+  int64_t rows = 0;
+  std::string name() const override { return "linear"; }
+
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    const Tensor& g = grads[0];
+    const int64_t out = weight.size(0), in = weight.size(1);
+    Tensor gx, gw, gb;
+    if (next_edges[0].valid()) {
+      gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+      run_gemm(false, false, rows, in, out, 0.0f, g, weight, gx);  // G (M x out) @ W
+    }
+    if (next_edges[1].valid()) {
+      gw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+      run_gemm(true, false, out, in, rows, 0.0f, g, x, gw);  // G^T @ X
+    }
+    if (next_edges.size() > 2 && next_edges[2].valid()) {
+      gb = Tensor::empty({out}, g.dtype(), g.device());
+      const Tensor ones = Tensor::ones({1, rows}, g.dtype(), g.device());
+      run_gemm(false, false, 1, out, rows, 0.0f, ones, g, gb);
+    }
+    return {gx, gw, gb};
+  }
+
+  void release_saved() override {
+    x = Tensor();
+    weight = Tensor();
+  }
+};
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_floating("linear", x);
+  check_floating("linear", weight);
+  if (bias.defined()) check_floating("linear", bias);
+  check_same_dtype_device("linear", {&x, &weight, &bias});
+  MIXPREC_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, got ", describe(x));
+  MIXPREC_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got ", describe(weight));
+  const int64_t out = weight.size(0), in = weight.size(1);
+  MIXPREC_CHECK(x.size(-1) == in, "linear: input ", describe(x), " has ", x.size(-1),
+                " features in its last dim, but weight ", describe(weight), " expects ", in);
+  MIXPREC_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out), "linear: bias ",
+                describe(bias), " must be [", out, "] to match weight ", describe(weight));
+
+  const int64_t rows = x.numel() / in;
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  float beta = 0.0f;
+  if (bias.defined()) {
+    const Tensor ones = Tensor::ones({rows, 1}, x.dtype(), x.device());
+    run_gemm(false, false, rows, out, 1, 0.0f, ones, bias, y);
+    beta = 1.0f;
+  }
+  run_gemm(false, true, rows, out, in, beta, x, weight, y);
+
+  if (auto node = make_node<LinearBackward>({&x, &weight, &bias})) {
+    node->x = x.detach();
+    node->weight = weight.detach();
+    node->rows = rows;
+    attach_output(node, y);
+  }
+  check_forward("linear", y);
+  return y;
+}
+
+}  // namespace mixprec::ops

@@ -1,0 +1,440 @@
+// GEMM (the backend primitive), matmul and linear: forwards against double-loop references,
+// gradients against finite differences, FP16/BF16 against FP32, the one-rounding rule of
+// FP16/BF16 GEMM, and input validation.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "core/backend.h"
+#include "core/half.h"
+#include "gradcheck.h"
+
+namespace {
+
+using namespace mixprec;
+using mixprec::testing::check_low_precision;
+using mixprec::testing::gradcheck;
+using mixprec::testing::random_tensor;
+using mixprec::testing::require_close;
+
+// Element (r, c) of op(X) for a row-major rows x cols matrix X stored at `x`.
+double op_at(const std::vector<float>& x, int64_t offset, bool trans, int64_t rows_op,
+             int64_t cols_op, int64_t r, int64_t c) {
+  return trans ? x[offset + c * rows_op + r] : x[offset + r * cols_op + c];
+}
+
+// Reference batched product in double: a holds `batch` (or 1 when a_shared) matrices, same
+// for b.
+std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                                     int64_t batch, int64_t m, int64_t n, int64_t k,
+                                     bool b_shared) {
+  const std::vector<float> va = a.to_float_vector(), vb = b.to_float_vector();
+  std::vector<double> out(static_cast<size_t>(batch * m * n), 0.0);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t oa = i * m * k, ob = b_shared ? 0 : i * k * n;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += op_at(va, oa, trans_a, m, k, r, p) * op_at(vb, ob, trans_b, k, n, p, c);
+        out[(i * m + r) * n + c] = s;
+      }
+  }
+  return out;
+}
+
+void require_matches(const Tensor& y, const std::vector<double>& expected, double tol) {
+  const std::vector<float> got = y.to_float_vector();
+  REQUIRE(got.size() == expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - expected[i]) / (1.0 + std::abs(expected[i])));
+  CHECK(worst < tol);
+}
+
+Shape stored(int64_t rows, int64_t cols, bool trans) {
+  return trans ? Shape{cols, rows} : Shape{rows, cols};
+}
+
+Shape with_batch(Shape batch, const Shape& matrix) {
+  batch.insert(batch.end(), matrix.begin(), matrix.end());
+  return batch;
+}
+
+}  // namespace
+
+TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
+  Backend& cpu = backend_for(kCPU);
+  const int64_t m = 3, n = 4, k = 5;
+
+  SECTION("beta == 0 never reads C, alpha scales the product") {
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      const Tensor a = random_tensor({m, k}, 1, -1, 1, dtype);
+      const Tensor b = random_tensor({k, n}, 2, -1, 1, dtype);
+      Tensor c = Tensor::full({m, n}, std::numeric_limits<double>::quiet_NaN(), dtype);
+      GemmDesc d;
+      d.m = m;
+      d.n = n;
+      d.k = k;
+      d.alpha = 0.5f;
+      cpu.gemm(d, a, b, c);
+      std::vector<double> expected = reference_matmul(a, b, false, false, 1, m, n, k, false);
+      for (double& e : expected) e *= 0.5;
+      require_matches(c, expected, dtype == DType::F32 ? 1e-6 : 1e-2);
+    }
+  }
+
+  SECTION("beta accumulates into C in FP32 before the one rounding") {
+    const Tensor a = random_tensor({m, k}, 3, -1, 1);
+    const Tensor b = random_tensor({k, n}, 4, -1, 1);
+    const Tensor c0 = random_tensor({m, n}, 5, -1, 1);
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+      const Tensor al = a.to(dtype), bl = b.to(dtype);
+      Tensor c = c0.to(dtype).clone();
+      GemmDesc d;
+      d.m = m;
+      d.n = n;
+      d.k = k;
+      d.alpha = 2.0f;
+      d.beta = -1.5f;
+      cpu.gemm(d, al, bl, c);
+      const std::vector<double> ab = reference_matmul(al, bl, false, false, 1, m, n, k, false);
+      const std::vector<float> cv = c0.to(dtype).to_float_vector();
+      const std::vector<float> got = c.to_float_vector();
+      for (size_t i = 0; i < got.size(); ++i) {
+        const float exact = static_cast<float>(2.0 * ab[i] - 1.5 * cv[i]);
+        const float rounded = dtype == DType::F16    ? static_cast<float>(half(exact))
+                              : dtype == DType::BF16 ? static_cast<float>(bfloat16(exact))
+                                                     : exact;
+        INFO(dtype_name(dtype) << " element " << i);
+        CHECK(got[i] == Approx(rounded).epsilon(1e-5).margin(1e-6));
+      }
+    }
+  }
+
+  SECTION("batch strides, stride 0 broadcasts, transposes") {
+    const int64_t batch = 3;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = random_tensor({batch, m * k}, 6, -1, 1);
+        const Tensor b = random_tensor({k * n}, 7, -1, 1);
+        Tensor c = Tensor::empty({batch, m, n});
+        GemmDesc d;
+        d.trans_a = ta;
+        d.trans_b = tb;
+        d.m = m;
+        d.n = n;
+        d.k = k;
+        d.batch = batch;
+        d.stride_a = m * k;
+        d.stride_b = 0;
+        d.stride_c = m * n;
+        cpu.gemm(d, a, b, c);
+        require_matches(c, reference_matmul(a, b, ta, tb, batch, m, n, k, true), 1e-6);
+      }
+  }
+
+  SECTION("k == 0 gives zeros (beta == 0) or beta * C") {
+    const Tensor a = Tensor::empty({0});
+    Tensor c = Tensor::full({2, 2}, 3.0);
+    GemmDesc d;
+    d.m = 2;
+    d.n = 2;
+    d.k = 0;
+    d.beta = 2.0f;
+    cpu.gemm(d, a, a, c);
+    CHECK(c.get(3) == 6.0);
+    d.beta = 0.0f;
+    cpu.gemm(d, a, a, c);
+    CHECK(c.get(0) == 0.0);
+  }
+
+  SECTION("bad descriptors throw") {
+    const Tensor a = Tensor::zeros({m, k}), b = Tensor::zeros({k, n});
+    Tensor c = Tensor::zeros({m, n});
+    GemmDesc d;
+    d.m = m;
+    d.n = n;
+    d.k = k + 1;
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a, b, c),
+                        Catch::Contains("gemm") && Catch::Contains("too small"));
+    d.k = k;
+    Tensor c16 = Tensor::zeros({m, n}, DType::F16);
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a, b, c16),
+                        Catch::Contains("gemm") && Catch::Contains("F16[3, 4]"));
+    Tensor ci = Tensor::zeros({m, n}, DType::I32);
+    const Tensor ai = Tensor::zeros({m, k}, DType::I32), bi = Tensor::zeros({k, n}, DType::I32);
+    REQUIRE_THROWS_WITH(cpu.gemm(d, ai, bi, ci), Catch::Contains("gemm") && Catch::Contains("I32"));
+  }
+}
+
+TEST_CASE("gemm: FP16/BF16 accumulate in FP32 and round once", "[gemm]") {
+  // sum_i a_i b_i with a_i = 1, b_0 = big and every other b_i = 1: an accumulator in the
+  // 16-bit format gets stuck at `big` (adding 1 rounds back to it), FP32 is exact.
+  const int64_t k = 4096;
+  struct Case {
+    DType dtype;
+    float big;
+    float expected;  // (big + k - 1) rounded once to the format
+  };
+  // F16: 2048 + 4095 = 6143 -> 6144 (spacing 4). BF16: 256 + 4095 = 4351 -> 4352 (spacing 32).
+  for (const Case& c : {Case{DType::F16, 2048.f, 6144.f}, Case{DType::BF16, 256.f, 4352.f}}) {
+    std::vector<float> bv(k, 1.0f);
+    bv[0] = c.big;
+    const Tensor a = Tensor::ones({1, k}, c.dtype);
+    const Tensor b = Tensor::from_vector(bv, {k, 1}, c.dtype);
+
+    float naive = 0.0f;  // what per-step rounding to the 16-bit format would give
+    for (float v : bv) {
+      naive = c.dtype == DType::F16 ? static_cast<float>(half(naive + v))
+                                    : static_cast<float>(bfloat16(naive + v));
+    }
+    REQUIRE(naive == c.big);
+    const float fp32_sum = c.big + static_cast<float>(k - 1);
+    REQUIRE((c.dtype == DType::F16 ? static_cast<float>(half(fp32_sum))
+                                   : static_cast<float>(bfloat16(fp32_sum))) == c.expected);
+
+    INFO(dtype_name(c.dtype));
+    const Tensor y = ops::matmul(a, b);
+    CHECK(y.dtype() == c.dtype);
+    CHECK(y.get(0) == c.expected);
+    // Same through the transposed path and a batch of two.
+    const Tensor yt = ops::matmul(b, a, true, true);
+    CHECK(yt.get(0) == c.expected);
+    const Tensor a2 = Tensor::ones({2, 1, k}, c.dtype);
+    const Tensor y2 = ops::matmul(a2, b);
+    CHECK(y2.get(0) == c.expected);
+    CHECK(y2.get(1) == c.expected);
+  }
+}
+
+TEST_CASE("matmul: forward matches a double-loop reference", "[gemm]") {
+  const int64_t m = 7, n = 3, k = 13;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("trans_a " << ta << " trans_b " << tb);
+      // 2-D
+      const Tensor a = random_tensor(stored(m, k, ta), 11);
+      const Tensor b = random_tensor(stored(k, n, tb), 12);
+      const Tensor y = ops::matmul(a, b, ta, tb);
+      REQUIRE(y.shape() == Shape{m, n});
+      require_matches(y, reference_matmul(a, b, ta, tb, 1, m, n, k, false), 1e-5);
+      // batched over [2, 3]
+      const Tensor ab = random_tensor(with_batch({2, 3}, stored(m, k, ta)), 13);
+      const Tensor bb = random_tensor(with_batch({2, 3}, stored(k, n, tb)), 14);
+      const Tensor yb = ops::matmul(ab, bb, ta, tb);
+      REQUIRE(yb.shape() == Shape{2, 3, m, n});
+      require_matches(yb, reference_matmul(ab, bb, ta, tb, 6, m, n, k, false), 1e-5);
+      // 2-D b shared by the batch
+      const Tensor ys = ops::matmul(ab, b, ta, tb);
+      REQUIRE(ys.shape() == Shape{2, 3, m, n});
+      require_matches(ys, reference_matmul(ab, b, ta, tb, 6, m, n, k, true), 1e-5);
+    }
+}
+
+TEST_CASE("matmul: a large product matches the reference (Eigen's blocked path)", "[gemm]") {
+  const int64_t m = 129, n = 67, k = 300;
+  const Tensor a = random_tensor({k, m}, 21);
+  const Tensor b = random_tensor({n, k}, 22);
+  const Tensor y = ops::matmul(a, b, true, true);
+  require_matches(y, reference_matmul(a, b, true, true, 1, m, n, k, false), 1e-4);
+}
+
+TEST_CASE("matmul: a batch large enough to run in parallel over its items", "[gemm]") {
+  // 8 x 32^3 multiply-adds: the GEMM spreads the batch over the threads.
+  const Tensor a = random_tensor({8, 32, 32}, 23);
+  const Tensor b = random_tensor({8, 32, 32}, 24);
+  const Tensor y = ops::matmul(a, b, false, true);
+  require_matches(y, reference_matmul(a, b, false, true, 8, 32, 32, 32, false), 1e-5);
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    // The 16-bit GEMM is the FP32 GEMM of the widened inputs, rounded once: bit for bit.
+    const Tensor al = a.to(dtype), bl = b.to(dtype);
+    const Tensor y32 = ops::matmul(al.to(DType::F32), bl.to(DType::F32), false, true);
+    const Tensor yl = ops::matmul(al, bl, false, true);
+    CHECK(yl.to_float_vector() == y32.to(dtype).to_float_vector());
+  }
+}
+
+TEST_CASE("matmul: gradients match finite differences", "[gemm]") {
+  const auto fn = [](bool ta, bool tb) {
+    return [ta, tb](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1], ta, tb); };
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const std::string label =
+          std::string("matmul ta=") + (ta ? "1" : "0") + " tb=" + (tb ? "1" : "0");
+      {
+        Tensor a = random_tensor(stored(3, 7, ta), 31).set_requires_grad(true);
+        Tensor b = random_tensor(stored(7, 5, tb), 32).set_requires_grad(true);
+        gradcheck(label + " 2-D", fn(ta, tb), {a, b});
+      }
+      {
+        Tensor a = random_tensor(with_batch({2}, stored(1, 3, ta)), 33).set_requires_grad(true);
+        Tensor b = random_tensor(with_batch({2}, stored(3, 4, tb)), 34).set_requires_grad(true);
+        gradcheck(label + " batched", fn(ta, tb), {a, b});
+      }
+      {
+        Tensor a = random_tensor(with_batch({3, 2}, stored(4, 3, ta)), 35).set_requires_grad(true);
+        Tensor b = random_tensor(stored(3, 5, tb), 36).set_requires_grad(true);
+        gradcheck(label + " shared b", fn(ta, tb), {a, b});
+      }
+    }
+}
+
+TEST_CASE("matmul: FP16/BF16 forward and backward", "[gemm]") {
+  const Tensor a = random_tensor({2, 5, 33}, 41);
+  const Tensor b = random_tensor({33, 6}, 42);
+  const auto f = [](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); };
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    check_low_precision("matmul", f, {a, b}, dtype, 4.0);
+
+    Tensor al = a.to(dtype).set_requires_grad(true);
+    Tensor bl = b.to(dtype).set_requires_grad(true);
+    const Tensor g = random_tensor({2, 5, 6}, 43);
+    ops::matmul(al, bl).backward(g.to(dtype));
+    REQUIRE(al.grad().dtype() == dtype);
+    REQUIRE(bl.grad().dtype() == dtype);
+
+    Tensor a32 = a.clone().set_requires_grad(true);
+    Tensor b32 = b.clone().set_requires_grad(true);
+    ops::matmul(a32, b32).backward(g);
+    const double rtol = testing::low_precision_rtol(dtype);
+    require_close(al.grad(), a32.grad(), rtol, 4 * rtol, "matmul da");
+    require_close(bl.grad(), b32.grad(), rtol, 10 * rtol, "matmul db");
+  }
+}
+
+TEST_CASE("matmul: bad inputs name the op, shapes and dtypes", "[gemm]") {
+  const Tensor a = Tensor::zeros({2, 3});
+  const Tensor b = Tensor::zeros({4, 5});
+  REQUIRE_THROWS_WITH(ops::matmul(a, b), Catch::Contains("matmul") &&
+                                             Catch::Contains("F32[2, 3]") &&
+                                             Catch::Contains("F32[4, 5]"));
+  REQUIRE_THROWS_WITH(ops::matmul(Tensor(), b),
+                      Catch::Contains("matmul") && Catch::Contains("undefined"));
+  REQUIRE_THROWS_WITH(ops::matmul(Tensor::zeros({0, 3}), Tensor::zeros({3, 2})),
+                      Catch::Contains("matmul") && Catch::Contains("empty"));
+  REQUIRE_THROWS_WITH(ops::matmul(Tensor::zeros({3}), Tensor::zeros({3, 2})),
+                      Catch::Contains("matmul") && Catch::Contains("F32[3]"));
+  REQUIRE_THROWS_WITH(
+      ops::matmul(a, Tensor::zeros({3, 2}, DType::F16)),
+      Catch::Contains("matmul") && Catch::Contains("F16[3, 2]") && Catch::Contains("dtype"));
+  REQUIRE_THROWS_WITH(
+      ops::matmul(Tensor::zeros({2, 3}, DType::I32), Tensor::zeros({3, 2}, DType::I32)),
+      Catch::Contains("matmul") && Catch::Contains("I32[2, 3]"));
+  REQUIRE_THROWS_WITH(
+      ops::matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 3, 4})),
+      Catch::Contains("matmul") && Catch::Contains("batch") && Catch::Contains("F32[3, 3, 4]"));
+  REQUIRE_THROWS_WITH(ops::matmul(a, Tensor::zeros({2, 3, 4})),
+                      Catch::Contains("matmul") && Catch::Contains("batch"));
+  // With trans_b the contraction is over b's last dim.
+  REQUIRE_THROWS_WITH(ops::matmul(a, Tensor::zeros({3, 4}), false, true),
+                      Catch::Contains("matmul") && Catch::Contains("trans_b=true"));
+}
+
+TEST_CASE("linear: forward matches a double-loop reference", "[gemm]") {
+  const int64_t in = 13, out = 7;
+  const Tensor x = random_tensor({2, 3, in}, 51);
+  const Tensor w = random_tensor({out, in}, 52);
+  const Tensor bias = random_tensor({out}, 53);
+  const std::vector<float> vx = x.to_float_vector(), vw = w.to_float_vector(),
+                           vb = bias.to_float_vector();
+  std::vector<double> expected(6 * out), expected_nobias(6 * out);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < in; ++i) s += static_cast<double>(vx[r * in + i]) * vw[o * in + i];
+      expected_nobias[r * out + o] = s;
+      expected[r * out + o] = s + vb[o];
+    }
+  const Tensor y = ops::linear(x, w, bias);
+  REQUIRE(y.shape() == Shape{2, 3, out});
+  require_matches(y, expected, 1e-5);
+  require_matches(ops::linear(x, w), expected_nobias, 1e-5);
+  // A 1-D input is one row.
+  const Tensor x1 = Tensor::from_vector(std::vector<float>(vx.begin(), vx.begin() + in), {in});
+  const Tensor y1 = ops::linear(x1, w, bias);
+  REQUIRE(y1.shape() == Shape{out});
+  require_matches(y1, std::vector<double>(expected.begin(), expected.begin() + out), 1e-5);
+}
+
+TEST_CASE("linear: bias is folded into the GEMM's single rounding", "[gemm]") {
+  // x w^T = 2049 exactly in FP32; + bias 1 = 2050, representable in FP16. Rounding the product
+  // first would give 2048 (tie to even), and 2048 + 1 rounds back to 2048.
+  const Tensor x = Tensor::from_vector({2048.f, 1.f}, {1, 2}, DType::F16);
+  const Tensor w = Tensor::ones({1, 2}, DType::F16);
+  const Tensor bias = Tensor::ones({1}, DType::F16);
+  CHECK(ops::linear(x, w, bias).get(0) == 2050.0);
+}
+
+TEST_CASE("linear: gradients match finite differences", "[gemm]") {
+  const auto f = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); };
+  Tensor x = random_tensor({2, 3, 5}, 61).set_requires_grad(true);
+  Tensor w = random_tensor({4, 5}, 62).set_requires_grad(true);
+  Tensor bias = random_tensor({4}, 63).set_requires_grad(true);
+  gradcheck("linear 3-D", f, {x, w, bias});
+
+  Tensor x1 = random_tensor({7}, 64).set_requires_grad(true);
+  Tensor w1 = random_tensor({1, 7}, 65).set_requires_grad(true);
+  Tensor b1 = random_tensor({1}, 66).set_requires_grad(true);
+  gradcheck("linear 1-D", f, {x1, w1, b1});
+
+  const auto f_nobias = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1]); };
+  Tensor x2 = random_tensor({13, 3}, 67).set_requires_grad(true);
+  Tensor w2 = random_tensor({2, 3}, 68).set_requires_grad(true);
+  gradcheck("linear no bias", f_nobias, {x2, w2});
+}
+
+TEST_CASE("linear: FP16/BF16 forward and backward", "[gemm]") {
+  const Tensor x = random_tensor({4, 3, 40}, 71);
+  const Tensor w = random_tensor({9, 40}, 72);
+  const Tensor bias = random_tensor({9}, 73);
+  const auto f = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); };
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    check_low_precision("linear", f, {x, w, bias}, dtype, 4.0);
+    Tensor xl = x.to(dtype).set_requires_grad(true);
+    Tensor wl = w.to(dtype).set_requires_grad(true);
+    Tensor bl = bias.to(dtype).set_requires_grad(true);
+    const Tensor g = random_tensor({4, 3, 9}, 74);
+    ops::linear(xl, wl, bl).backward(g.to(dtype));
+    REQUIRE(xl.grad().dtype() == dtype);
+    REQUIRE(wl.grad().dtype() == dtype);
+    REQUIRE(bl.grad().dtype() == dtype);
+
+    Tensor x32 = x.clone().set_requires_grad(true);
+    Tensor w32 = w.clone().set_requires_grad(true);
+    Tensor b32 = bias.clone().set_requires_grad(true);
+    ops::linear(x32, w32, b32).backward(g);
+    const double rtol = testing::low_precision_rtol(dtype);
+    require_close(xl.grad(), x32.grad(), rtol, 4 * rtol, "linear dx");
+    require_close(wl.grad(), w32.grad(), rtol, 4 * rtol, "linear dw");
+    require_close(bl.grad(), b32.grad(), rtol, 4 * rtol, "linear db");
+  }
+}
+
+TEST_CASE("linear: bad inputs name the op, shapes and dtypes", "[gemm]") {
+  const Tensor x = Tensor::zeros({2, 5});
+  const Tensor w = Tensor::zeros({3, 5});
+  REQUIRE_THROWS_WITH(ops::linear(x, Tensor::zeros({3, 4})), Catch::Contains("linear") &&
+                                                                 Catch::Contains("F32[2, 5]") &&
+                                                                 Catch::Contains("F32[3, 4]"));
+  REQUIRE_THROWS_WITH(ops::linear(x, Tensor::zeros({5})), Catch::Contains("linear") &&
+                                                              Catch::Contains("2-D") &&
+                                                              Catch::Contains("F32[5]"));
+  REQUIRE_THROWS_WITH(ops::linear(x, w, Tensor::zeros({5})), Catch::Contains("linear") &&
+                                                                 Catch::Contains("bias") &&
+                                                                 Catch::Contains("[3]"));
+  REQUIRE_THROWS_WITH(ops::linear(x, w.to(DType::BF16)), Catch::Contains("linear") &&
+                                                             Catch::Contains("BF16[3, 5]") &&
+                                                             Catch::Contains("dtype"));
+  REQUIRE_THROWS_WITH(ops::linear(Tensor(), w),
+                      Catch::Contains("linear") && Catch::Contains("undefined"));
+  REQUIRE_THROWS_WITH(ops::linear(Tensor::zeros({0, 5}), w),
+                      Catch::Contains("linear") && Catch::Contains("empty"));
+  REQUIRE_THROWS_WITH(
+      ops::linear(Tensor::zeros({2, 5}, DType::I32), Tensor::zeros({3, 5}, DType::I32)),
+      Catch::Contains("linear") && Catch::Contains("I32[2, 5]"));
+}
