@@ -1,0 +1,143 @@
+#include "apps/cli.h"
+
+#include <exception>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/explain/formats.h"
+#include "core/error.h"
+
+#if MIXPREC_WITH_CUDA
+#include "cuda/device_query.h"
+#endif
+
+#ifndef MIXPREC_VERSION
+#define MIXPREC_VERSION "unknown"
+#endif
+
+namespace mixprec {
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternalError = 1;
+
+std::string version_text() {
+  std::string text = "mixprec " MIXPREC_VERSION;
+#if MIXPREC_WITH_CUDA
+  text += " (CUDA backend)";
+#else
+  text += " (CPU only, built without CUDA)";
+#endif
+  return text;
+}
+
+// "mixprec explain": the command path of `command`, for messages.
+std::string command_path(const CLI::App* command) {
+  std::string path = command->get_name();
+  for (const CLI::App* parent = command->get_parent(); parent != nullptr; parent = parent->get_parent()) {
+    path = parent->get_name() + " " + path;
+  }
+  return path;
+}
+
+// "explain, device": the subcommands `command` accepts.
+std::string subcommand_names(CLI::App* command) {
+  std::string names;
+  for (const CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
+    if (!names.empty()) names += ", ";
+    names += sub->get_name();
+  }
+  return names;
+}
+
+// The most nested subcommand given on the command line (the app itself when none was).
+CLI::App* deepest_command(CLI::App& app) {
+  CLI::App* command = &app;
+  for (auto chosen = command->get_subcommands(); !chosen.empty(); chosen = command->get_subcommands()) {
+    command = chosen.front();
+  }
+  return command;
+}
+
+// CLI11 reports a stray word as "arguments were not expected"; say instead which command did
+// not know it and what it accepts.
+std::string stray_argument_message(CLI::App& app) {
+  CLI::App* command = deepest_command(app);
+  const std::vector<std::string> stray = app.remaining(true);
+  const std::string first = stray.empty() ? std::string() : stray.front();
+  const std::string accepted = subcommand_names(command);
+  if (!first.empty() && first.front() == '-') {
+    return "unknown option '" + first + "' for `" + command_path(command) + "`";
+  }
+  if (!accepted.empty()) {
+    return "unknown command '" + first + "' for `" + command_path(command) + "` (expected one of: " +
+           accepted + ")";
+  }
+  return "unexpected argument '" + first + "' for `" + command_path(command) + "`";
+}
+
+std::string device_text() {
+#if MIXPREC_WITH_CUDA
+  return cuda_status_line();
+#else
+  return "built without CUDA";
+#endif
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"mixprec: mixed-precision training, benchmarks and lessons", "mixprec"};
+  app.set_version_flag("--version", version_text(), "Print the version and exit");
+  // At most one command per level. A missing one is reported after parsing rather than by
+  // CLI11, whose check runs before unknown words are and so would hide a misspelt command.
+  app.require_subcommand(0, 1);
+
+  // Each command sets `action`; it runs after parsing succeeded, outside CLI11, so that its
+  // own errors are told apart from bad arguments.
+  std::function<void()> action;
+
+  CLI::App* explain = app.add_subcommand("explain", "Lessons on mixed precision, computed by mixprec itself");
+  explain->require_subcommand(0, 1);
+  explain->add_subcommand("formats", "FP32, FP16 and BF16: layout, range, precision, worked conversions")
+      ->callback([&] { action = [&] { out << explain::explain_formats(); }; });
+
+  app.add_subcommand("device", "Show the CUDA devices and library versions this build can use")
+      ->callback([&] { action = [&] { out << device_text() << "\n"; }; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help and --version
+    return app.exit(e, out, err);
+  } catch (const CLI::ExtrasError&) {
+    err << "error: " << stray_argument_message(app) << "\n";
+    return kExitBadInput;
+  } catch (const CLI::ParseError& e) {
+    err << "error: " << e.what() << " (run `mixprec --help` for usage)\n";
+    return kExitBadInput;
+  }
+  if (!action) {
+    CLI::App* command = deepest_command(app);
+    err << "error: `" << command_path(command) << "` needs a command, one of: "
+        << subcommand_names(command) << " (run `" << command_path(command) << " --help` for usage)\n";
+    return kExitBadInput;
+  }
+
+  try {
+    action();
+    out.flush();
+    return 0;
+  } catch (const Error& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    err << "internal error: " << e.what() << "\n";
+    return kExitInternalError;
+  }
+}
+
+}  // namespace mixprec

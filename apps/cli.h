@@ -1,0 +1,17 @@
+// The `mixprec` command line: parses arguments and runs one subcommand.
+#pragma once
+
+#include <iosfwd>
+
+namespace mixprec {
+
+// Runs the command line `argv` (argv[0] is the program name), writing results to `out` and
+// diagnostics to `err`. Returns the process exit code:
+//   0  success, and for --help / --version
+//   2  bad input: unknown subcommand or option, missing or invalid argument, or a
+//      mixprec::Error thrown by the command; one line "error: <message>" goes to `err`
+//   1  any other exception (a defect), reported as "internal error: <message>"
+// Never lets an exception escape.
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+}  // namespace mixprec

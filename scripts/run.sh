@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the main job: for now the number-format lesson,
+# `mixprec explain formats`. Arguments replace the default command line of mixprec.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Set-up and build messages go to stderr, so that stdout holds only what mixprec prints.
+bash "${root}/scripts/setup.sh" >&2
+bash "${root}/scripts/build.sh" >&2
+if [[ $# -eq 0 ]]; then
+  set -- explain formats
+fi
+exec "${root}/build/apps/mixprec" "$@"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that mixprec builds against. Idempotent: when everything is
+# already installed it only asks dpkg (no apt-get update), so it is cheap to run before
+# every build. Needs root or sudo only when something is missing.
+set -euo pipefail
+
+packages=(
+  cmake
+  g++
+  make
+  ninja-build
+  libeigen3-dev
+  libspdlog-dev
+  libfmt-dev
+  catch2
+  libyaml-cpp-dev
+  libcli11-dev
+  nlohmann-json3-dev
+  zlib1g-dev
+  libbenchmark-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null || true)"
+  if [[ "${status}" != "install ok installed" ]]; then
+    missing+=("${package}")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#packages[@]} build dependencies are installed"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [[ "$(id -u)" -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "setup: missing packages (${missing[*]}) and not root, and sudo is not available" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update
+"${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
