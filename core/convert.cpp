@@ -4,6 +4,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MIXPREC_CONVERT_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define MIXPREC_CONVERT_X86 0
@@ -42,11 +43,21 @@ namespace {
 // Each kernel carries its own target attribute so that the library can be built for a
 // baseline x86-64 and still use the wider instructions where the CPU reports them.
 // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
+bool cpu_has_f16c() {
+#if defined(__clang__)
+  // Older clang rejects "f16c" in __builtin_cpu_supports, so read CPUID leaf 1 directly.
+  // OS support for the YMM state it needs is covered by the "avx2" check beside it.
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
+
 bool cpu_has_avx2() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   }();
   return has;
 }
