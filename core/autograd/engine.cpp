@@ -26,7 +26,10 @@ class GradModeScope {
 };
 
 std::string node_label(const Node& node) {
-  return "'" + node.name() + "'" + (node.layer.empty() ? "" : " in layer '" + node.layer + "'");
+  std::string label = "'";
+  label.append(node.name()).append("'");
+  if (!node.layer.empty()) label.append(" in layer '").append(node.layer).append("'");
+  return label;
 }
 
 // Sums a gradient into a buffer slot, converting to the slot's dtype where they differ.
