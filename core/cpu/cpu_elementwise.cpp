@@ -20,6 +20,7 @@
 #include "core/convert.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/strided.h"
 #include "core/error.h"
 #include "core/math/elementwise.h"
 #include "core/tensor.h"
@@ -310,18 +311,6 @@ int64_t trailing_block(const Shape& b, const Shape& out) {
   return block;
 }
 
-// Offset of the `index`-th point of a multi-dim space (row-major over `extents`) under
-// `strides`.
-int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
-                  const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (size_t d = extents.size(); d-- > 0;) {
-    off += (index % extents[d]) * strides[d];
-    index /= extents[d];
-  }
-  return off;
-}
-
 template <class T>
 void scale_copy(const T* x, T* y, int64_t n, float scale) {
   map_contiguous<T, 1>({x}, y, n, [=](float v) { return scale * v; });
@@ -400,10 +389,10 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
     // The innermost dim is reduced: each y element sums `reduced` contiguous runs of `inner`.
 #pragma omp parallel for if (n > kParallelMin)
     for (int64_t o = 0; o < m; ++o) {
-      const int64_t base = offset_of(o, kept_ext, kept_xstride);
+      const int64_t base = cpu::offset_of(o, kept_ext, kept_xstride);
       float acc = 0.0f;
       for (int64_t r = 0; r < reduced; ++r)
-        acc += sum_run(x + base + offset_of(r, red_ext, red_xstride), inner);
+        acc += sum_run(x + base + cpu::offset_of(r, red_ext, red_xstride), inner);
       y[o] = from_float<T>(scale * acc);
     }
     return;
@@ -419,7 +408,7 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
     const int64_t row = t / blocks;
     const int64_t col = (t % blocks) * kColumnBlock;
     const int64_t width = std::min(kColumnBlock, inner - col);
-    const int64_t base = offset_of(row, kept_ext, kept_xstride) + col;
+    const int64_t base = cpu::offset_of(row, kept_ext, kept_xstride) + col;
     // Partial sums over kRunBlock reduced rows are added into the totals, which bounds the
     // rounding error growth as in sum_run.
     float total[kColumnBlock] = {};
@@ -429,7 +418,7 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
       std::fill(acc, acc + width, 0.0f);
       const int64_t r1 = std::min(reduced, r0 + kRunBlock);
       for (int64_t r = r0; r < r1; ++r) {
-        const float* v = load_block(x + base + offset_of(r, red_ext, red_xstride), width, buf);
+        const float* v = load_block(x + base + cpu::offset_of(r, red_ext, red_xstride), width, buf);
         for (int64_t j = 0; j < width; ++j) acc[j] += v[j];
       }
       for (int64_t j = 0; j < width; ++j) total[j] += acc[j];

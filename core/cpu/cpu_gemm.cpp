@@ -78,36 +78,28 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
   product(am.transpose(), bm.transpose(), alpha, beta, cm);
 }
 
-void load_f32(bool is_bf16, const void* src, float* dst, int64_t n) {
-  const auto* s = static_cast<const uint16_t*>(src);
+// convert(src, dst, count) over n elements, split into kParallelConvert-element chunks that
+// the threads share (serial when there is only one chunk).
+template <class Src, class Dst>
+void convert_chunked(void (*convert)(const Src*, Dst*, size_t), const Src* src, Dst* dst,
+                     int64_t n) {
   const int64_t chunk = kParallelConvert;
   const int64_t chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t i = 0; i < chunks; ++i) {
     const int64_t begin = i * chunk;
-    const size_t count = static_cast<size_t>(std::min(n - begin, chunk));
-    if (is_bf16) {
-      convert_bf16_to_f32(s + begin, dst + begin, count);
-    } else {
-      convert_f16_to_f32(s + begin, dst + begin, count);
-    }
+    convert(src + begin, dst + begin, static_cast<size_t>(std::min(n - begin, chunk)));
   }
 }
 
+void load_f32(bool is_bf16, const void* src, float* dst, int64_t n) {
+  convert_chunked(is_bf16 ? convert_bf16_to_f32 : convert_f16_to_f32,
+                  static_cast<const uint16_t*>(src), dst, n);
+}
+
 void store_f32(bool is_bf16, const float* src, void* dst, int64_t n) {
-  auto* d = static_cast<uint16_t*>(dst);
-  const int64_t chunk = kParallelConvert;
-  const int64_t chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t i = 0; i < chunks; ++i) {
-    const int64_t begin = i * chunk;
-    const size_t count = static_cast<size_t>(std::min(n - begin, chunk));
-    if (is_bf16) {
-      convert_f32_to_bf16(src + begin, d + begin, count);
-    } else {
-      convert_f32_to_f16(src + begin, d + begin, count);
-    }
-  }
+  convert_chunked(is_bf16 ? convert_f32_to_bf16 : convert_f32_to_f16, src,
+                  static_cast<uint16_t*>(dst), n);
 }
 
 float* scratch(int slot, int64_t n) {

@@ -7,6 +7,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/strided.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -17,17 +18,6 @@ constexpr int64_t kParallelMin = 1 << 15;
 // Square tile of a transpose whose innermost output dim is strided in the input: both the
 // reads and the writes of one tile then stay within a few cache lines per row.
 constexpr int64_t kTile = 32;
-
-// Offset of the `index`-th point of a row-major space over `extents` under `strides`.
-int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
-                  const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (size_t d = extents.size(); d-- > 0;) {
-    off += (index % extents[d]) * strides[d];
-    index /= extents[d];
-  }
-  return off;
-}
 
 // y's dims (extent > 1) with the stride each has in x and in y, adjacent dims merged when
 // they are adjacent and in order in x too.
@@ -73,7 +63,7 @@ void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
     const int64_t rows = n / inner;
 #pragma omp parallel for if (n > kParallelMin)
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(y + r * inner, x + offset_of(r, outer_ext, outer_xs), inner * sizeof(Word));
+      std::memcpy(y + r * inner, x + cpu::offset_of(r, outer_ext, outer_xs), inner * sizeof(Word));
     return;
   }
   // A transpose: the output dim `j` is the one contiguous in x. Tile the (j, last) plane.
@@ -95,8 +85,8 @@ void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t o = t / row_tiles;
     const int64_t r0 = (t % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
-    const Word* px = x + offset_of(o, outer_ext, outer_xs);
-    Word* py = y + offset_of(o, outer_ext, outer_ys);
+    const Word* px = x + cpu::offset_of(o, outer_ext, outer_xs);
+    Word* py = y + cpu::offset_of(o, outer_ext, outer_ys);
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t c1 = std::min(cols, c0 + kTile);
       for (int64_t r = r0; r < r1; ++r)

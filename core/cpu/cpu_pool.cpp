@@ -14,16 +14,19 @@ namespace {
 
 constexpr int64_t kParallelPool = int64_t{1} << 14;
 
+// Rows [h0, h1) and columns [w0, w1) of one input plane.
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+
 struct PoolGeometry {
   int64_t planes, h, w, oh, ow;
   int64_t kh, kw, sh, sw, ph, pw;
-  // The window of output (oh, ow) clipped to the input: rows [h0, h1), columns [w0, w1).
-  void window(int64_t y, int64_t x, int64_t& h0, int64_t& h1, int64_t& w0, int64_t& w1) const {
+  // The window of output (y, x), clipped to the input.
+  Window window(int64_t y, int64_t x) const {
     const int64_t hs = y * sh - ph, ws = x * sw - pw;
-    h0 = std::max<int64_t>(hs, 0);
-    h1 = std::min(hs + kh, h);
-    w0 = std::max<int64_t>(ws, 0);
-    w1 = std::min(ws + kw, w);
+    return {std::max<int64_t>(hs, 0), std::min(hs + kh, h), std::max<int64_t>(ws, 0),
+            std::min(ws + kw, w)};
   }
   int64_t work() const { return planes * oh * ow * kh * kw; }
 };
@@ -46,55 +49,51 @@ PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, 
   return g;
 }
 
+// Calls pool(in, win, out) for every output of every plane: `in` is the plane of x, `win`
+// the output's clipped window in it, `out` the output's flat index. Parallel over the planes.
+template <class T, class Pool>
+void for_each_window(const T* x, const PoolGeometry& g, const Pool& pool) {
+#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const T* in = x + p * g.h * g.w;
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        pool(in, g.window(oy, ox), (p * g.oh + oy) * g.ow + ox);
+  }
+}
+
 // NaN wins (as in PyTorch), so a NaN in the window is never hidden by the maximum. An empty
 // window (only possible with padding over half the kernel) gives -inf and index -1.
 template <class T>
 void max_pool(const T* x, T* y, int32_t* argmax, const PoolGeometry& g) {
-#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const T* in = x + p * g.h * g.w;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        int64_t h0, h1, w0, w1;
-        g.window(oy, ox, h0, h1, w0, w1);
-        float best = -std::numeric_limits<float>::infinity();
-        int64_t best_at = -1;
-        for (int64_t iy = h0; iy < h1 && !std::isnan(best); ++iy) {
-          for (int64_t ix = w0; ix < w1; ++ix) {
-            const float v = to_float(in[iy * g.w + ix]);
-            if (best_at < 0 || v > best || std::isnan(v)) {
-              best = v;
-              best_at = iy * g.w + ix;
-              if (std::isnan(v)) break;
-            }
-          }
+  for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t best_at = -1;
+    for (int64_t iy = win.h0; iy < win.h1 && !std::isnan(best); ++iy) {
+      for (int64_t ix = win.w0; ix < win.w1; ++ix) {
+        const float v = to_float(in[iy * g.w + ix]);
+        if (best_at < 0 || v > best || std::isnan(v)) {
+          best = v;
+          best_at = iy * g.w + ix;
+          if (std::isnan(v)) break;
         }
-        const int64_t out = (p * g.oh + oy) * g.ow + ox;
-        y[out] = from_float<T>(best);
-        if (argmax) argmax[out] = static_cast<int32_t>(best_at);
       }
     }
-  }
+    y[out] = from_float<T>(best);
+    if (argmax) argmax[out] = static_cast<int32_t>(best_at);
+  });
 }
 
 // count_include_pad: the divisor is the full kernel area, padded cells included.
 template <class T>
 void avg_pool(const T* x, T* y, const PoolGeometry& g) {
   const float inv_area = 1.0f / static_cast<float>(g.kh * g.kw);
-#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const T* in = x + p * g.h * g.w;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        int64_t h0, h1, w0, w1;
-        g.window(oy, ox, h0, h1, w0, w1);
-        float sum = 0.0f;
-        for (int64_t iy = h0; iy < h1; ++iy)
-          for (int64_t ix = w0; ix < w1; ++ix) sum += to_float(in[iy * g.w + ix]);
-        y[(p * g.oh + oy) * g.ow + ox] = from_float<T>(sum * inv_area);
-      }
-    }
-  }
+  for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
+    float sum = 0.0f;
+    for (int64_t iy = win.h0; iy < win.h1; ++iy)
+      for (int64_t ix = win.w0; ix < win.w1; ++ix) sum += to_float(in[iy * g.w + ix]);
+    y[out] = from_float<T>(sum * inv_area);
+  });
 }
 
 // Windows may overlap (stride < kernel), so each input plane is summed in FP32 and rounded
@@ -117,11 +116,10 @@ void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_
             if (argmax[out] >= 0) acc[argmax[out]] += grad;
             continue;
           }
-          int64_t h0, h1, w0, w1;
-          g.window(oy, ox, h0, h1, w0, w1);
+          const Window win = g.window(oy, ox);
           const float share = grad * inv_area;
-          for (int64_t iy = h0; iy < h1; ++iy)
-            for (int64_t ix = w0; ix < w1; ++ix) acc[iy * g.w + ix] += share;
+          for (int64_t iy = win.h0; iy < win.h1; ++iy)
+            for (int64_t ix = win.w0; ix < win.w1; ++ix) acc[iy * g.w + ix] += share;
         }
       }
       T* out = dx + p * plane;

@@ -10,6 +10,7 @@
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/gemm_desc.h"
 #include "core/ops/ops.h"
 
 namespace mixprec::ops {
@@ -21,24 +22,6 @@ Tensor converted(Backend& be, const Tensor& x, DType dtype) {
   Tensor y = Tensor::empty(x.shape(), dtype, x.device());
   be.cast(x, y);
   return y;
-}
-
-// One [T, T] or [T, D] matrix per (batch, head): strides are the matrix sizes.
-GemmDesc batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t batch,
-                 int64_t stride_a, int64_t stride_b, float alpha) {
-  GemmDesc d;
-  d.trans_a = trans_a;
-  d.trans_b = trans_b;
-  d.m = m;
-  d.n = n;
-  d.k = k;
-  d.batch = batch;
-  d.stride_a = stride_a;
-  d.stride_b = stride_b;
-  d.stride_c = m * n;
-  d.alpha = alpha;
-  d.beta = 0.0f;
-  return d;
 }
 
 struct CausalAttentionBackward final : Node {
@@ -59,23 +42,23 @@ struct CausalAttentionBackward final : Node {
     if (need_v) {
       const Tensor p = converted(be, probs, dtype);
       dv = Tensor::empty(v.shape(), dtype, v.device());
-      be.gemm(batched(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
+      be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
     }
     Tensor dq, dk;
     if (need_q || need_k) {
       Tensor dp = Tensor::empty(probs.shape(), dtype, q.device());
-      be.gemm(batched(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp);
+      be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp);
       const Tensor dp32 = converted(be, dp, DType::F32);
       Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.softmax_backward(probs, dp32, ds32, false);
       const Tensor ds = converted(be, ds32, dtype);
       if (need_q) {
         dq = Tensor::empty(q.shape(), dtype, q.device());
-        be.gemm(batched(false, false, t, d, t, batch, tt, td, scale), ds, k, dq);
+        be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, scale), ds, k, dq);
       }
       if (need_k) {
         dk = Tensor::empty(k.shape(), dtype, k.device());
-        be.gemm(batched(true, false, t, d, t, batch, tt, td, scale), ds, q, dk);
+        be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, scale), ds, q, dk);
       }
     }
     return {dq, dk, dv};
@@ -108,8 +91,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t batch = b * h, tt = t * t, td = t * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
 
+  // Every GEMM here is batched over (batch, head) with one [T, T] or [T, D] matrix per item,
+  // so the batch strides are the matrix sizes.
   Tensor scores = Tensor::empty({b, h, t, t}, dtype, q.device());
-  be.gemm(batched(false, true, t, t, d, batch, td, td, scale), q, k, scores);
+  be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, scale), q, k, scores);
   const Tensor scores32 = converted(be, scores, DType::F32);
   Tensor masked = Tensor::empty(scores.shape(), DType::F32, q.device());
   be.causal_mask(scores32, -std::numeric_limits<float>::infinity(), masked);
@@ -117,7 +102,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   be.softmax(masked, probs, false);
   const Tensor p = converted(be, probs, dtype);
   Tensor out = Tensor::empty(q.shape(), dtype, q.device());
-  be.gemm(batched(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
+  be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
 
   if (auto node = make_node<CausalAttentionBackward>({&q, &k, &v})) {
     node->q = q.detach();

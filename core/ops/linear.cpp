@@ -7,6 +7,7 @@
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/gemm_desc.h"
 #include "core/ops/ops.h"
 
 namespace mixprec::ops {
@@ -14,14 +15,7 @@ namespace {
 
 void run_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float beta,
               const Tensor& a, const Tensor& b, Tensor& c) {
-  GemmDesc desc;
-  desc.trans_a = trans_a;
-  desc.trans_b = trans_b;
-  desc.m = m;
-  desc.n = n;
-  desc.k = k;
-  desc.beta = beta;
-  backend_for(c.device()).gemm(desc, a, b, c);
+  backend_for(c.device()).gemm(gemm_desc(trans_a, trans_b, m, n, k, 1.0f, beta), a, b, c);
 }
 
 struct LinearBackward final : Node {

@@ -9,6 +9,7 @@
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/gemm_desc.h"
 #include "core/ops/ops.h"
 
 namespace mixprec::ops {
@@ -25,16 +26,8 @@ struct Operand {
 // out[i] = op(x[i]) @ op(y[i]) for i in [0, batch); op(x) is m x k, op(y) is k x n.
 Tensor product(const Operand& x, const Operand& y, int64_t batch, int64_t m, int64_t n, int64_t k,
                const Shape& out_shape) {
-  GemmDesc desc;
-  desc.trans_a = x.trans;
-  desc.trans_b = y.trans;
-  desc.m = m;
-  desc.n = n;
-  desc.k = k;
-  desc.batch = batch;
-  desc.stride_a = x.shared ? 0 : m * k;
-  desc.stride_b = y.shared ? 0 : k * n;
-  desc.stride_c = m * n;
+  const GemmDesc desc = batched_gemm_desc(x.trans, y.trans, m, n, k, batch,
+                                          x.shared ? 0 : m * k, y.shared ? 0 : k * n);
   Tensor out = Tensor::empty(out_shape, x.t->dtype(), x.t->device());
   if (out.numel() > 0) backend_for(out.device()).gemm(desc, *x.t, *y.t, out);
   return out;

@@ -8,18 +8,10 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec::ops {
 namespace {
-
-// Same storage, new shape of equal numel, no autograd.
-Tensor view_as_shape(const Tensor& x, const Shape& shape) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->dtype = x.dtype();
-  impl->storage = x.impl()->storage;
-  return Tensor(std::move(impl));
-}
 
 struct ReduceBackward final : Node {
   const char* op = "sum";

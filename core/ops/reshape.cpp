@@ -2,18 +2,10 @@
 // moves); the gradient is reshaped back.
 #include "core/autograd/record.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec::ops {
 namespace {
-
-// Same storage, new shape, no autograd.
-Tensor view_as_shape(const Tensor& x, const Shape& shape) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->dtype = x.dtype();
-  impl->storage = x.impl()->storage;
-  return Tensor(std::move(impl));
-}
 
 struct ReshapeBackward final : Node {
   Shape input_shape;

@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -108,6 +110,29 @@ inline void require_close(const Tensor& a, const Tensor& b, double rtol, double 
   CHECK(worst <= 1.0);
 }
 
+// Checks y against a reference computed in double: the worst relative error
+// |y - expected| / (1 + |expected|) must be below tol.
+inline void require_matches(const Tensor& y, const std::vector<double>& expected, double tol,
+                            const std::string& label = "") {
+  const std::vector<float> got = y.to_float_vector();
+  REQUIRE(got.size() == expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - expected[i]) / (1.0 + std::abs(expected[i])));
+  INFO(label << ": worst relative error " << worst << ", tolerance " << tol);
+  CHECK(worst < tol);
+}
+
+// Row-major coordinates of element `flat` of `shape`.
+inline std::vector<int64_t> coords_of(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return c;
+}
+
 // Tolerances for comparing an F16/BF16 forward against the F32 one: inputs and output each
 // rounded once, so a few units in the last place of the format.
 inline double low_precision_rtol(DType dtype) {
@@ -125,6 +150,49 @@ inline void check_low_precision(const std::string& label, const TensorFn& f,
   const Tensor result = f(low);
   const double rtol = low_precision_rtol(dtype);
   require_close(result, reference, rtol, rtol * atol_scale, label + " " + std::string(dtype_name(dtype)));
+}
+
+// Input gradients of one backward in a 16-bit dtype and of the same backward in F32.
+struct LowPrecisionGrads {
+  std::vector<Tensor> low;        // each in `dtype`
+  std::vector<Tensor> reference;  // each F32
+};
+
+// Backpropagates `grad` through f twice: on the (F32) inputs cast to `dtype`, with grad cast
+// to `dtype`, and on the F32 inputs themselves, with grad cast to F32 (so a grad given in
+// `dtype` feeds both runs the same values). Requires f's output and every input gradient of
+// the first run to have `dtype`; the caller compares the two sets with its own tolerances.
+inline LowPrecisionGrads low_precision_grads(const TensorFn& f, const std::vector<Tensor>& inputs,
+                                             const Tensor& grad, DType dtype) {
+  std::vector<Tensor> low, full;
+  for (const Tensor& t : inputs) {
+    low.push_back(t.detach().to(dtype).set_requires_grad(true));
+    full.push_back(t.detach().clone().set_requires_grad(true));
+  }
+  const Tensor y = f(low);
+  REQUIRE(y.dtype() == dtype);
+  y.backward(grad.to(dtype));
+  f(full).backward(grad.to(DType::F32));
+  LowPrecisionGrads grads;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    REQUIRE(low[i].grad().defined());
+    REQUIRE(low[i].grad().dtype() == dtype);
+    grads.low.push_back(low[i].grad());
+    grads.reference.push_back(full[i].grad());
+  }
+  return grads;
+}
+
+// low_precision_grads, then every low-precision gradient i within rtol and atols[i] of the
+// F32 one (require_close).
+inline void check_low_precision_grads(const std::string& label, const TensorFn& f,
+                                      const std::vector<Tensor>& inputs, const Tensor& grad,
+                                      DType dtype, double rtol, const std::vector<double>& atols) {
+  REQUIRE(atols.size() == inputs.size());
+  const LowPrecisionGrads grads = low_precision_grads(f, inputs, grad, dtype);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    require_close(grads.low[i], grads.reference[i], rtol, atols[i],
+                  label + " grad " + std::to_string(i) + " " + std::string(dtype_name(dtype)));
 }
 
 }  // namespace mixprec::testing

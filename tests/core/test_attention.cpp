@@ -10,10 +10,7 @@ namespace mixprec {
 namespace {
 
 using Catch::Contains;
-using testing::check_low_precision;
-using testing::gradcheck;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 std::vector<double> reference_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t bh = q.size(0) * q.size(1), t = q.size(2), d = q.size(3);
@@ -104,20 +101,10 @@ TEST_CASE("causal_attention in F16 and BF16 matches F32", "[nn][attention]") {
   const auto f = [](const std::vector<Tensor>& in) { return ops::causal_attention(in[0], in[1], in[2]); };
   for (DType dtype : {DType::F16, DType::BF16}) {
     check_low_precision("causal_attention", f, {q, k, v}, dtype, 2.0);
-    Tensor ql = q.to(dtype).set_requires_grad(true), kl = k.to(dtype).set_requires_grad(true),
-           vl = v.to(dtype).set_requires_grad(true);
-    Tensor out = ops::causal_attention(ql, kl, vl);
-    REQUIRE(out.dtype() == dtype);
-    const Tensor dout = random_tensor(shape, 16, -1.f, 1.f, dtype);
-    out.backward(dout);
-    Tensor qf = q.clone().set_requires_grad(true), kf = k.clone().set_requires_grad(true),
-           vf = v.clone().set_requires_grad(true);
-    ops::causal_attention(qf, kf, vf).backward(dout.to(DType::F32));
-    const double tol = 4 * testing::low_precision_rtol(dtype);
-    for (auto [low, full, name] : {std::tuple{ql, qf, "dq"}, {kl, kf, "dk"}, {vl, vf, "dv"}}) {
-      REQUIRE(low.grad().dtype() == dtype);
-      require_close(low.grad(), full.grad(), tol, tol, std::string("causal_attention ") + name);
-    }
+    const double tol = 4 * low_precision_rtol(dtype);
+    check_low_precision_grads("causal_attention", f, {q, k, v},
+                              random_tensor(shape, 16, -1.f, 1.f, dtype), dtype, tol,
+                              {tol, tol, tol});
   }
 }
 

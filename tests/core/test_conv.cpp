@@ -12,10 +12,7 @@
 namespace {
 
 using namespace mixprec;
-using mixprec::testing::check_low_precision;
-using mixprec::testing::gradcheck;
-using mixprec::testing::random_tensor;
-using mixprec::testing::require_close;
+using namespace mixprec::testing;
 
 // y[n][o][i][j] = b[o] + sum_{c,p,q} x[n][c][i*s - pad + p][j*s - pad + q] * w[o][c][p][q].
 std::vector<double> reference_conv(const Tensor& x, const Tensor& w, const Tensor& bias,
@@ -51,11 +48,7 @@ void check_against_reference(const Tensor& x, const Tensor& w, const Tensor& bia
   const std::vector<double> expected = reference_conv(x, w, bias, stride, pad, shape);
   const Tensor y = ops::conv2d(x, w, bias, stride, pad);
   REQUIRE(y.shape() == shape);
-  const std::vector<float> got = y.to_float_vector();
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - expected[i]) / (1 + std::abs(expected[i])));
-  CHECK(worst < 1e-5);
+  require_matches(y, expected, 1e-5, "conv2d");
 }
 
 }  // namespace
@@ -140,23 +133,9 @@ TEST_CASE("conv2d: FP16/BF16 forward and backward", "[gemm]") {
   for (DType dtype : {DType::F16, DType::BF16}) {
     check_low_precision("conv2d", f, {x, w, b}, dtype, 4.0);
 
-    Tensor xl = x.to(dtype).set_requires_grad(true);
-    Tensor wl = w.to(dtype).set_requires_grad(true);
-    Tensor bl = b.to(dtype).set_requires_grad(true);
-    const Tensor g = random_tensor({2, 4, 8, 8}, 44);
-    ops::conv2d(xl, wl, bl, 1, 1).backward(g.to(dtype));
-    REQUIRE(xl.grad().dtype() == dtype);
-    REQUIRE(wl.grad().dtype() == dtype);
-    REQUIRE(bl.grad().dtype() == dtype);
-
-    Tensor x32 = x.clone().set_requires_grad(true);
-    Tensor w32 = w.clone().set_requires_grad(true);
-    Tensor b32 = b.clone().set_requires_grad(true);
-    ops::conv2d(x32, w32, b32, 1, 1).backward(g);
-    const double rtol = testing::low_precision_rtol(dtype);
-    require_close(xl.grad(), x32.grad(), rtol, 4 * rtol, "conv2d dx");
-    require_close(wl.grad(), w32.grad(), rtol, 10 * rtol, "conv2d dw");
-    require_close(bl.grad(), b32.grad(), rtol, 10 * rtol, "conv2d db");
+    const double rtol = low_precision_rtol(dtype);
+    check_low_precision_grads("conv2d", f, {x, w, b}, random_tensor({2, 4, 8, 8}, 44), dtype,
+                              rtol, {4 * rtol, 10 * rtol, 10 * rtol});
   }
 }
 

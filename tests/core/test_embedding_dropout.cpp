@@ -10,9 +10,7 @@ namespace mixprec {
 namespace {
 
 using Catch::Contains;
-using testing::gradcheck;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 // ---- embedding ----------------------------------------------------------------------------
 
@@ -49,7 +47,7 @@ TEST_CASE("embedding backward sums the gradients of repeated ids", "[nn][embeddi
         double ref = 0;
         for (size_t i = 0; i < id.size(); ++i)
           if (id[i] == v) ref += vdy[i * dim + j];
-        const double tol = dtype == DType::F32 ? 1e-6 : testing::low_precision_rtol(dtype);
+        const double tol = dtype == DType::F32 ? 1e-6 : low_precision_rtol(dtype);
         REQUIRE(g.get(v * dim + j) == Approx(ref).margin(tol));
       }
     // Rows no id points at get an exact zero.
@@ -158,7 +156,7 @@ TEST_CASE("dropout backward applies the forward mask", "[nn][dropout]") {
         REQUIRE(g.get(i) == 0.0);
       } else {
         ++kept;
-        REQUIRE(g.get(i) == Approx(1.0 / (1.0 - p)).epsilon(testing::low_precision_rtol(dtype)));
+        REQUIRE(g.get(i) == Approx(1.0 / (1.0 - p)).epsilon(low_precision_rtol(dtype)));
       }
     }
     CHECK(kept > 0);

@@ -13,17 +13,7 @@
 namespace mixprec {
 namespace {
 
-using testing::gradcheck;
-using testing::random_tensor;
-
-std::vector<int64_t> coords_of(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> c(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    c[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return c;
-}
+using namespace testing;
 
 int64_t flat_of(const std::vector<int64_t>& c, const Shape& shape) {
   int64_t flat = 0;

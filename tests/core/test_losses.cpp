@@ -10,10 +10,7 @@ namespace mixprec {
 namespace {
 
 using Catch::Contains;
-using testing::check_low_precision;
-using testing::gradcheck;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 Tensor labels_for(int64_t n, int64_t c, uint64_t seed) {
   std::vector<int32_t> v(n);
@@ -96,8 +93,8 @@ TEST_CASE("cross_entropy in F16 and BF16 matches F32", "[nn][cross_entropy]") {
     REQUIRE(low.grad().dtype() == dtype);
     Tensor full = logits.clone().set_requires_grad(true);
     ops::cross_entropy(full, labels).backward();
-    require_close(low.grad(), full.grad(), testing::low_precision_rtol(dtype),
-                  testing::low_precision_rtol(dtype) * 0.1, "cross_entropy backward");
+    require_close(low.grad(), full.grad(), low_precision_rtol(dtype),
+                  low_precision_rtol(dtype) * 0.1, "cross_entropy backward");
   }
 }
 

@@ -10,15 +10,13 @@
 #include "core/autograd/grad_mode.h"
 #include "core/backend.h"
 #include "core/half.h"
+#include "core/ops/gemm_desc.h"
 #include "gradcheck.h"
 
 namespace {
 
 using namespace mixprec;
-using mixprec::testing::check_low_precision;
-using mixprec::testing::gradcheck;
-using mixprec::testing::random_tensor;
-using mixprec::testing::require_close;
+using namespace mixprec::testing;
 
 // Element (r, c) of op(X) for a row-major rows x cols matrix X stored at `x`.
 double op_at(const std::vector<float>& x, int64_t offset, bool trans, int64_t rows_op,
@@ -46,15 +44,6 @@ std::vector<double> reference_matmul(const Tensor& a, const Tensor& b, bool tran
   return out;
 }
 
-void require_matches(const Tensor& y, const std::vector<double>& expected, double tol) {
-  const std::vector<float> got = y.to_float_vector();
-  REQUIRE(got.size() == expected.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - expected[i]) / (1.0 + std::abs(expected[i])));
-  CHECK(worst < tol);
-}
-
 Shape stored(int64_t rows, int64_t cols, bool trans) {
   return trans ? Shape{cols, rows} : Shape{rows, cols};
 }
@@ -75,12 +64,7 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
       const Tensor a = random_tensor({m, k}, 1, -1, 1, dtype);
       const Tensor b = random_tensor({k, n}, 2, -1, 1, dtype);
       Tensor c = Tensor::full({m, n}, std::numeric_limits<double>::quiet_NaN(), dtype);
-      GemmDesc d;
-      d.m = m;
-      d.n = n;
-      d.k = k;
-      d.alpha = 0.5f;
-      cpu.gemm(d, a, b, c);
+      cpu.gemm(ops::gemm_desc(false, false, m, n, k, 0.5f), a, b, c);
       std::vector<double> expected = reference_matmul(a, b, false, false, 1, m, n, k, false);
       for (double& e : expected) e *= 0.5;
       require_matches(c, expected, dtype == DType::F32 ? 1e-6 : 1e-2);
@@ -94,13 +78,7 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
     for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
       const Tensor al = a.to(dtype), bl = b.to(dtype);
       Tensor c = c0.to(dtype).clone();
-      GemmDesc d;
-      d.m = m;
-      d.n = n;
-      d.k = k;
-      d.alpha = 2.0f;
-      d.beta = -1.5f;
-      cpu.gemm(d, al, bl, c);
+      cpu.gemm(ops::gemm_desc(false, false, m, n, k, 2.0f, -1.5f), al, bl, c);
       const std::vector<double> ab = reference_matmul(al, bl, false, false, 1, m, n, k, false);
       const std::vector<float> cv = c0.to(dtype).to_float_vector();
       const std::vector<float> got = c.to_float_vector();
@@ -122,17 +100,7 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
         const Tensor a = random_tensor({batch, m * k}, 6, -1, 1);
         const Tensor b = random_tensor({k * n}, 7, -1, 1);
         Tensor c = Tensor::empty({batch, m, n});
-        GemmDesc d;
-        d.trans_a = ta;
-        d.trans_b = tb;
-        d.m = m;
-        d.n = n;
-        d.k = k;
-        d.batch = batch;
-        d.stride_a = m * k;
-        d.stride_b = 0;
-        d.stride_c = m * n;
-        cpu.gemm(d, a, b, c);
+        cpu.gemm(ops::batched_gemm_desc(ta, tb, m, n, k, batch, m * k, 0), a, b, c);
         require_matches(c, reference_matmul(a, b, ta, tb, batch, m, n, k, true), 1e-6);
       }
   }
@@ -140,11 +108,7 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
   SECTION("k == 0 gives zeros (beta == 0) or beta * C") {
     const Tensor a = Tensor::empty({0});
     Tensor c = Tensor::full({2, 2}, 3.0);
-    GemmDesc d;
-    d.m = 2;
-    d.n = 2;
-    d.k = 0;
-    d.beta = 2.0f;
+    GemmDesc d = ops::gemm_desc(false, false, 2, 2, 0, 1.0f, 2.0f);
     cpu.gemm(d, a, a, c);
     CHECK(c.get(3) == 6.0);
     d.beta = 0.0f;
@@ -155,10 +119,7 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
   SECTION("bad descriptors throw") {
     const Tensor a = Tensor::zeros({m, k}), b = Tensor::zeros({k, n});
     Tensor c = Tensor::zeros({m, n});
-    GemmDesc d;
-    d.m = m;
-    d.n = n;
-    d.k = k + 1;
+    GemmDesc d = ops::gemm_desc(false, false, m, n, k + 1);
     REQUIRE_THROWS_WITH(cpu.gemm(d, a, b, c),
                         Catch::Contains("gemm") && Catch::Contains("too small"));
     d.k = k;
@@ -291,19 +252,9 @@ TEST_CASE("matmul: FP16/BF16 forward and backward", "[gemm]") {
   for (DType dtype : {DType::F16, DType::BF16}) {
     check_low_precision("matmul", f, {a, b}, dtype, 4.0);
 
-    Tensor al = a.to(dtype).set_requires_grad(true);
-    Tensor bl = b.to(dtype).set_requires_grad(true);
-    const Tensor g = random_tensor({2, 5, 6}, 43);
-    ops::matmul(al, bl).backward(g.to(dtype));
-    REQUIRE(al.grad().dtype() == dtype);
-    REQUIRE(bl.grad().dtype() == dtype);
-
-    Tensor a32 = a.clone().set_requires_grad(true);
-    Tensor b32 = b.clone().set_requires_grad(true);
-    ops::matmul(a32, b32).backward(g);
-    const double rtol = testing::low_precision_rtol(dtype);
-    require_close(al.grad(), a32.grad(), rtol, 4 * rtol, "matmul da");
-    require_close(bl.grad(), b32.grad(), rtol, 10 * rtol, "matmul db");
+    const double rtol = low_precision_rtol(dtype);
+    check_low_precision_grads("matmul", f, {a, b}, random_tensor({2, 5, 6}, 43), dtype, rtol,
+                              {4 * rtol, 10 * rtol});
   }
 }
 
@@ -395,23 +346,9 @@ TEST_CASE("linear: FP16/BF16 forward and backward", "[gemm]") {
   const auto f = [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[2]); };
   for (DType dtype : {DType::F16, DType::BF16}) {
     check_low_precision("linear", f, {x, w, bias}, dtype, 4.0);
-    Tensor xl = x.to(dtype).set_requires_grad(true);
-    Tensor wl = w.to(dtype).set_requires_grad(true);
-    Tensor bl = bias.to(dtype).set_requires_grad(true);
-    const Tensor g = random_tensor({4, 3, 9}, 74);
-    ops::linear(xl, wl, bl).backward(g.to(dtype));
-    REQUIRE(xl.grad().dtype() == dtype);
-    REQUIRE(wl.grad().dtype() == dtype);
-    REQUIRE(bl.grad().dtype() == dtype);
-
-    Tensor x32 = x.clone().set_requires_grad(true);
-    Tensor w32 = w.clone().set_requires_grad(true);
-    Tensor b32 = bias.clone().set_requires_grad(true);
-    ops::linear(x32, w32, b32).backward(g);
-    const double rtol = testing::low_precision_rtol(dtype);
-    require_close(xl.grad(), x32.grad(), rtol, 4 * rtol, "linear dx");
-    require_close(wl.grad(), w32.grad(), rtol, 4 * rtol, "linear dw");
-    require_close(bl.grad(), b32.grad(), rtol, 4 * rtol, "linear db");
+    const double rtol = low_precision_rtol(dtype);
+    check_low_precision_grads("linear", f, {x, w, bias}, random_tensor({4, 3, 9}, 74), dtype,
+                              rtol, {4 * rtol, 4 * rtol, 4 * rtol});
   }
 }
 

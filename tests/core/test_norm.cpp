@@ -11,10 +11,7 @@ namespace mixprec {
 namespace {
 
 using Catch::Contains;
-using testing::check_low_precision;
-using testing::gradcheck;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 // ---- layer_norm ---------------------------------------------------------------------------
 
@@ -84,22 +81,10 @@ TEST_CASE("layer_norm in F16 and BF16 matches F32", "[nn][layer_norm]") {
   const auto f = [](const std::vector<Tensor>& in) { return ops::layer_norm(in[0], in[1], in[2]); };
   for (DType dtype : {DType::F16, DType::BF16}) {
     check_low_precision("layer_norm", f, {x, w, b}, dtype, 2.0);
-    Tensor xl = x.to(dtype).set_requires_grad(true), wl = w.to(dtype).set_requires_grad(true),
-           bl = b.to(dtype).set_requires_grad(true);
-    Tensor y = ops::layer_norm(xl, wl, bl);
-    REQUIRE(y.dtype() == dtype);
-    const Tensor dy = random_tensor(y.shape(), 15, -1.f, 1.f, dtype);
-    y.backward(dy);
-    REQUIRE(xl.grad().dtype() == dtype);
-    REQUIRE(wl.grad().dtype() == dtype);
-    REQUIRE(bl.grad().dtype() == dtype);
-    Tensor xf = x.clone().set_requires_grad(true), wf = w.clone().set_requires_grad(true),
-           bf = b.clone().set_requires_grad(true);
-    ops::layer_norm(xf, wf, bf).backward(dy.to(DType::F32));
-    const double tol = 4 * testing::low_precision_rtol(dtype);
-    require_close(xl.grad(), xf.grad(), tol, tol, "layer_norm dx");
-    require_close(wl.grad(), wf.grad(), tol, tol, "layer_norm dweight");
-    require_close(bl.grad(), bf.grad(), tol, tol, "layer_norm dbias");
+    const double tol = 4 * low_precision_rtol(dtype);
+    check_low_precision_grads("layer_norm", f, {x, w, b},
+                              random_tensor(x.shape(), 15, -1.f, 1.f, dtype), dtype, tol,
+                              {tol, tol, tol});
   }
 }
 

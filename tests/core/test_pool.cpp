@@ -17,10 +17,7 @@
 namespace {
 
 using namespace mixprec;
-using mixprec::testing::check_low_precision;
-using mixprec::testing::gradcheck;
-using mixprec::testing::random_tensor;
-using mixprec::testing::require_close;
+using namespace mixprec::testing;
 
 std::vector<double> reference_pool(const Tensor& x, bool is_max, int64_t k, int64_t s, int64_t p,
                                    Shape& out_shape) {
@@ -140,22 +137,22 @@ TEST_CASE("pool2d: FP16/BF16 forward and backward", "[gemm]") {
         {x}, dtype);
     const Tensor g = random_tensor({2, 4, 5, 5}, 6);
     for (bool is_max : {true, false}) {
-      Tensor xl = x.to(dtype).set_requires_grad(true);
-      Tensor x32 = x.clone().set_requires_grad(true);
-      (is_max ? ops::max_pool2d(xl, 3, 2, 1) : ops::avg_pool2d(xl, 3, 2, 1)).backward(g.to(dtype));
-      (is_max ? ops::max_pool2d(x32, 3, 2, 1) : ops::avg_pool2d(x32, 3, 2, 1)).backward(g);
-      REQUIRE(xl.grad().dtype() == dtype);
-      const double rtol = testing::low_precision_rtol(dtype);
+      const LowPrecisionGrads grads = low_precision_grads(
+          [is_max](const std::vector<Tensor>& in) {
+            return is_max ? ops::max_pool2d(in[0], 3, 2, 1) : ops::avg_pool2d(in[0], 3, 2, 1);
+          },
+          {x}, g, dtype);
+      const double rtol = low_precision_rtol(dtype);
       // Rounding x can move a max-pool argmax between near-equal values, so compare the
       // max-pool gradient through its sum, which is the same wherever it lands.
       if (is_max) {
-        const std::vector<float> gl = xl.grad().to_float_vector(),
-                                 g32 = x32.grad().to_float_vector();
+        const std::vector<float> gl = grads.low[0].to_float_vector(),
+                                 g32 = grads.reference[0].to_float_vector();
         const double sl = std::accumulate(gl.begin(), gl.end(), 0.0);
         const double s32 = std::accumulate(g32.begin(), g32.end(), 0.0);
         CHECK(sl == Approx(s32).epsilon(rtol).margin(rtol * 10));
       } else {
-        require_close(xl.grad(), x32.grad(), rtol, rtol, "avg_pool2d dx");
+        require_close(grads.low[0], grads.reference[0], rtol, rtol, "avg_pool2d dx");
       }
     }
   }

@@ -12,11 +12,7 @@
 namespace mixprec {
 namespace {
 
-using testing::check_low_precision;
-using testing::gradcheck;
-using testing::low_precision_rtol;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 // Sum (times `scale`) of x over the dims where `kept` (same rank as x) has extent 1 while x
 // does not, computed in double; the result is laid out in `kept`'s shape.
@@ -44,17 +40,6 @@ Shape kept_shape(const Shape& sx, const std::vector<int64_t>& dims) {
   return kept;
 }
 
-void check_against(const Tensor& y, const std::vector<double>& ref, double tol,
-                   const std::string& label) {
-  const std::vector<float> yv = y.to_float_vector();
-  REQUIRE(yv.size() == ref.size());
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    worst = std::max(worst, std::abs(yv[i] - ref[i]) / (tol * (1 + std::abs(ref[i]))));
-  INFO(label << ": worst relative error / tolerance = " << worst);
-  CHECK(worst <= 1.0);
-}
-
 TEST_CASE("sum and mean over everything match a double reference", "[elementwise]") {
   for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}, Shape{}, Shape{2, 3, 5, 7}}) {
     const Tensor x = random_tensor(shape, 3 + shape.size(), -2.f, 3.f);
@@ -67,9 +52,9 @@ TEST_CASE("sum and mean over everything match a double reference", "[elementwise
   }
   // Large enough for the chunked parallel path.
   const Tensor big = random_tensor({1000, 301}, 5, 0.f, 1.f);
-  check_against(ops::sum(big), reference_reduce(big, {1, 1}, 1.0), 1e-5, "sum of 301000");
-  check_against(ops::mean(big), reference_reduce(big, {1, 1}, 1.0 / big.numel()), 1e-5,
-                "mean of 301000");
+  require_matches(ops::sum(big), reference_reduce(big, {1, 1}, 1.0), 1e-5, "sum of 301000");
+  require_matches(ops::mean(big), reference_reduce(big, {1, 1}, 1.0 / big.numel()), 1e-5,
+                  "mean of 301000");
 }
 
 struct DimsCase {
@@ -105,8 +90,8 @@ TEST_CASE("sum and mean over dims match a double reference, with and without kee
       const Tensor s = ops::sum(x, c.dims, keepdim), m = ops::mean(x, c.dims, keepdim);
       CHECK(s.shape() == (keepdim ? kept : squeezed));
       CHECK(m.shape() == (keepdim ? kept : squeezed));
-      check_against(s, reference_reduce(x, kept, 1.0), 1e-6, "sum " + label);
-      check_against(m, reference_reduce(x, kept, 1.0 / count), 1e-6, "mean " + label);
+      require_matches(s, reference_reduce(x, kept, 1.0), 1e-6, "sum " + label);
+      require_matches(m, reference_reduce(x, kept, 1.0 / count), 1e-6, "mean " + label);
     }
   }
 }
@@ -214,9 +199,9 @@ TEST_CASE("backend sum_to covers every reduction pattern", "[elementwise]") {
       Shape kept(c.x.size() - c.y.size(), 1);
       kept.insert(kept.end(), c.y.begin(), c.y.end());
       const double tol = dtype == DType::F32 ? 1e-5 : low_precision_rtol(dtype);
-      check_against(y, reference_reduce(x, kept, 0.5), tol,
-                    "sum_to " + shape_str(c.x) + " -> " + shape_str(c.y) + " " +
-                        std::string(dtype_name(dtype)));
+      require_matches(y, reference_reduce(x, kept, 0.5), tol,
+                      "sum_to " + shape_str(c.x) + " -> " + shape_str(c.y) + " " +
+                          std::string(dtype_name(dtype)));
     }
   }
   Tensor wrong = Tensor::empty({3});

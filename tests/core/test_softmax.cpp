@@ -9,10 +9,7 @@
 namespace mixprec {
 namespace {
 
-using testing::check_low_precision;
-using testing::gradcheck;
-using testing::random_tensor;
-using testing::require_close;
+using namespace testing;
 
 // Softmax (or log-softmax) of each row of `x` (last dim `cols`), computed in double.
 std::vector<double> reference_softmax(const std::vector<float>& x, int64_t cols, bool log) {
@@ -70,20 +67,12 @@ TEST_CASE("softmax and log_softmax gradients match finite differences", "[nn][so
 TEST_CASE("softmax in F16 and BF16 matches F32 and backpropagates", "[nn][softmax]") {
   const Tensor x = random_tensor({4, 13}, 31, -3.f, 3.f);
   for (bool log : {false, true}) {
+    const auto f = [log](const std::vector<Tensor>& in) { return apply(log, in[0]); };
     for (DType dtype : {DType::F16, DType::BF16}) {
-      check_low_precision(log ? "log_softmax" : "softmax",
-                          [log](const std::vector<Tensor>& in) { return apply(log, in[0]); }, {x},
-                          dtype);
-      Tensor xl = x.to(dtype).set_requires_grad(true);
-      Tensor y = apply(log, xl);
-      REQUIRE(y.dtype() == dtype);
-      y.backward(random_tensor(y.shape(), 5, -1.f, 1.f, dtype));
-      REQUIRE(xl.grad().dtype() == dtype);
-
-      Tensor xf = x.clone().set_requires_grad(true);
-      apply(log, xf).backward(random_tensor(y.shape(), 5, -1.f, 1.f, dtype).to(DType::F32));
-      require_close(xl.grad(), xf.grad(), 4 * testing::low_precision_rtol(dtype),
-                    4 * testing::low_precision_rtol(dtype), "softmax backward low precision");
+      check_low_precision(log ? "log_softmax" : "softmax", f, {x}, dtype);
+      const double tol = 4 * low_precision_rtol(dtype);
+      check_low_precision_grads(log ? "log_softmax" : "softmax", f, {x},
+                                random_tensor(x.shape(), 5, -1.f, 1.f, dtype), dtype, tol, {tol});
     }
   }
 }
