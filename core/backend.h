@@ -17,14 +17,12 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/op_kinds.h"
 
 namespace mixprec {
 
 class Tensor;
 
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Square, Abs, Relu, Gelu, Sigmoid, Tanh };
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
-enum class PoolKind : uint8_t { Max, Avg };
 
 // Seed and counter offset of the counter-based generator (core/philox.h). Element i of a
 // random fill draws from counter `offset + i`, so every backend produces the same numbers.

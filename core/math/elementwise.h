@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "core/backend.h"
+#include "core/op_kinds.h"
 #include "core/hd.h"
 
 namespace mixprec {
