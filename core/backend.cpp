@@ -1,7 +1,6 @@
 #include "core/backend.h"
 
 #include <array>
-#include <mutex>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -32,6 +31,7 @@ bool has_backend(DeviceType type) {
   return registry().backends[static_cast<size_t>(type)] != nullptr;
 }
 
+// Not synchronised: backends are registered once at start-up, before any tensor exists.
 void register_backend(DeviceType type, std::unique_ptr<Backend> backend) {
   registry().backends[static_cast<size_t>(type)] = std::move(backend);
 }

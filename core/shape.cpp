@@ -9,7 +9,9 @@ namespace mixprec {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n))
+      MIXPREC_FAIL("shape ", shape_str(shape), " has too many elements to count in 64 bits");
   return n;
 }
 

@@ -9,7 +9,7 @@ namespace mixprec {
 
 using Shape = std::vector<int64_t>;
 
-// Product of the extents; 1 for a scalar (empty shape).
+// Product of the extents; 1 for a scalar (empty shape). Throws when it overflows int64.
 int64_t shape_numel(const Shape& shape);
 // "[2, 3, 4]".
 std::string shape_str(const Shape& shape);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "core/autograd/engine.h"
@@ -20,11 +21,13 @@ namespace {
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     MIXPREC_CHECK(d >= 0, "tensor: negative extent in shape ", shape_str(shape));
+  const int64_t numel = shape_numel(shape);
+  MIXPREC_CHECK(numel <= std::numeric_limits<int64_t>::max() / 4, "tensor: shape ",
+                shape_str(shape), " needs more bytes than can be addressed");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage =
-      std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel) * dtype_size(dtype), device);
   return impl;
 }
 
@@ -79,6 +82,8 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
   MIXPREC_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
                 "arange: start, end and step must be finite");
   const double count = std::ceil((end - start) / step);
+  MIXPREC_CHECK(count < 9.0e15, "arange: [", start, ", ", end, ") in steps of ", step,
+                " has too many elements (", count, ")");
   Tensor t = empty({count > 0 ? static_cast<int64_t>(count) : 0}, dtype, device);
   if (t.numel() > 0) backend_for(device).arange(t, start, step);
   return t;
@@ -296,8 +301,11 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& grad) {
-  MIXPREC_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient ",
-                grad.defined() ? describe(grad) : std::string(), " does not match ", describe(*this));
+  if (grad.defined()) {
+    MIXPREC_CHECK(grad.shape() == shape() && grad.device() == device() && is_floating(grad.dtype()),
+                  "set_grad: gradient ", describe(grad), " does not fit ", describe(*this),
+                  " (it needs the same shape and device and a floating dtype)");
+  }
   autograd_meta().grad = grad;
 }
 

@@ -95,8 +95,6 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
 
   const Edge root_edge = gradient_edge(root);
   std::unordered_map<Node*, int> deps = count_dependencies(root_edge.node.get());
-  // Keeps every node alive while it sits in the ready list.
-  std::unordered_map<Node*, std::shared_ptr<Node>> owners;
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
 
   Tensor root_grad = grad.dtype() == root.dtype() ? grad : grad.to(root.dtype());

@@ -47,13 +47,14 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released = false;  // saved tensors were freed by an earlier backward
 };
 
-// Sink of a leaf tensor: adds (or writes) incoming gradients into the leaf's .grad.
+// Sink of a leaf tensor: adds (or writes, in GradMode::Overwrite) incoming gradients into
+// the leaf's .grad. Accumulation is in place, as in PyTorch: a handle to .grad taken
+// earlier sees the sum.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "accumulate_grad"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
-  GradMode mode = GradMode::Accumulate;
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

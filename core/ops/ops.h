@@ -15,7 +15,8 @@ namespace mixprec::ops {
 // ---- conversions and layout ----------------------------------------------------------------
 Tensor cast(const Tensor& x, DType dtype);                 // gradient cast back to x's dtype
 Tensor reshape(const Tensor& x, const Shape& shape);       // one extent may be -1
-Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
+// Merges dims start_dim..end_dim into one (torch.flatten: all of them by default).
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);

@@ -154,8 +154,11 @@ TEST_CASE("printing shows dtype, shape and values", "[tensor]") {
 TEST_CASE("reshape and flatten share storage and check sizes", "[tensor]") {
   Tensor a = Tensor::arange(0, 24).reshape({2, 3, 4});
   CHECK(a.shape() == Shape{2, 3, 4});
-  const Tensor f = ops::flatten(a);
+  CHECK(ops::flatten(a).shape() == Shape{24});
+  const Tensor f = ops::flatten(a, 1);
   CHECK(f.shape() == Shape{2, 12});
+  CHECK(ops::flatten(a, 0, 1).shape() == Shape{6, 4});
+  REQUIRE_THROWS_WITH(ops::flatten(a, 2, 1), Catch::Contains("flatten") && Catch::Contains("comes after"));
   const Tensor g = a.reshape({-1, 4});
   CHECK(g.shape() == Shape{6, 4});
   a.set(5, 100);
@@ -169,4 +172,22 @@ TEST_CASE("parse_dtype accepts the usual spellings", "[tensor]") {
   CHECK(parse_dtype("BFloat16") == DType::BF16);
   CHECK(parse_dtype("float32") == DType::F32);
   REQUIRE_THROWS_WITH(parse_dtype("fp8"), Catch::Contains("unknown dtype 'fp8'"));
+}
+
+TEST_CASE("shapes whose element count overflows are rejected", "[tensor]") {
+  REQUIRE_THROWS_WITH(Tensor::empty({int64_t{1} << 32, int64_t{1} << 32}),
+                      Catch::Contains("too many elements"));
+  REQUIRE_THROWS_WITH(Tensor::empty({2, (int64_t{1} << 62) + 1, 4}),
+                      Catch::Contains("too many elements"));
+  REQUIRE_THROWS_WITH(Tensor::empty({int64_t{1} << 62}), Catch::Contains("more bytes"));
+  REQUIRE_THROWS_WITH(Tensor::arange(0, 1e30), Catch::Contains("arange") && Catch::Contains("too many"));
+}
+
+TEST_CASE("set_grad accepts only gradients that fit the tensor", "[tensor]") {
+  Tensor x = Tensor::zeros({2});
+  REQUIRE_THROWS_WITH(x.set_grad(Tensor::zeros({2}, DType::I32)),
+                      Catch::Contains("set_grad") && Catch::Contains("I32[2]") && Catch::Contains("floating"));
+  REQUIRE_THROWS_WITH(x.set_grad(Tensor::zeros({3})), Catch::Contains("F32[3]"));
+  x.set_grad(Tensor::ones({2}));
+  CHECK(x.grad().get(1) == 1.0);
 }
