@@ -35,6 +35,7 @@ struct PhiloxKey {
 // op(A) is m x k (A stored k x m when trans_a), op(B) is k x n (B stored n x k when trans_b).
 // stride_* is the element distance between consecutive batch items; 0 broadcasts one
 // matrix to the whole batch. beta == 0 never reads C (so uninitialised C is fine).
+// alpha and beta are applied in FP32, before C's one rounding (none when C is F32).
 struct GemmDesc {
   bool trans_a = false;
   bool trans_b = false;
@@ -112,7 +113,13 @@ class Backend {
                            int64_t dst_start, int64_t length, bool accumulate) = 0;
 
   // ---- GEMM -------------------------------------------------------------------------------
-  // a, b, c share one floating dtype; FP32 accumulation; c rounded once on store.
+  // a and b share one floating dtype (F32, F16 or BF16); the products accumulate in FP32.
+  // c either has that dtype too (rounded once on store) or is F32 while a and b are F16 or
+  // BF16: the FP32 result is then written without any rounding, and beta reads C as FP32
+  // (cuBLAS's 16-bit inputs with a CUDA_R_32F output), so a consumer that continues in FP32
+  // (attention scores into the softmax) never sees a 16-bit overflow or an extra rounding.
+  // Any other combination (F32 inputs into a 16-bit C, F16 with BF16, I32) throws naming the
+  // dtypes.
   virtual void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) = 0;
 
   // ---- neural-network primitives ---------------------------------------------------------

@@ -1,6 +1,7 @@
 // GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies); FP16 and
 // BF16 operands are widened to FP32 once, multiplied by the same Eigen kernel, and C is
-// rounded once on store — the semantics of a tensor-core GEMM with FP32 accumulation.
+// rounded once on store — the semantics of a tensor-core GEMM with FP32 accumulation. An F32
+// C for 16-bit operands receives the FP32 result as it is.
 #include "core/cpu/cpu_gemm.h"
 
 // GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
@@ -129,10 +130,14 @@ int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
 
 void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
   MIXPREC_CHECK(a.defined() && b.defined() && c.defined(), "gemm: undefined operand");
-  MIXPREC_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch between ",
-                describe(a), ", ", describe(b), " and ", describe(c));
-  MIXPREC_CHECK(is_floating(a.dtype()), "gemm: unsupported dtype ", a.dtype(),
-                " on the CPU backend");
+  MIXPREC_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()),
+                "gemm: unsupported dtype among A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " on the CPU backend");
+  const bool wide_c = c.dtype() == DType::F32 && a.dtype() != DType::F32;
+  MIXPREC_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || wide_c),
+                "gemm: dtype mismatch between A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " (A and B share one dtype; C has it too, or is F32 for F16/BF16 "
+                "A and B)");
   MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
                 ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
   MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
@@ -170,8 +175,9 @@ void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
   }
 }
 
-// F16/BF16: A and B are widened once (a broadcast operand only once for the whole batch),
-// each C block is computed in an FP32 buffer and rounded once on store.
+// F16/BF16: A and B are widened once (a broadcast operand only once for the whole batch).
+// A 16-bit C block is computed in an FP32 buffer and rounded once on store; an F32 C is
+// written (and, with beta, read) in place.
 void gemm_16bit(const GemmDesc& d, bool is_bf16, const Tensor& a, const Tensor& b, Tensor& c) {
   const int64_t span_a = span(d.batch, d.stride_a, d.m * d.k);
   const int64_t span_b = span(d.batch, d.stride_b, d.k * d.n);
@@ -179,9 +185,15 @@ void gemm_16bit(const GemmDesc& d, bool is_bf16, const Tensor& a, const Tensor& 
   float* b32 = cpu::scratch(1, span_b);
   cpu::load_f32(is_bf16, a.data(), a32, span_a);
   cpu::load_f32(is_bf16, b.data(), b32, span_b);
-  auto* c16 = static_cast<uint16_t*>(c.data());
+  float* const c_wide = c.dtype() == DType::F32 ? c.data_as<float>() : nullptr;
+  auto* const c16 = static_cast<uint16_t*>(c.data());
   const int64_t mn = d.m * d.n;
   const auto multiply = [&](int64_t i) {
+    if (c_wide != nullptr) {
+      cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32 + i * d.stride_a,
+                    b32 + i * d.stride_b, d.beta, c_wide + i * d.stride_c);
+      return;
+    }
     uint16_t* ci = c16 + i * d.stride_c;
     float* c32 = cpu::scratch(2, mn);
     if (d.beta != 0.0f) cpu::load_f32(is_bf16, ci, c32, mn);

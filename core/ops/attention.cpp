@@ -1,9 +1,12 @@
 // causal_attention: softmax(q k^T / sqrt(D) + causal mask) v over q, k, v [B, H, T, D].
-// The two GEMMs run in q's dtype with FP32 accumulation; the scores are widened to F32
-// before the mask and the softmax, and the probabilities are rounded back to q's dtype only
-// for the P v product. The backward keeps the F32 probabilities:
+// The scores GEMM takes q and k in their dtype and writes its FP32 accumulator straight into
+// an F32 [B, H, T, T] tensor (the 1/sqrt(D) scale applied inside it), so F16/BF16 scores are
+// neither rounded nor able to overflow before the F32 mask and softmax; the probabilities are
+// rounded once to q's dtype, only as the operand of the P v product. The backward keeps the
+// F32 probabilities:
 //   dV = P^T dO,  dP = dO V^T,  dS = softmax_backward(P, dP) / sqrt(D),  dQ = dS K,  dK = dS^T Q
-// (masked entries have P = 0, so dS is 0 there and no gradient reaches future positions).
+// with dP written in F32 and dS rounded once to q's dtype as a GEMM operand (masked entries
+// have P = 0, so dS is 0 there and no gradient reaches future positions).
 #include <cmath>
 #include <limits>
 
@@ -46,9 +49,8 @@ struct CausalAttentionBackward final : Node {
     }
     Tensor dq, dk;
     if (need_q || need_k) {
-      Tensor dp = Tensor::empty(probs.shape(), dtype, q.device());
-      be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp);
-      const Tensor dp32 = converted(be, dp, DType::F32);
+      Tensor dp32 = Tensor::empty(probs.shape(), DType::F32, q.device());
+      be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp32);
       Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.softmax_backward(probs, dp32, ds32, false);
       const Tensor ds = converted(be, ds32, dtype);
@@ -93,11 +95,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
 
   // Every GEMM here is batched over (batch, head) with one [T, T] or [T, D] matrix per item,
   // so the batch strides are the matrix sizes.
-  Tensor scores = Tensor::empty({b, h, t, t}, dtype, q.device());
+  Tensor scores = Tensor::empty({b, h, t, t}, DType::F32, q.device());
   be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, scale), q, k, scores);
-  const Tensor scores32 = converted(be, scores, DType::F32);
   Tensor masked = Tensor::empty(scores.shape(), DType::F32, q.device());
-  be.causal_mask(scores32, -std::numeric_limits<float>::infinity(), masked);
+  be.causal_mask(scores, -std::numeric_limits<float>::infinity(), masked);
   Tensor probs = Tensor::empty(scores.shape(), DType::F32, q.device());
   be.softmax(masked, probs, false);
   const Tensor p = converted(be, probs, dtype);

@@ -1,5 +1,7 @@
 // causal_attention: forward against a double-loop reference, causality (no output depends on
-// a later position), gradients, F16/BF16 against F32, and input validation.
+// a later position), gradients, F16/BF16 against F32 (scores beyond the F16 range included),
+// and input validation.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -105,6 +107,90 @@ TEST_CASE("causal_attention in F16 and BF16 matches F32", "[nn][attention]") {
     check_low_precision_grads("causal_attention", f, {q, k, v},
                               random_tensor(shape, 16, -1.f, 1.f, dtype), dtype, tol,
                               {tol, tol, tol});
+  }
+}
+
+TEST_CASE("causal_attention keeps F16/BF16 scores in FP32: no overflow past 65504",
+          "[nn][attention]") {
+  // q k^T / sqrt(D) = 200 * 200 * 4 / 2 = 80000, beyond the largest finite F16 (65504): scores
+  // stored in F16 would be inf and the softmax NaN. Every score is equal, so the output is v.
+  const Shape shape{1, 1, 3, 4};
+  // Row i averages i + 1 equal positions: dV at position j sums 1 / (i + 1) over i >= j.
+  const std::vector<double> dv_expected = {1.0 + 1.0 / 2 + 1.0 / 3, 1.0 / 2 + 1.0 / 3, 1.0 / 3};
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    Tensor q = Tensor::full(shape, 200.0, dtype).set_requires_grad(true);
+    Tensor k = Tensor::full(shape, 200.0, dtype).set_requires_grad(true);
+    Tensor v = Tensor::full(shape, 200.0, dtype).set_requires_grad(true);
+    const Tensor out = ops::causal_attention(q, k, v);
+    REQUIRE(out.dtype() == dtype);
+    const double rtol = low_precision_rtol(dtype);
+    for (int64_t i = 0; i < out.numel(); ++i) REQUIRE(out.get(i) == Approx(200.0).epsilon(rtol));
+
+    // dP = dO V^T = 800 everywhere, so dS = P (dP - sum P dP) vanishes and dQ = dK = 0.
+    out.backward(Tensor::ones(shape, dtype));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      CHECK(std::abs(q.grad().get(i)) <= 1e-2);
+      CHECK(std::abs(k.grad().get(i)) <= 1e-2);
+      CHECK(v.grad().get(i) == Approx(dv_expected[static_cast<size_t>(i / 4)]).epsilon(rtol));
+    }
+  }
+}
+
+TEST_CASE("causal_attention with scaled F16 scores beyond 65504 matches the reference",
+          "[nn][attention]") {
+  // Multiples of 4 up to 348 in magnitude are exact in F16 and BF16 and their dot products
+  // exact in FP32, so the 16-bit runs see the very scores of the F32 run. k is q plus a small
+  // perturbation, so the diagonal scores |q_i|^2 / 2 are large and often beyond the F16 range.
+  const Shape shape{2, 1, 9, 4};
+  const int64_t bh = 2, t = 9, d = 4;
+  const auto multiples_of_4 = [&](uint64_t seed, float range) {
+    std::vector<float> values = random_tensor(shape, seed, -range, range).to_float_vector();
+    for (float& x : values) x = 4.0f * std::round(x);
+    return Tensor::from_vector(values, shape);
+  };
+  const Tensor q = multiples_of_4(21, 75.f);
+  const Tensor k = ops::add(q, multiples_of_4(22, 12.f));
+  const Tensor v = random_tensor(shape, 23);
+  // Rows whose largest score exceeds 65504: an F16 score there would be inf, the softmax NaN.
+  const std::vector<float> vq = q.to_float_vector(), vk = k.to_float_vector();
+  int64_t rows_beyond_f16 = 0;
+  for (int64_t b = 0; b < bh; ++b)
+    for (int64_t i = 0; i < t; ++i) {
+      double row_max = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e)
+          dot += static_cast<double>(vq[(b * t + i) * d + e]) * vk[(b * t + j) * d + e];
+        row_max = std::max(row_max, dot / std::sqrt(static_cast<double>(d)));
+      }
+      if (row_max > 65504.0) ++rows_beyond_f16;
+    }
+  REQUIRE(rows_beyond_f16 >= 3);
+
+  const auto f = [](const std::vector<Tensor>& in) {
+    return ops::causal_attention(in[0], in[1], in[2]);
+  };
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    const Tensor vl = v.to(dtype);
+    const Tensor out = ops::causal_attention(q.to(dtype), k.to(dtype), vl);
+    REQUIRE(out.dtype() == dtype);
+    // Explicitly: the comparisons below compute relative errors, where a NaN is no excess.
+    for (float x : out.to_float_vector()) REQUIRE(std::isfinite(x));
+    require_matches(out, reference_attention(q, k, vl.to(DType::F32)), low_precision_rtol(dtype),
+                    "forward against the double reference");
+    check_low_precision("causal_attention", f, {q, k, v}, dtype, 2.0);
+    // dQ and dK carry the factors K / sqrt(D) and Q / sqrt(D), up to 174 here.
+    const double tol = 4 * low_precision_rtol(dtype);
+    const LowPrecisionGrads grads =
+        low_precision_grads(f, {q, k, v}, random_tensor(shape, 24, -1.f, 1.f, dtype), dtype);
+    const std::vector<double> atols = {175 * tol, 175 * tol, tol};
+    for (size_t i = 0; i < 3; ++i) {
+      for (float x : grads.low[i].to_float_vector()) REQUIRE(std::isfinite(x));
+      require_close(grads.low[i], grads.reference[i], tol, atols[i],
+                    "causal_attention grad " + std::to_string(i));
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // GEMM (the backend primitive), matmul and linear: forwards against double-loop references,
 // gradients against finite differences, FP16/BF16 against FP32, the one-rounding rule of
-// FP16/BF16 GEMM, and input validation.
+// FP16/BF16 GEMM, its unrounded F32-output form, and input validation.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -129,6 +129,96 @@ TEST_CASE("gemm: contract of the backend primitive", "[gemm]") {
     Tensor ci = Tensor::zeros({m, n}, DType::I32);
     const Tensor ai = Tensor::zeros({m, k}, DType::I32), bi = Tensor::zeros({k, n}, DType::I32);
     REQUIRE_THROWS_WITH(cpu.gemm(d, ai, bi, ci), Catch::Contains("gemm") && Catch::Contains("I32"));
+  }
+}
+
+TEST_CASE("gemm: F16/BF16 operands into an F32 C are not rounded", "[gemm]") {
+  Backend& cpu = backend_for(kCPU);
+
+  SECTION("a K = 3 dot product keeps its exact FP32 value") {
+    // big + 0.5 + 0.25 (+ beta * 0.125) is exact in FP32 but falls between two neighbours of
+    // the 16-bit format (F16 spacing 2 at 2048, BF16 spacing 2 at 256).
+    struct Case {
+      DType dtype;
+      float big;
+    };
+    for (const Case& c : {Case{DType::F16, 2048.f}, Case{DType::BF16, 256.f}}) {
+      INFO(dtype_name(c.dtype));
+      const Tensor a = Tensor::ones({1, 3}, c.dtype);
+      const Tensor b = Tensor::from_vector({c.big, 0.5f, 0.25f}, {3, 1}, c.dtype);
+      const float exact = c.big + 0.75f;
+      REQUIRE((c.dtype == DType::F16 ? static_cast<float>(half(exact))
+                                     : static_cast<float>(bfloat16(exact))) != exact);
+      Tensor y = Tensor::full({1, 1}, std::numeric_limits<double>::quiet_NaN());
+      cpu.gemm(ops::gemm_desc(false, false, 1, 1, 3), a, b, y);
+      CHECK(y.get(0) == exact);
+      // alpha and beta are applied in FP32 and the sum is not rounded either.
+      y.set(0, 0.125);
+      cpu.gemm(ops::gemm_desc(false, false, 1, 1, 3, 2.0f, 1.0f), a, b, y);
+      CHECK(y.get(0) == 2.0 * exact + 0.125);
+      // The same through the transposed path.
+      cpu.gemm(ops::gemm_desc(true, true, 1, 1, 3), b, a, y);
+      CHECK(y.get(0) == exact);
+    }
+  }
+
+  SECTION("a product beyond the F16 range stays finite") {
+    // 300 * 300 * 2 = 180000 > 65504, the largest finite F16.
+    const Tensor a = Tensor::full({2, 2}, 300.0, DType::F16);
+    Tensor y = Tensor::empty({2, 2});
+    cpu.gemm(ops::gemm_desc(false, true, 2, 2, 2), a, a, y);
+    for (int64_t i = 0; i < 4; ++i) CHECK(y.get(i) == 180000.0);
+  }
+
+  SECTION("batched and transposed products match a double reference") {
+    const int64_t batch = 3, m = 5, n = 7, k = 13;
+    for (DType dtype : {DType::F16, DType::BF16})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          INFO(dtype_name(dtype) << " trans_a " << ta << " trans_b " << tb);
+          const Tensor a = random_tensor({batch, m * k}, 81, -4, 4, dtype);
+          const Tensor b = random_tensor({k * n}, 82, -4, 4, dtype);
+          const Tensor c0 = random_tensor({batch, m, n}, 83, -4, 4);
+          Tensor c = c0.clone();
+          cpu.gemm(ops::batched_gemm_desc(ta, tb, m, n, k, batch, m * k, 0, 0.5f, -2.0f), a, b,
+                   c);
+          std::vector<double> expected = reference_matmul(a, b, ta, tb, batch, m, n, k, true);
+          const std::vector<float> cv = c0.to_float_vector();
+          for (size_t i = 0; i < expected.size(); ++i)
+            expected[i] = 0.5 * expected[i] - 2.0 * cv[i];
+          // FP32 accumulation of exactly widened inputs: FP32 accuracy, far below one 16-bit
+          // ulp (which would be ~1e-3 relative for F16 and ~1e-2 for BF16).
+          require_matches(c, expected, 1e-5);
+        }
+  }
+
+  SECTION("other dtype combinations throw naming the dtypes") {
+    const GemmDesc d = ops::gemm_desc(false, false, 3, 4, 5);
+    const Tensor a32 = Tensor::zeros({3, 5}), b32 = Tensor::zeros({5, 4});
+    const Tensor a16 = Tensor::zeros({3, 5}, DType::F16), b16 = Tensor::zeros({5, 4}, DType::F16);
+    const Tensor bb16 = Tensor::zeros({5, 4}, DType::BF16);
+    Tensor c32 = Tensor::zeros({3, 4});
+    Tensor c16 = Tensor::zeros({3, 4}, DType::F16), cb16 = Tensor::zeros({3, 4}, DType::BF16);
+    // F32 operands never round into a 16-bit C.
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a32, b32, c16), Catch::Contains("gemm") &&
+                                                        Catch::Contains("F32[3, 5]") &&
+                                                        Catch::Contains("F16[3, 4]"));
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a32, b32, cb16),
+                        Catch::Contains("gemm") && Catch::Contains("BF16[3, 4]"));
+    // A and B must share their dtype, whatever C is.
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a16, bb16, c32), Catch::Contains("gemm") &&
+                                                         Catch::Contains("F16[3, 5]") &&
+                                                         Catch::Contains("BF16[5, 4]"));
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a16, bb16, c16),
+                        Catch::Contains("gemm") && Catch::Contains("BF16[5, 4]"));
+    // A 16-bit C of the other 16-bit format.
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a16, b16, cb16), Catch::Contains("gemm") &&
+                                                         Catch::Contains("F16[3, 5]") &&
+                                                         Catch::Contains("BF16[3, 4]"));
+    // F16 operands into an I32 C.
+    Tensor ci = Tensor::zeros({3, 4}, DType::I32);
+    REQUIRE_THROWS_WITH(cpu.gemm(d, a16, b16, ci),
+                        Catch::Contains("gemm") && Catch::Contains("I32[3, 4]"));
   }
 }
 
