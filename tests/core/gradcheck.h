@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,17 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.f,
                             DType dtype = DType::F32) {
   Generator gen(seed);
   return Tensor::uniform(shape, gen, low, high, dtype);
+}
+
+// |got - expected| in units of `allowed`. Non-finite values must match exactly (the same
+// infinity, or NaN for NaN); otherwise the error is infinite, so a NaN never slips through a
+// comparison that is false for NaN.
+inline double scaled_error(double got, double expected, double allowed) {
+  if (!std::isfinite(got) || !std::isfinite(expected)) {
+    const bool same = (std::isnan(got) && std::isnan(expected)) || got == expected;
+    return same ? 0.0 : std::numeric_limits<double>::infinity();
+  }
+  return std::abs(got - expected) / allowed;
 }
 
 struct GradcheckOptions {
@@ -76,10 +88,10 @@ inline void gradcheck(const std::string& label, const TensorFn& f, std::vector<T
       }
       x.set(j, original);
       const double numeric = (plus - minus) / (2 * options.eps);
-      const double err = std::abs(a[j] - numeric);
       const double allowed = options.atol + options.rtol * std::max(std::abs(numeric), std::abs((double)a[j]));
-      if (err / allowed > worst) {
-        worst = err / allowed;
+      const double err = scaled_error(a[j], numeric, allowed);
+      if (err > worst) {
+        worst = err;
         std::ostringstream msg;
         msg << label << ": input " << which << " element " << j << ": analytic " << a[j]
             << " vs numeric " << numeric;
@@ -99,8 +111,8 @@ inline void require_close(const Tensor& a, const Tensor& b, double rtol, double 
   double worst = 0;
   int64_t at = -1;
   for (size_t i = 0; i < va.size(); ++i) {
-    const double r = std::abs((double)va[i] - vb[i]) / (atol + rtol * std::abs((double)vb[i]));
-    if (!(r <= worst)) {
+    const double r = scaled_error(va[i], vb[i], atol + rtol * std::abs((double)vb[i]));
+    if (r > worst) {
       worst = r;
       at = static_cast<int64_t>(i);
     }
@@ -118,7 +130,7 @@ inline void require_matches(const Tensor& y, const std::vector<double>& expected
   REQUIRE(got.size() == expected.size());
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - expected[i]) / (1.0 + std::abs(expected[i])));
+    worst = std::max(worst, scaled_error(got[i], expected[i], 1.0 + std::abs(expected[i])));
   INFO(label << ": worst relative error " << worst << ", tolerance " << tol);
   CHECK(worst < tol);
 }
