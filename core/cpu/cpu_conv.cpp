@@ -142,20 +142,30 @@ void col2im_add(const float* col, const ConvGeometry& g, float* dx) {
 // Images are independent, so a batch spreads over `threads` threads (each GEMM then runs on
 // its thread); a single image leaves the threads to the GEMM. The serial path opens no
 // parallel region: Eigen's threads, nested inside a one-thread team, measured slower than
-// when started at the top level. `body(n)` takes its buffers from the calling thread's
-// scratch slots.
+// when started at the top level. `body(n, worker)` takes its buffers from the calling
+// thread's scratch slots; `worker` in [0, threads) is the thread's number in the team opened
+// here, 0 on the serial path. It is never the caller's own omp_get_thread_num(), which inside
+// an enclosing parallel region numbers the outer team.
 template <class Body>
 void for_each_image(int64_t images, int threads, const Body& body) {
   if (images > 1 && threads > 1) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t n = 0; n < images; ++n) body(n);
+#pragma omp parallel num_threads(threads)
+    {
+      const int worker = omp_get_thread_num();
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < images; ++n) body(n, worker);
+    }
   } else {
-    for (int64_t n = 0; n < images; ++n) body(n);
+    for (int64_t n = 0; n < images; ++n) body(n, 0);
   }
 }
 
+// Threads for a batch of `images`. Inside a parallel region that may not nest another
+// active one, a team opened here would have one thread, so plan for one.
 int image_threads(int64_t images) {
-  return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(images, 1)));
+  const int available =
+      omp_get_active_level() >= omp_get_max_active_levels() ? 1 : omp_get_max_threads();
+  return static_cast<int>(std::min<int64_t>(available, std::max<int64_t>(images, 1)));
 }
 
 template <class T>
@@ -164,7 +174,7 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometr
   std::vector<float> bias32(static_cast<size_t>(bias ? g.o : 0));
   if (bias) load_row(bias, bias32.data(), g.o);
   const int64_t out_size = g.o * g.pixels();
-  for_each_image(g.n, image_threads(g.n), [&](int64_t n) {
+  for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
     float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
     im2col(x + n * g.image(), g, col);
     float* out;
@@ -200,7 +210,7 @@ template <class T>
 void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   const float* w32 = filter_f32(w, g.o * g.rows());
   const int64_t dy_size = g.o * g.pixels();
-  for_each_image(g.n, image_threads(g.n), [&](int64_t n) {
+  for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
     const float* dyn = output_grad_f32(dy, n, dy_size);
     float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
     cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col);
@@ -216,8 +226,8 @@ void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   });
 }
 
-// Each thread sums its images into a private FP32 dW (and dbias); the partial sums are then
-// added in thread order, so the result is the same on every run with the same thread count.
+// Each worker sums its images into a private FP32 dW (and dbias); the partial sums are then
+// added in worker order, so the result is the same on every run with the same thread count.
 template <class T>
 void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGeometry& g) {
   const int64_t w_size = g.o * g.rows();
@@ -225,10 +235,9 @@ void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGe
   const int threads = image_threads(g.n);
   std::vector<float> partial_w(static_cast<size_t>(threads * w_size), 0.0f);
   std::vector<float> partial_b(static_cast<size_t>(threads * g.o), 0.0f);
-  for_each_image(g.n, threads, [&](int64_t n) {
-    const int t = omp_get_thread_num();
-    float* pw = partial_w.data() + t * w_size;
-    float* pb = partial_b.data() + t * g.o;
+  for_each_image(g.n, threads, [&](int64_t n, int worker) {
+    float* pw = partial_w.data() + worker * w_size;
+    float* pb = partial_b.data() + worker * g.o;
     const float* dyn = output_grad_f32(dy, n, dy_size);
     float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
     im2col(x + n * g.image(), g, col);

@@ -4,8 +4,9 @@
 // Broadcasting is planned once per call: extent-1 output dims are dropped and adjacent dims
 // that every operand walks in step are merged, so the common cases (equal shapes, a bias
 // over the last dims, a [N, 1] column) become one or two dims whose innermost run is
-// contiguous or constant. Work is split into fixed-size chunks of the output, so the
-// parallel split (and hence every result) does not depend on the thread count.
+// contiguous or constant. A single-element operand of binary is read once as a constant.
+// Work is split into fixed-size chunks of the output, so the parallel split (and hence
+// every result) does not depend on the thread count.
 //
 // F16/BF16 data moves through FP32 scratch blocks with the vectorised bulk converters of
 // core/convert.h (bit-identical to to_float/from_float), so the math loops run on floats
@@ -275,6 +276,17 @@ void binary_same_shape(const T* a, const T* b, T* out, int64_t n) {
   map_contiguous<T, 2>({a, b}, out, n, [](float u, float v) { return binary_value<Op>(u, v); });
 }
 
+// One operand has out's shape, the other is a single value `s` (a 0-d or one-element tensor,
+// e.g. a loss scale), loaded once: on the right, out = op(x, s); on the left, out = op(s, x).
+// It then runs as a same-shape map with blocked conversions, not element by element.
+template <BinaryOp Op, bool kScalarRight, class T>
+void binary_scalar(const T* x, float s, T* out, int64_t n) {
+  map_contiguous<T, 1>({x}, out, n, [s](float v) {
+    if constexpr (kScalarRight) return binary_value<Op>(v, s);
+    else return binary_value<Op>(s, v);
+  });
+}
+
 // a has out's shape; b is repeated every `nb` elements (a bias over the trailing dims).
 template <BinaryOp Op, class T>
 void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
@@ -506,6 +518,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool a_full = a.numel() == n, b_full = b.numel() == n;
+  const bool a_scalar = a.numel() == 1 && b_full, b_scalar = b.numel() == 1 && a_full;
   const int64_t block = a_full ? trailing_block(b.shape(), out.shape()) : 0;
   MIXPREC_DISPATCH_FLOATING(out.dtype(), "binary", [&] {
     with_binary_op(op, [&](auto op_tag) {
@@ -514,6 +527,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
       const scalar_t* pb = cdata<scalar_t>(b);
       scalar_t* po = mdata<scalar_t>(out);
       if (a_full && b_full) binary_same_shape<kOp>(pa, pb, po, n);
+      else if (b_scalar) binary_scalar<kOp, true>(pa, to_float(*pb), po, n);
+      else if (a_scalar) binary_scalar<kOp, false>(pb, to_float(*pa), po, n);
       else if (block > 0) binary_trailing<kOp>(pa, pb, po, n, block);
       else binary_broadcast<kOp>(pa, pb, po, a.shape(), b.shape(), out.shape(), n);
     });

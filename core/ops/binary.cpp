@@ -1,6 +1,7 @@
 // add, sub, mul, div with NumPy broadcasting. The backward computes each input's gradient at
 // the output's shape and reduces it to the input's shape with sum_to, whose scale also
-// carries the sign of sub's and div's second gradient.
+// carries the sign of sub's and div's second gradient. Mul's and div's gradients of F16/BF16
+// inputs are computed in FP32 and rounded once (see product_grads).
 #include <algorithm>
 
 #include "core/autograd/record.h"
@@ -35,6 +36,14 @@ Tensor apply_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& 
   return out;
 }
 
+// t converted to `dtype` (t itself when it already has it), outside any graph.
+Tensor convert(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  backend_for(t.device()).cast(t, out);
+  return out;
+}
+
 struct BinaryBackward final : Node {
   BinaryOp op = BinaryOp::Add;
   Shape a_shape, b_shape;
@@ -58,22 +67,43 @@ struct BinaryBackward final : Node {
         if (need_b) gb = reduce_to(g, b_shape, -1.0f);
         break;
       case BinaryOp::Mul:
-        if (need_a) ga = reduce_to(apply_binary(BinaryOp::Mul, g, b, g.shape()), a_shape, 1.0f);
-        if (need_b) gb = reduce_to(apply_binary(BinaryOp::Mul, g, a, g.shape()), b_shape, 1.0f);
+      case BinaryOp::Div:
+        product_grads(g, need_a, need_b, ga, gb);
         break;
-      case BinaryOp::Div: {
-        // da = g / b; db = -(g / b) * a / b, reusing g / b.
-        const Tensor g_over_b = apply_binary(BinaryOp::Div, g, b, g.shape());
-        if (need_a) ga = reduce_to(g_over_b, a_shape, 1.0f);
-        if (need_b) {
-          Tensor t = apply_binary(BinaryOp::Mul, g_over_b, a, g.shape());
-          t = apply_binary(BinaryOp::Div, t, b, g.shape());
-          gb = reduce_to(t, b_shape, -1.0f);
-        }
-        break;
-      }
     }
     return {ga, gb};
+  }
+
+  // Gradients of mul and div. For F16/BF16 the products and quotients of g with the
+  // operands are formed in FP32 (g and the operands widened once), summed down to the
+  // input's shape in FP32 and rounded once to the input dtype: rounding each step would
+  // lose bits, and an intermediate such as g / b can overflow the 16-bit range when the
+  // gradient itself does not, a false overflow that makes the loss scaler skip the step.
+  void product_grads(const Tensor& g, bool need_a, bool need_b, Tensor& ga, Tensor& gb) const {
+    const DType dtype = g.dtype();
+    const Tensor g32 = convert(g, DType::F32);
+    if (op == BinaryOp::Mul) {
+      if (need_a) {
+        const Tensor b32 = convert(b, DType::F32);
+        ga = reduce_to(apply_binary(BinaryOp::Mul, g32, b32, g.shape()), a_shape, 1.0f);
+      }
+      if (need_b) {
+        const Tensor a32 = convert(a, DType::F32);
+        gb = reduce_to(apply_binary(BinaryOp::Mul, g32, a32, g.shape()), b_shape, 1.0f);
+      }
+    } else {
+      // da = g / b; db = -(g / b) * a / b, reusing g / b.
+      const Tensor b32 = convert(b, DType::F32);
+      const Tensor g_over_b = apply_binary(BinaryOp::Div, g32, b32, g.shape());
+      if (need_a) ga = reduce_to(g_over_b, a_shape, 1.0f);
+      if (need_b) {
+        Tensor t = apply_binary(BinaryOp::Mul, g_over_b, convert(a, DType::F32), g.shape());
+        t = apply_binary(BinaryOp::Div, t, b32, g.shape());
+        gb = reduce_to(t, b_shape, -1.0f);
+      }
+    }
+    if (ga.defined()) ga = convert(ga, dtype);
+    if (gb.defined()) gb = convert(gb, dtype);
   }
 };
 

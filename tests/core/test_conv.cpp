@@ -1,6 +1,7 @@
 // conv2d: forward against a direct (seven-loop) convolution in double, gradients against
 // finite differences, FP16/BF16 against FP32, and input validation.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -121,6 +122,36 @@ TEST_CASE("conv2d: filter gradient sums over a batch larger than the thread coun
   }
   CHECK(b.grad().get(0) == 9 * 20);
   CHECK(b.grad().get(1) == 9 * 20);
+}
+
+TEST_CASE("conv2d: filter gradient inside an OpenMP parallel region", "[gemm]") {
+  // With one image the kernel runs serially on the calling thread, whose thread number in
+  // the enclosing team (up to 3 here) must not pick the FP32 partial sum: only one exists.
+  for (int64_t batch : {1, 3}) {
+    const Tensor x = random_tensor({batch, 4, 16, 16}, 38);
+    const Tensor w = random_tensor({64, 4, 3, 3}, 39);
+    const auto filter_grad = [&] {
+      Tensor w2 = w.clone();
+      w2.set_requires_grad(true);
+      ops::sum(ops::conv2d(x, w2, Tensor(), 1, 1)).backward();
+      return w2.grad().to_float_vector();
+    };
+    const std::vector<float> expected = filter_grad();
+    constexpr int kThreads = 4;
+    std::vector<std::vector<float>> got(kThreads);
+#pragma omp parallel num_threads(kThreads)
+    got[static_cast<size_t>(omp_get_thread_num())] = filter_grad();
+    for (int t = 0; t < kThreads; ++t) {
+      INFO("batch " << batch << ", thread " << t);
+      const std::vector<float>& g = got[static_cast<size_t>(t)];
+      REQUIRE(g.size() == expected.size());
+      // Batch 3 may add its per-image partials in another order than outside the region.
+      int64_t bad = 0;
+      for (size_t i = 0; i < g.size(); ++i)
+        bad += std::abs(g[i] - expected[i]) <= 1e-5f * (1 + std::abs(expected[i])) ? 0 : 1;
+      CHECK(bad == 0);
+    }
+  }
 }
 
 TEST_CASE("conv2d: FP16/BF16 forward and backward", "[gemm]") {

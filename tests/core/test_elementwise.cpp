@@ -310,6 +310,44 @@ TEST_CASE("binary ops broadcast like NumPy and match a double reference", "[elem
   }
 }
 
+TEST_CASE("binary ops with a single-element operand on either side, bit for bit",
+          "[elementwise]") {
+  // The constant operand takes its own kernel path; sizes straddle its 512-element
+  // conversion blocks and reach the parallel split. Expected: the op in double on the
+  // stored values, rounded to FP32 and then once to the dtype.
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t n : {2, 511, 512, 513, 1543, 40007}) {
+      const Tensor x = binary_rhs({n}, 53).to(dtype);
+      const std::vector<float> xv = x.to_float_vector();
+      for (const Shape& scalar_shape : {Shape{}, Shape{1}, Shape{1, 1}}) {
+        const Tensor s = Tensor::full(scalar_shape, -0.3, dtype);
+        const float sv = s.to_float_vector()[0];
+        for (const BinaryCase& c : binary_cases()) {
+          for (bool scalar_right : {true, false}) {
+            const Tensor y = scalar_right ? c.op(x, s) : c.op(s, x);
+            const Shape out = broadcast_shapes(x.shape(), scalar_shape, "test");
+            REQUIRE(y.shape() == out);
+            REQUIRE(y.dtype() == dtype);
+            std::vector<float> expect(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i)
+              expect[i] = static_cast<float>(scalar_right ? c.reference(xv[i], sv)
+                                                          : c.reference(sv, xv[i]));
+            const std::vector<float> rounded =
+                Tensor::from_vector(expect, out, dtype).to_float_vector();
+            const std::vector<float> yv = y.to_float_vector();
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; ++i) bad += yv[i] == rounded[i] ? 0 : 1;
+            INFO(c.name << " in " << dtype << ", n = " << n << ", scalar "
+                        << shape_str(scalar_shape)
+                        << (scalar_right ? " on the right" : " on the left"));
+            CHECK(bad == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("binary op gradients match finite differences, broadcast shapes included",
           "[elementwise]") {
   for (const BinaryCase& c : binary_cases()) {
@@ -348,6 +386,61 @@ TEST_CASE("binary ops in F16 and BF16 match F32 and backpropagate in their dtype
       for (DType dtype : {DType::F16, DType::BF16}) {
         check_low_precision(c.name, f, {a, b}, dtype);
         check_low_precision_backward(c.name, f, {a, b}, dtype);
+      }
+    }
+  }
+}
+
+TEST_CASE("div and mul gradients in F16 round once, without false overflow", "[elementwise]") {
+  SECTION("div: db = -g a / b^2 fits in F16 although g / b does not") {
+    const Tensor a = Tensor::scalar(1e-4, DType::F16);
+    Tensor b = Tensor::scalar(0.01, DType::F16).set_requires_grad(true);
+    ops::div(a, b).backward(Tensor::scalar(30000, DType::F16));
+    REQUIRE(b.grad().dtype() == DType::F16);
+    // On the stored values: -30000 * 1.00017e-4 / 0.0100021^2 = -29992.3, which rounds to
+    // -30000 in F16; g / b = 3e6 alone would be out of range.
+    const double av = a.item(), bv = b.item();
+    const double exact = -30000.0 * av / (bv * bv);
+    CHECK(Tensor::scalar(exact, DType::F16).item() == -30000.0);
+    CHECK(b.grad().item() == -30000.0);
+  }
+  SECTION("mul: the broadcast operand's gradient sums the products before rounding") {
+    // ga = sum_i g[i] * b[i] over the broadcast dim.
+    const auto grad_of_a = [](const std::vector<float>& g, const std::vector<float>& bv) {
+      Tensor a = Tensor::ones({1}, DType::F16).set_requires_grad(true);
+      const Shape shape{static_cast<int64_t>(bv.size())};
+      const Tensor b = Tensor::from_vector(bv, shape, DType::F16);
+      ops::mul(a, b).backward(Tensor::from_vector(g, shape, DType::F16));
+      REQUIRE(a.grad().dtype() == DType::F16);
+      return a.grad().item();
+    };
+    // Products 120000 and -90000 are beyond F16's 65504; their sum 30000 is not.
+    CHECK(grad_of_a({60000, 60000}, {2, -1.5}) == 30000.0);
+    // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 and 1 - 2^-10 sum to 2 + 2^-10 + 2^-20, just above
+    // the midpoint between F16 neighbours 2 and 2 + 2^-9, so it rounds up. Rounding the
+    // first product first drops the 2^-20 and leaves the tie, which rounds to even (2).
+    const float up = 1.0009765625f, down = 0.9990234375f;
+    const double exact = static_cast<double>(up) * up + down;
+    CHECK(Tensor::scalar(exact, DType::F16).item() == 2.001953125);
+    CHECK(grad_of_a({up, 1}, {up, down}) == 2.001953125);
+  }
+  SECTION("results equal the FP32 gradients rounded once, broadcast on both sides") {
+    for (BinaryOp op : {BinaryOp::Mul, BinaryOp::Div}) {
+      for (DType dtype : {DType::F16, DType::BF16}) {
+        const auto f = [op](const Tensor& u, const Tensor& v) {
+          return op == BinaryOp::Mul ? ops::mul(u, v) : ops::div(u, v);
+        };
+        const Tensor a0 = random_tensor({5, 1, 7}, 121, -2.f, 2.f, dtype);
+        const Tensor b0 = binary_rhs({3, 1}, 122).to(dtype);
+        const Tensor g0 = random_tensor({5, 3, 7}, 123, -50.f, 50.f, dtype);
+        Tensor a = a0.clone().set_requires_grad(true), b = b0.clone().set_requires_grad(true);
+        f(a, b).backward(g0);
+        Tensor a32 = a0.to(DType::F32).set_requires_grad(true);
+        Tensor b32 = b0.to(DType::F32).set_requires_grad(true);
+        f(a32, b32).backward(g0.to(DType::F32));
+        INFO((op == BinaryOp::Mul ? "mul" : "div") << " in " << dtype);
+        CHECK(a.grad().to_float_vector() == a32.grad().to(dtype).to_float_vector());
+        CHECK(b.grad().to_float_vector() == b32.grad().to(dtype).to_float_vector());
       }
     }
   }
