@@ -15,7 +15,7 @@ constexpr int64_t kParallelWork = 1 << 15;
 
 template <class T>
 void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
-  const float scale = 1.0f / (1.0f - p);
+  const float scale = dropout_scale(p);
 #pragma omp parallel for if (n > (1 << 14))
   for (int64_t i = 0; i < n; ++i) {
     const bool keep = dropout_keep(key.seed, key.offset + static_cast<uint64_t>(i), p);

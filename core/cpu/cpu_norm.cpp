@@ -33,14 +33,14 @@ void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float*
     T* yr = y + r * cols;
     float sum = 0.0f;
     for (int64_t j = 0; j < cols; ++j) sum += to_float(xr[j]);
-    const float m = sum / static_cast<float>(cols);
-    // Two passes: the variance of centred values does not cancel catastrophically.
+    const float n = static_cast<float>(cols);
+    const float m = norm_mean(sum, n);
     float sq = 0.0f;
     for (int64_t j = 0; j < cols; ++j) {
       const float d = to_float(xr[j]) - m;
       sq += d * d;
     }
-    const float rs = norm_rstd(sq / static_cast<float>(cols), eps);
+    const float rs = norm_rstd(norm_variance(sq, n), eps);
     mean[r] = m;
     rstd[r] = rs;
     for (int64_t j = 0; j < cols; ++j)
@@ -61,14 +61,14 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
     for (int64_t j = 0; j < cols; ++j) {
       const float g = to_float(dyr[j]) * load_or(w, j, 1.0f);
       sum_g += g;
-      sum_g_xhat += g * (to_float(xr[j]) - mean[r]) * rstd[r];
+      sum_g_xhat += layer_norm_grad_xhat(g, to_float(xr[j]), mean[r], rstd[r]);
     }
-    const float mean_g = sum_g / static_cast<float>(cols);
-    const float mean_g_xhat = sum_g_xhat / static_cast<float>(cols);
+    const NormBackwardMeans means =
+        norm_backward_means(sum_g, sum_g_xhat, static_cast<float>(cols), true);
     for (int64_t j = 0; j < cols; ++j) {
       const float g = to_float(dyr[j]) * load_or(w, j, 1.0f);
-      const float xhat = (to_float(xr[j]) - mean[r]) * rstd[r];
-      dxr[j] = from_float<T>(norm_backward_value(g, xhat, mean_g, mean_g_xhat, rstd[r]));
+      const float xhat = norm_xhat(to_float(xr[j]), mean[r], rstd[r]);
+      dxr[j] = from_float<T>(norm_backward_value(g, xhat, means.g, means.g_xhat, rstd[r]));
     }
   }
   if (!dw && !db) return;
@@ -84,7 +84,7 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
     for (int64_t r = blk * kRowBlock; r < end; ++r)
       for (int64_t j = 0; j < cols; ++j) {
         const float d = to_float(dy[r * cols + j]);
-        pw[j] += d * (to_float(x[r * cols + j]) - mean[r]) * rstd[r];
+        pw[j] += layer_norm_grad_xhat(d, to_float(x[r * cols + j]), mean[r], rstd[r]);
         pb[j] += d;
       }
   }
@@ -126,14 +126,14 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
       double sum = 0.0;
       for (int64_t s = 0; s < l.n; ++s)
         for (int64_t i = 0; i < l.inner; ++i) sum += to_float(x[l.at(s, c, i)]);
-      const double mean = sum / count;
+      const double mean = norm_mean(sum, count);
       double sq = 0.0;
       for (int64_t s = 0; s < l.n; ++s)
         for (int64_t i = 0; i < l.inner; ++i) {
           const double d = to_float(x[l.at(s, c, i)]) - mean;
           sq += d * d;
         }
-      const float var = static_cast<float>(sq / count);
+      const float var = static_cast<float>(norm_variance(sq, count));
       m = static_cast<float>(mean);
       invstd = norm_rstd(var, eps);
       running_mean[c] = running_stat_update(running_mean[c], m, momentum);
@@ -167,19 +167,18 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
         const int64_t k = l.at(s, c, i);
         const float d = to_float(dy[k]);
         sum_dy += d;
-        sum_dy_xhat += static_cast<double>(d) * ((to_float(x[k]) - m) * invstd);
+        sum_dy_xhat += static_cast<double>(d) * norm_xhat(to_float(x[k]), m, invstd);
       }
     dw[c] = from_float<T>(static_cast<float>(sum_dy_xhat));
     db[c] = from_float<T>(static_cast<float>(sum_dy));
     const float scale = to_float(w[c]) * invstd;
-    // In eval mode the statistics are constants, so the gradient is a plain scaling.
-    const float mean_g = training ? static_cast<float>(sum_dy / count) : 0.0f;
-    const float mean_g_xhat = training ? static_cast<float>(sum_dy_xhat / count) : 0.0f;
+    const NormBackwardMeans means = norm_backward_means(sum_dy, sum_dy_xhat, count, training);
     for (int64_t s = 0; s < l.n; ++s)
       for (int64_t i = 0; i < l.inner; ++i) {
         const int64_t k = l.at(s, c, i);
-        const float xhat = (to_float(x[k]) - m) * invstd;
-        dx[k] = from_float<T>(norm_backward_value(to_float(dy[k]), xhat, mean_g, mean_g_xhat, scale));
+        const float xhat = norm_xhat(to_float(x[k]), m, invstd);
+        dx[k] = from_float<T>(
+            norm_backward_value(to_float(dy[k]), xhat, means.g, means.g_xhat, scale));
       }
   }
 }

@@ -1,12 +1,10 @@
 // 2-D max and average pooling of the CPU backend, parallel over the N*C planes.
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/math/pool.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -14,9 +12,9 @@ namespace {
 
 constexpr int64_t kParallelPool = int64_t{1} << 14;
 
-// Rows [h0, h1) and columns [w0, w1) of one input plane.
+// Rows and columns of one input plane.
 struct Window {
-  int64_t h0, h1, w0, w1;
+  PoolSpan rows, cols;
 };
 
 struct PoolGeometry {
@@ -24,9 +22,7 @@ struct PoolGeometry {
   int64_t kh, kw, sh, sw, ph, pw;
   // The window of output (y, x), clipped to the input.
   Window window(int64_t y, int64_t x) const {
-    const int64_t hs = y * sh - ph, ws = x * sw - pw;
-    return {std::max<int64_t>(hs, 0), std::min(hs + kh, h), std::max<int64_t>(ws, 0),
-            std::min(ws + kw, w)};
+    return {pool_span(y, h, kh, sh, ph), pool_span(x, w, kw, sw, pw)};
   }
   int64_t work() const { return planes * oh * ow * kh * kw; }
 };
@@ -42,10 +38,10 @@ PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, 
                  .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
   MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": window ", g.kh, "x", g.kw,
                 " is larger than the padded input ", shape_str(x));
-  const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] && oh == g.oh && ow == g.ow, op,
-                ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
+  MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] &&
+                    g.oh == pool_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == pool_output_size(g.w, g.kw, g.sw, g.pw),
+                op, ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
   return g;
 }
 
@@ -62,37 +58,26 @@ void for_each_window(const T* x, const PoolGeometry& g, const Pool& pool) {
   }
 }
 
-// NaN wins (as in PyTorch), so a NaN in the window is never hidden by the maximum. An empty
-// window (only possible with padding over half the kernel) gives -inf and index -1.
 template <class T>
 void max_pool(const T* x, T* y, int32_t* argmax, const PoolGeometry& g) {
   for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
-    float best = -std::numeric_limits<float>::infinity();
-    int64_t best_at = -1;
-    for (int64_t iy = win.h0; iy < win.h1 && !std::isnan(best); ++iy) {
-      for (int64_t ix = win.w0; ix < win.w1; ++ix) {
-        const float v = to_float(in[iy * g.w + ix]);
-        if (best_at < 0 || v > best || std::isnan(v)) {
-          best = v;
-          best_at = iy * g.w + ix;
-          if (std::isnan(v)) break;
-        }
-      }
-    }
-    y[out] = from_float<T>(best);
-    if (argmax) argmax[out] = static_cast<int32_t>(best_at);
+    MaxPoolArg best;
+    for (int64_t iy = win.rows.begin; iy < win.rows.end && !best.settled(); ++iy)
+      for (int64_t ix = win.cols.begin; ix < win.cols.end && !best.settled(); ++ix)
+        best.offer(to_float(in[iy * g.w + ix]), iy * g.w + ix);
+    y[out] = from_float<T>(best.value);
+    if (argmax) argmax[out] = static_cast<int32_t>(best.index);
   });
 }
 
-// count_include_pad: the divisor is the full kernel area, padded cells included.
 template <class T>
 void avg_pool(const T* x, T* y, const PoolGeometry& g) {
-  const float inv_area = 1.0f / static_cast<float>(g.kh * g.kw);
+  const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
   for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
     float sum = 0.0f;
-    for (int64_t iy = win.h0; iy < win.h1; ++iy)
-      for (int64_t ix = win.w0; ix < win.w1; ++ix) sum += to_float(in[iy * g.w + ix]);
-    y[out] = from_float<T>(sum * inv_area);
+    for (int64_t iy = win.rows.begin; iy < win.rows.end; ++iy)
+      for (int64_t ix = win.cols.begin; ix < win.cols.end; ++ix) sum += to_float(in[iy * g.w + ix]);
+    y[out] = from_float<T>(sum * inv_divisor);
   });
 }
 
@@ -100,7 +85,7 @@ void avg_pool(const T* x, T* y, const PoolGeometry& g) {
 // once at the end.
 template <class T>
 void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_t* argmax, T* dx) {
-  const float inv_area = 1.0f / static_cast<float>(g.kh * g.kw);
+  const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
   const int64_t plane = g.h * g.w;
 #pragma omp parallel if (g.work() > kParallelPool)
   {
@@ -117,9 +102,9 @@ void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_
             continue;
           }
           const Window win = g.window(oy, ox);
-          const float share = grad * inv_area;
-          for (int64_t iy = win.h0; iy < win.h1; ++iy)
-            for (int64_t ix = win.w0; ix < win.w1; ++ix) acc[iy * g.w + ix] += share;
+          const float share = grad * inv_divisor;
+          for (int64_t iy = win.rows.begin; iy < win.rows.end; ++iy)
+            for (int64_t ix = win.cols.begin; ix < win.cols.end; ++ix) acc[iy * g.w + ix] += share;
         }
       }
       T* out = dx + p * plane;

@@ -23,7 +23,7 @@ struct RowStats {
 template <class T>
 RowStats row_stats(const T* x, int64_t cols) {
   float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < cols; ++j) m = std::fmax(m, to_float(x[j]));
+  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
   float s = 0.0f;
   for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
   return {m, s};
@@ -72,12 +72,12 @@ float cross_entropy_rows(const T* logits, const int32_t* labels, float* lse, int
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const RowStats st = row_stats(logits + r * cols, cols);
-    lse[r] = st.max + std::log(st.sum);
+    lse[r] = log_sum_exp(st.max, st.sum);
   }
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r)
-    total += static_cast<double>(lse[r]) - to_float(logits[r * cols + labels[r]]);
-  return static_cast<float>(total / static_cast<double>(rows));
+    total += cross_entropy_row_loss(lse[r], to_float(logits[r * cols + labels[r]]));
+  return cross_entropy_mean(total, rows);
 }
 
 template <class T>
@@ -144,7 +144,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
   MIXPREC_CHECK(dlogits.dtype() == logits.dtype() && dlogits.numel() == logits.numel(),
                 "cross_entropy_backward: dlogits ", describe(dlogits), " must match logits ",
                 describe(logits));
-  const float scale = dloss.data_as<float>()[0] / static_cast<float>(rows);
+  const float scale = cross_entropy_grad_scale(dloss.data_as<float>()[0], rows);
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
     cross_entropy_backward_rows(static_cast<const scalar_t*>(logits.data()),
                                 labels.data_as<int32_t>(), lse.data_as<float>(), scale,

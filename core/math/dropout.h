@@ -15,7 +15,10 @@ MIXPREC_HD bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
   return !(philox_uniform(seed, counter) < p);
 }
 
-// x / (1 - p) for a kept element, 0 for a dropped one; scale = 1 / (1 - p).
+// 1 / (1 - p), for p in [0, 1): survivors are scaled so that the expected value is unchanged.
+MIXPREC_HD float dropout_scale(float p) { return 1.0f / (1.0f - p); }
+
+// x * scale for a kept element, 0 for a dropped one; scale = dropout_scale(p).
 MIXPREC_HD float dropout_value(float x, bool keep, float scale) { return keep ? x * scale : 0.0f; }
 
 }  // namespace mixprec

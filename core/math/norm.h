@@ -10,12 +10,39 @@
 
 namespace mixprec {
 
+// Finalising the statistics of one row (layer norm) or channel (batch norm) of n values.
+// Acc is the reduction's accumulation type: float for layer norm's rows, double for batch
+// norm's channels (their sums run over N*H*W terms). The variance comes from a second pass
+// over the values centred on the mean, which does not cancel catastrophically as
+// E[x^2] - mean^2 does.
+
+// Mean of the n values from their sum.
+template <class Acc>
+MIXPREC_HD Acc norm_mean(Acc sum, Acc n) {
+  return sum / n;
+}
+
+// Biased variance from the sum of squared deviations from the mean.
+template <class Acc>
+MIXPREC_HD Acc norm_variance(Acc sum_sq_dev, Acc n) {
+  return sum_sq_dev / n;
+}
+
 // 1 / sqrt(var + eps), var being the biased variance.
 MIXPREC_HD float norm_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
 
-// y = (x - mean) * rstd * weight + bias.
+// The normalised value xhat = (x - mean) * rstd.
+MIXPREC_HD float norm_xhat(float x, float mean, float rstd) { return (x - mean) * rstd; }
+
+// y = xhat * weight + bias (weight 1 and bias 0 when the norm has no affine parameters).
 MIXPREC_HD float norm_apply(float x, float mean, float rstd, float weight, float bias) {
-  return (x - mean) * rstd * weight + bias;
+  return norm_xhat(x, mean, rstd) * weight + bias;
+}
+
+// g * xhat for layer norm's backward sums (of dy * weight * xhat for dx, of dy * xhat for
+// dweight), evaluated as (g * (x - mean)) * rstd.
+MIXPREC_HD float layer_norm_grad_xhat(float g, float x, float mean, float rstd) {
+  return g * (x - mean) * rstd;
 }
 
 // Unbiased variance from the biased one over n >= 2 samples (Bessel's correction).
@@ -35,6 +62,20 @@ MIXPREC_HD float running_stat_update(float running, float batch, float momentum)
 MIXPREC_HD float norm_backward_value(float g, float xhat, float mean_g, float mean_g_xhat,
                                      float scale) {
   return scale * (g - mean_g - xhat * mean_g_xhat);
+}
+
+// The two means norm_backward_value takes, from the sums of g and of g * xhat over the n
+// normalised values. When the statistics are constants rather than functions of the input
+// (batch norm in eval mode uses the running ones) both are 0, and dx = scale * g.
+struct NormBackwardMeans {
+  float g, g_xhat;
+};
+
+template <class Acc>
+MIXPREC_HD NormBackwardMeans norm_backward_means(Acc sum_g, Acc sum_g_xhat, Acc n,
+                                                 bool input_statistics) {
+  if (!input_statistics) return {0.0f, 0.0f};
+  return {static_cast<float>(norm_mean(sum_g, n)), static_cast<float>(norm_mean(sum_g_xhat, n))};
 }
 
 }  // namespace mixprec

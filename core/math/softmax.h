@@ -6,10 +6,15 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/hd.h"
 
 namespace mixprec {
+
+// One step of the row-maximum reduction. fmaxf skips a NaN operand, so the maximum is that
+// of the row's numbers; a NaN element still turns its row's sum, and so the row, into NaN.
+MIXPREC_HD float softmax_max_step(float running_max, float x) { return fmaxf(running_max, x); }
 
 // exp(x - row_max): the unnormalised probability of one element.
 MIXPREC_HD float softmax_exp(float x, float row_max) { return expf(x - row_max); }
@@ -33,6 +38,25 @@ MIXPREC_HD float softmax_backward_term(float y, float dy, bool log) { return log
 //   log-softmax:  dx_j = dy_j - exp(y_j) sum_k dy_k
 MIXPREC_HD float softmax_backward_value(float y, float dy, float dot, bool log) {
   return log ? dy - expf(y) * dot : y * (dy - dot);
+}
+
+// log(sum_j exp(x_j)) of a row from its maximum m and s = sum_j exp(x_j - m).
+MIXPREC_HD float log_sum_exp(float row_max, float sum) { return row_max + logf(sum); }
+
+// Cross-entropy of one row, -log softmax_label = lse - logit_label, in double: the mean over
+// the rows is accumulated in double and rounded to float once (cross_entropy_mean).
+MIXPREC_HD double cross_entropy_row_loss(float lse, float label_logit) {
+  return static_cast<double>(lse) - static_cast<double>(label_logit);
+}
+
+// The loss: the mean over N rows of their cross_entropy_row_loss, given the sum.
+MIXPREC_HD float cross_entropy_mean(double total, int64_t rows) {
+  return static_cast<float>(total / static_cast<double>(rows));
+}
+
+// The factor of every element of dlogits: dloss / N, dloss being the gradient of the mean.
+MIXPREC_HD float cross_entropy_grad_scale(float dloss, int64_t rows) {
+  return dloss / static_cast<float>(rows);
 }
 
 // One element of d(mean cross-entropy)/dlogits: scale * (softmax_j - [j == label]), where

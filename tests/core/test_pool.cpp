@@ -12,6 +12,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/backend.h"
+#include "core/math/pool.h"
 #include "gradcheck.h"
 
 namespace {
@@ -107,6 +108,47 @@ TEST_CASE("pool2d: max pooling propagates NaN and routes the gradient to the arg
   ops::max_pool2d(x2, 2).backward(Tensor::from_vector({10, 20, 30, 40}, {1, 1, 2, 2}));
   const std::vector<float> expected = {0, 10, 0, 0, 0, 0, 0, 20, 30, 0, 40, 0, 0, 0, 0, 0};
   CHECK(x2.grad().to_float_vector() == expected);
+}
+
+// The window rules of core/math/pool.h, which the CUDA kernels share: checked directly,
+// including the cases the op tests avoid (ties, several NaNs, an all-padding window).
+TEST_CASE("pool2d math: max window rule, spans and divisor", "[gemm]") {
+  MaxPoolArg tie;
+  for (int64_t i = 0; i < 4; ++i) tie.offer(i % 2 == 0 ? 3.0f : 1.0f, i);
+  CHECK(tie.value == 3.0f);
+  CHECK(tie.index == 0);
+
+  const float minus_nan = -std::numeric_limits<float>::quiet_NaN();
+  MaxPoolArg nan;
+  nan.offer(1.0f, 0);
+  CHECK_FALSE(nan.settled());
+  nan.offer(minus_nan, 1);
+  nan.offer(std::numeric_limits<float>::quiet_NaN(), 2);
+  nan.offer(std::numeric_limits<float>::infinity(), 3);
+  CHECK(nan.settled());
+  CHECK(std::isnan(nan.value));
+  CHECK(std::signbit(nan.value));
+  CHECK(nan.index == 1);
+
+  MaxPoolArg lowest;
+  lowest.offer(-std::numeric_limits<float>::infinity(), 7);
+  CHECK(lowest.index == 7);
+
+  const MaxPoolArg empty;
+  CHECK(empty.value == -std::numeric_limits<float>::infinity());
+  CHECK(empty.index == -1);
+
+  CHECK(pool_output_size(7, 3, 2, 1) == 4);
+  CHECK(pool_output_size(4, 2, 2, 0) == 2);
+  CHECK(pool_output_size(5, 2, 2, 0) == 2);
+  const PoolSpan first = pool_span(0, 7, 3, 2, 1);
+  CHECK((first.begin == 0 && first.end == 2));
+  const PoolSpan last = pool_span(3, 7, 3, 2, 1);
+  CHECK((last.begin == 5 && last.end == 7));
+  const PoolSpan padding_only = pool_span(0, 4, 3, 1, 3);
+  CHECK(padding_only.begin >= padding_only.end);
+
+  CHECK(avg_pool_inv_divisor(3, 2) == 1.0f / 6.0f);
 }
 
 TEST_CASE("pool2d: gradients match finite differences", "[gemm]") {
