@@ -39,8 +39,8 @@ PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, 
   MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": window ", g.kh, "x", g.kw,
                 " is larger than the padded input ", shape_str(x));
   MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] &&
-                    g.oh == pool_output_size(g.h, g.kh, g.sh, g.ph) &&
-                    g.ow == pool_output_size(g.w, g.kw, g.sw, g.pw),
+                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
                 op, ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
   return g;
 }

@@ -10,14 +10,10 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "core/math/window.h"
 
 namespace mixprec {
 
-// Output extent along one dimension: (in + 2 pad - kernel) / stride + 1, rounded down.
-// Requires stride >= 1, pad >= 0 and in + 2 pad >= kernel (so the result is >= 1).
-MIXPREC_HD int64_t pool_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
-  return (in + 2 * pad - kernel) / stride + 1;
-}
 
 // Input indices [begin, end) that output index `out` covers along one dimension: the window
 // [out * stride - pad, out * stride - pad + kernel) clipped to the input [0, in). It is empty

@@ -3,6 +3,7 @@
 // on the GPU); this file checks shapes and records the graph.
 #include "core/autograd/record.h"
 #include "core/backend.h"
+#include "core/math/window.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
 
@@ -63,8 +64,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                 weight.size(2), "x", weight.size(3), " of weight ", describe(weight),
                 " is larger than the padded input ", padded_h, "x", padded_w, " of ", describe(x),
                 " (padding ", padding, "), so the output would be empty");
-  const int64_t oh = (padded_h - weight.size(2)) / stride + 1;
-  const int64_t ow = (padded_w - weight.size(3)) / stride + 1;
+  const int64_t oh = window_output_size(x.size(2), weight.size(2), stride, padding);
+  const int64_t ow = window_output_size(x.size(3), weight.size(3), stride, padding);
 
   Conv2dDesc desc;
   desc.stride_h = desc.stride_w = stride;

@@ -3,6 +3,7 @@
 // the full window, padding included (PyTorch's count_include_pad=True).
 #include "core/autograd/record.h"
 #include "core/backend.h"
+#include "core/math/window.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
 
@@ -48,8 +49,8 @@ Tensor pool2d(const char* op, PoolKind kind, const Tensor& x, int64_t kernel, in
   desc.kernel_h = desc.kernel_w = kernel;
   desc.stride_h = desc.stride_w = stride;
   desc.pad_h = desc.pad_w = padding;
-  const Shape out_shape{x.size(0), x.size(1), (padded_h - kernel) / stride + 1,
-                        (padded_w - kernel) / stride + 1};
+  const Shape out_shape{x.size(0), x.size(1), window_output_size(x.size(2), kernel, stride, padding),
+                        window_output_size(x.size(3), kernel, stride, padding)};
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor argmax;
   const bool record = any_requires_grad({&x});

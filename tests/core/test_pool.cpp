@@ -138,9 +138,9 @@ TEST_CASE("pool2d math: max window rule, spans and divisor", "[gemm]") {
   CHECK(empty.value == -std::numeric_limits<float>::infinity());
   CHECK(empty.index == -1);
 
-  CHECK(pool_output_size(7, 3, 2, 1) == 4);
-  CHECK(pool_output_size(4, 2, 2, 0) == 2);
-  CHECK(pool_output_size(5, 2, 2, 0) == 2);
+  CHECK(window_output_size(7, 3, 2, 1) == 4);
+  CHECK(window_output_size(4, 2, 2, 0) == 2);
+  CHECK(window_output_size(5, 2, 2, 0) == 2);
   const PoolSpan first = pool_span(0, 7, 3, 2, 1);
   CHECK((first.begin == 0 && first.end == 2));
   const PoolSpan last = pool_span(3, 7, 3, 2, 1);
