@@ -232,27 +232,25 @@ void Tensor::set(int64_t flat_index, double value) {
   else backend_for(device()).copy_from_host(dst, bytes, esize);
 }
 
-std::vector<float> Tensor::to_float_vector() const {
-  Tensor host = detach().to(kCPU);
-  if (host.dtype() != DType::F32) {
-    Tensor converted = empty(shape(), DType::F32, kCPU);
-    if (numel() > 0) backend_for(kCPU).cast(host, converted);
+namespace {
+
+// All elements of `t`, copied to the host and converted to T (F32 or I32).
+template <class T>
+std::vector<T> host_values(const Tensor& t) {
+  Tensor host = t.detach().to(kCPU);
+  if (host.dtype() != dtype_of<T>()) {
+    Tensor converted = Tensor::empty(t.shape(), dtype_of<T>(), kCPU);
+    if (t.numel() > 0) backend_for(kCPU).cast(host, converted);
     host = converted;
   }
-  const float* p = static_cast<const float*>(host.data());
-  return std::vector<float>(p, p + numel());
+  const T* p = static_cast<const T*>(host.data());
+  return std::vector<T>(p, p + t.numel());
 }
 
-std::vector<int32_t> Tensor::to_int_vector() const {
-  Tensor host = detach().to(kCPU);
-  if (host.dtype() != DType::I32) {
-    Tensor converted = empty(shape(), DType::I32, kCPU);
-    if (numel() > 0) backend_for(kCPU).cast(host, converted);
-    host = converted;
-  }
-  const int32_t* p = static_cast<const int32_t*>(host.data());
-  return std::vector<int32_t>(p, p + numel());
-}
+}  // namespace
+
+std::vector<float> Tensor::to_float_vector() const { return host_values<float>(*this); }
+std::vector<int32_t> Tensor::to_int_vector() const { return host_values<int32_t>(*this); }
 
 void Tensor::copy_(const Tensor& src) {
   require_defined("copy_");
