@@ -33,12 +33,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                 describe(ids));
   MIXPREC_CHECK(ids.device() == weight.device(), "embedding: ids ", describe(ids),
                 " and weight ", describe(weight), " are on different devices");
+  MIXPREC_CHECK(ids.numel() > 0, "embedding: ids ", describe(ids), " is empty");
   check_indices("embedding", ids, weight.size(0), "ids");
 
   Shape out_shape = ids.shape();
   out_shape.push_back(weight.size(1));
   Tensor y = Tensor::empty(out_shape, weight.dtype(), weight.device());
-  if (y.numel() > 0) backend_for(weight.device()).embedding(weight, ids, y);
+  backend_for(weight.device()).embedding(weight, ids, y);
   if (auto node = make_node<EmbeddingBackward>({&weight})) {
     node->ids = ids.detach();
     node->weight_shape = weight.shape();

@@ -191,5 +191,14 @@ TEST_CASE("dropout rejects bad input", "[nn][dropout]") {
                       Contains("dropout") && Contains("undefined"));
 }
 
+TEST_CASE("embedding rejects an empty list of ids", "[nn]") {
+  const Tensor weight = Tensor::zeros({4, 3});
+  REQUIRE_THROWS_WITH(ops::embedding(weight, Tensor::from_ints({}, {0})),
+                      Contains("embedding") && Contains("I32[0]") &&
+                          Contains("empty"));
+  REQUIRE_THROWS_WITH(ops::embedding(weight, Tensor::from_ints({}, {2, 0})),
+                      Contains("I32[2, 0]"));
+}
+
 }  // namespace
 }  // namespace mixprec
