@@ -290,11 +290,30 @@ void binary_scalar(const T* x, float s, T* out, int64_t n) {
 // a has out's shape; b is repeated every `nb` elements (a bias over the trailing dims).
 template <BinaryOp Op, class T>
 void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
-  const int64_t rows = n / nb;
   const auto f = [](float u, float v) { return binary_value<Op>(u, v); };
+  if (nb >= kBlock) {
+    const int64_t rows = n / nb;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r)
-    map_run<T, 2>({a + r * nb, b}, {true, true}, out + r * nb, nb, f);
+    for (int64_t r = 0; r < rows; ++r)
+      map_run<T, 2>({a + r * nb, b}, {true, true}, out + r * nb, nb, f);
+    return;
+  }
+  // A short b is tiled into one block of whole repeats, so each block is a single map over
+  // contiguous memory rather than n / nb runs of a few elements each.
+  const int64_t chunk = kBlock / nb * nb;
+  float tiled[kBlock];
+  for (int64_t i = 0; i < chunk; ++i) tiled[i] = to_float(b[i % nb]);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * chunk, len = std::min(chunk, n - begin);
+    float in_buf[kBlock];
+    float out_buf[kBlock];
+    const float* pa = load_block(a + begin, len, in_buf);
+    float* o = store_target(out + begin, out_buf);
+    for (int64_t i = 0; i < len; ++i) o[i] = f(pa[i], tiled[i]);
+    store_block(o, out + begin, len);
+  }
 }
 
 template <BinaryOp Op, class T>

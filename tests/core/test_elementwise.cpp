@@ -348,6 +348,31 @@ TEST_CASE("binary ops with a single-element operand on either side, bit for bit"
   }
 }
 
+TEST_CASE("binary ops with a bias over the trailing dims, bit for bit", "[elementwise]") {
+  // Short biases are tiled into whole 512-element blocks and long ones run row by row; both
+  // must equal the op in double on the stored values, rounded once to the dtype.
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (const auto& [rows, nb] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 1}, {3, 2}, {1000, 3}, {257, 7}, {9, 100}, {5, 511}, {40, 512}, {3, 600}}) {
+      const Tensor x = binary_rhs({rows, nb}, 81).to(dtype);
+      const Tensor bias = binary_rhs({nb}, 82).to(dtype);
+      const std::vector<float> xv = x.to_float_vector(), bv = bias.to_float_vector();
+      for (const BinaryCase& c : binary_cases()) {
+        const Tensor y = c.op(x, bias);
+        std::vector<float> expect(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i)
+          expect[i] = static_cast<float>(c.reference(xv[i], bv[i % nb]));
+        const std::vector<float> rounded = Tensor::from_vector(expect, x.shape(), dtype).to_float_vector();
+        const std::vector<float> yv = y.to_float_vector();
+        int64_t bad = 0;
+        for (size_t i = 0; i < yv.size(); ++i) bad += yv[i] == rounded[i] ? 0 : 1;
+        INFO(c.name << " in " << dtype << ", [" << rows << ", " << nb << "] with a bias of " << nb);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("binary op gradients match finite differences, broadcast shapes included",
           "[elementwise]") {
   for (const BinaryCase& c : binary_cases()) {
