@@ -1,5 +1,6 @@
 #include "core/storage.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/backend.h"
@@ -15,7 +16,10 @@ Storage::~Storage() { release(); }
 Storage::Storage(Storage&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       nbytes_(std::exchange(other.nbytes_, 0)),
-      device_(other.device_) {}
+      device_(other.device_),
+      version_(other.version_) {
+  other.bump_version();  // its tensors lost their data
+}
 
 Storage& Storage::operator=(Storage&& other) noexcept {
   if (this != &other) {
@@ -23,6 +27,9 @@ Storage& Storage::operator=(Storage&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     nbytes_ = std::exchange(other.nbytes_, 0);
     device_ = other.device_;
+    // Both buffers changed under any tensor saved over them.
+    version_ = std::max(version_, other.version_) + 1;
+    other.bump_version();
   }
   return *this;
 }

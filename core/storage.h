@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/device.h"
 
@@ -24,12 +25,21 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Counts in-place writes to this buffer. Every tensor over it (handles, detach(), reshape
+  // views) shares the count, so autograd can tell that a tensor saved for backward was
+  // overwritten after it was saved. Backend primitives never bump it: the writers that change
+  // existing data (Tensor::fill_, copy_, set, mark_modified) do, and so does a move, which
+  // swaps the buffer out from under those tensors.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
  private:
   void release() noexcept;
 
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace mixprec

@@ -230,6 +230,7 @@ void Tensor::set(int64_t flat_index, double value) {
   auto* dst = static_cast<unsigned char*>(data()) + flat_index * esize;
   if (device().is_cpu()) std::memcpy(dst, bytes, esize);
   else backend_for(device()).copy_from_host(dst, bytes, esize);
+  mark_modified();
 }
 
 namespace {
@@ -261,11 +262,18 @@ void Tensor::copy_(const Tensor& src) {
   Tensor s = src.device() == device() ? src : src.detach().to(device());
   if (s.dtype() == dtype()) backend_for(device()).copy(s, *this);
   else backend_for(device()).cast(s, *this);
+  mark_modified();
 }
 
 void Tensor::fill_(double value) {
   require_defined("fill_");
   if (numel() > 0) backend_for(device()).fill(*this, value);
+  mark_modified();
+}
+
+void Tensor::mark_modified() {
+  require_defined("mark_modified");
+  impl_->storage->bump_version();
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const { return ops::reshape(*this, new_shape); }

@@ -97,14 +97,23 @@ class Tensor {
   double item() const;
   // Element access by flat index, for tests and debugging (copies from the device).
   double get(int64_t flat_index) const;
+  // In place: bumps the storage's version (see mark_modified).
   void set(int64_t flat_index, double value);
   // All elements converted to float / int32 (copies from the device).
   std::vector<float> to_float_vector() const;
   std::vector<int32_t> to_int_vector() const;
   // Overwrites this tensor's data with `src` (same shape; dtype converted). Not recorded.
+  // copy_, fill_ and zero_ write in place and bump the storage's version (see mark_modified).
   void copy_(const Tensor& src);
   void fill_(double value);
   void zero_() { fill_(0.0); }
+  // Records an in-place write to this tensor's data. Call it after writing an existing
+  // tensor through a Backend primitive (an optimizer step, a running-statistics update):
+  // the primitives cannot tell a fresh output from a live one, so they never do this
+  // themselves. A backward that needs a tensor saved before the write then throws, naming
+  // the op, instead of silently using the new values. Shared by every tensor over the same
+  // storage (detach(), reshape views).
+  void mark_modified();
   // Same data, new shape (numel must match). Differentiable.
   Tensor reshape(const Shape& shape) const;
 

@@ -46,7 +46,21 @@ void add_into(Tensor& slot, const Tensor& grad) {
   slot = sum;
 }
 
-// Counts, for every node reachable from `root`, how many edges point at it.
+// A saved tensor written in place since the forward would give wrong gradients silently.
+void check_saved_versions(const Node& node) {
+  for (const SavedVersion& saved : node.saved_versions) {
+    const uint64_t now = saved.storage->version();
+    if (now != saved.version)
+      MIXPREC_FAIL("backward: a tensor saved by ", node_label(node),
+                   " was modified in place after it was saved (version ", saved.version,
+                   ", now ", now, "); clone() it before modifying it, or modify it after "
+                   "backward");
+  }
+}
+
+// Counts, for every node reachable from `root`, how many edges point at it. Fails before any
+// gradient is computed when a node's saved tensors were freed, or modified before this
+// backward, so such a failure leaves no partial sums in any .grad.
 std::unordered_map<Node*, int> count_dependencies(Node* root) {
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{root};
@@ -58,6 +72,7 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
       MIXPREC_FAIL("backward: trying to run backward through ", node_label(*node),
                    " a second time, but its saved tensors were freed by the first backward. "
                    "Pass retain_graph=true to the first backward() if you need to run it twice.");
+    check_saved_versions(*node);
     for (const Edge& edge : node->next_edges) {
       if (!edge.valid()) continue;
       auto [it, inserted] = deps.try_emplace(edge.node.get(), 0);
@@ -115,10 +130,12 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
         grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
       }
 
+    check_saved_versions(*node);  // again: this backward's own .grad updates count too
     std::vector<Tensor> grad_inputs = node->apply(grad_outputs);
     if (anomaly) check_gradients(*node, grad_inputs);
     if (!options.retain_graph && !dynamic_cast<AccumulateGrad*>(node.get())) {
       node->release_saved();
+      node->saved_versions.clear();
       node->released = true;
     }
     MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
@@ -153,6 +170,7 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
   } else {
     Tensor g = incoming.dtype() == target ? incoming : incoming.detach().to(target);
     backend_for(leaf.device()).binary(BinaryOp::Add, meta.grad, g, meta.grad);
+    meta.grad.mark_modified();
   }
   return {};
 }

@@ -28,6 +28,13 @@ struct OutputMeta {
   Device device;
 };
 
+// The storage of a tensor saved for backward and its version when it was saved
+// (record.h: save_for_backward). The engine compares the two before running the node.
+struct SavedVersion {
+  std::shared_ptr<const Storage> storage;
+  uint64_t version = 0;
+};
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   // Releases the chain of producers iteratively: a recursive release of a 10^5-op graph
@@ -43,6 +50,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
+  std::vector<SavedVersion> saved_versions;  // cleared with the saved tensors
   std::string layer;      // layer scope active when the op ran (may be empty)
   bool released = false;  // saved tensors were freed by an earlier backward
 };

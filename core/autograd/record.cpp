@@ -25,6 +25,13 @@ bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
+Tensor save_for_backward(Node& node, const Tensor& t) {
+  if (!t.defined()) return Tensor();
+  const std::shared_ptr<Storage>& storage = t.impl()->storage;
+  node.saved_versions.push_back({storage, storage->version()});
+  return t.detach();
+}
+
 void attach_output(const std::shared_ptr<Node>& node, Tensor& out, int output_nr) {
   AutogradMeta& meta = out.autograd_meta();
   meta.requires_grad = true;

@@ -2,7 +2,7 @@
 //
 //   Tensor y = ...compute...;
 //   if (auto node = make_node<ReluBackward>({&x})) {   // null when no input needs grad
-//     node->x = x.detach();                            // save what backward needs, detached
+//     node->x = save_for_backward(*node, x);           // save what backward needs
 //     attach_output(node, y);                          // y.grad_fn = node
 //   }
 //   check_forward("relu", y);                          // anomaly mode
@@ -35,6 +35,13 @@ std::shared_ptr<NodeT> make_node(std::initializer_list<const Tensor*> inputs) {
   node->layer = current_layer_name();
   return node;
 }
+
+// A tensor the backward of `node` reads: returns t.detach() and records t's storage version
+// in node.saved_versions, so that the backward throws, naming the op, when the tensor was
+// written in place in between (fill_, copy_, set, mark_modified) instead of silently using
+// the new values. Use it for inputs and for outputs the user gets; scratch tensors the op
+// made and kept to itself (statistics, masks) cannot be written by anyone and need not be.
+Tensor save_for_backward(Node& node, const Tensor& t);
 
 // Makes `out` the `output_nr`-th output of `node` (and marks it as requiring grad).
 void attach_output(const std::shared_ptr<Node>& node, Tensor& out, int output_nr = 0);

@@ -106,9 +106,9 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
 
   if (auto node = make_node<CausalAttentionBackward>({&q, &k, &v})) {
-    node->q = q.detach();
-    node->k = k.detach();
-    node->v = v.detach();
+    node->q = save_for_backward(*node, q);
+    node->k = save_for_backward(*node, k);
+    node->v = save_for_backward(*node, v);
     node->probs = probs;
     attach_output(node, out);
   }

@@ -76,9 +76,13 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   backend_for(x.device()).batch_norm(x, weight, bias, running_mean, running_var, training,
                                      static_cast<float>(momentum), static_cast<float>(eps), y,
                                      save_mean, save_invstd);
+  if (training) {  // the caller's running statistics were written in place
+    running_mean.mark_modified();
+    running_var.mark_modified();
+  }
   if (auto node = make_node<BatchNormBackward>({&x, &weight, &bias})) {
-    node->x = x.detach();
-    node->weight = weight.detach();
+    node->x = save_for_backward(*node, x);
+    node->weight = save_for_backward(*node, weight);
     node->save_mean = save_mean;
     node->save_invstd = save_invstd;
     node->training = training;

@@ -129,11 +129,11 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
     // mul needs each operand for the other's gradient; div needs b for both and a for b's.
     const bool need_a = node->next_edges[0].valid(), need_b = node->next_edges[1].valid();
     if (op == BinaryOp::Mul) {
-      if (need_b) node->a = a.detach();
-      if (need_a) node->b = b.detach();
+      if (need_b) node->a = save_for_backward(*node, a);
+      if (need_a) node->b = save_for_backward(*node, b);
     } else if (op == BinaryOp::Div) {
-      if (need_b) node->a = a.detach();
-      node->b = b.detach();
+      if (need_b) node->a = save_for_backward(*node, a);
+      node->b = save_for_backward(*node, b);
     }
     attach_output(node, out);
   }

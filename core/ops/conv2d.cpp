@@ -74,8 +74,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   backend_for(x.device()).conv2d(x, weight, bias.defined() ? &bias : nullptr, desc, y);
 
   if (auto node = make_node<Conv2dBackward>({&x, &weight, &bias})) {
-    node->x = x.detach();
-    node->weight = weight.detach();
+    node->x = save_for_backward(*node, x);
+    node->weight = save_for_backward(*node, weight);
     node->desc = desc;
     attach_output(node, y);
   }

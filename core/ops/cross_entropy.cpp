@@ -45,8 +45,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   Tensor lse = Tensor::empty({n}, DType::F32, logits.device());
   backend_for(logits.device()).cross_entropy(logits, labels, loss, lse);
   if (auto node = make_node<CrossEntropyBackward>({&logits})) {
-    node->logits = logits.detach();
-    node->labels = labels.detach();
+    node->logits = save_for_backward(*node, logits);
+    node->labels = save_for_backward(*node, labels);
     node->lse = lse;
     attach_output(node, loss);
   }

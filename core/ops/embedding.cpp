@@ -41,7 +41,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor y = Tensor::empty(out_shape, weight.dtype(), weight.device());
   backend_for(weight.device()).embedding(weight, ids, y);
   if (auto node = make_node<EmbeddingBackward>({&weight})) {
-    node->ids = ids.detach();
+    node->ids = save_for_backward(*node, ids);
     node->weight_shape = weight.shape();
     node->weight_dtype = weight.dtype();
     attach_output(node, y);

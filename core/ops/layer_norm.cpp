@@ -60,8 +60,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                                      bias.defined() ? &bias : nullptr, static_cast<float>(eps), y,
                                      mean, rstd);
   if (auto node = make_node<LayerNormBackward>({&x, &weight, &bias})) {
-    node->x = x.detach();
-    if (weight.defined()) node->weight = weight.detach();
+    node->x = save_for_backward(*node, x);
+    if (weight.defined()) node->weight = save_for_backward(*node, weight);
     node->has_bias = bias.defined();
     node->mean = mean;
     node->rstd = rstd;

@@ -77,8 +77,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   run_gemm(false, true, rows, out, in, beta, x, weight, y);
 
   if (auto node = make_node<LinearBackward>({&x, &weight, &bias})) {
-    node->x = x.detach();
-    node->weight = weight.detach();
+    node->x = save_for_backward(*node, x);
+    node->weight = save_for_backward(*node, weight);
     node->rows = rows;
     attach_output(node, y);
   }

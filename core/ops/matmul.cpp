@@ -130,8 +130,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Tensor y =
       product({&a, trans_a, false}, {&b, trans_b, d.b_shared}, d.batch, d.m, d.n, d.k, out_shape);
   if (auto node = make_node<MatmulBackward>({&a, &b})) {
-    node->a = a.detach();
-    node->b = b.detach();
+    node->a = save_for_backward(*node, a);
+    node->b = save_for_backward(*node, b);
     node->trans_a = trans_a;
     node->trans_b = trans_b;
     node->dims = d;

@@ -28,7 +28,7 @@ Tensor softmax_impl(const Tensor& x, bool log) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   backend_for(x.device()).softmax(x, y, log);
   if (auto node = make_node<SoftmaxBackward>({&x})) {
-    node->y = y.detach();
+    node->y = save_for_backward(*node, y);
     node->log = log;
     attach_output(node, y);
   }

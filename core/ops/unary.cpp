@@ -52,8 +52,8 @@ Tensor unary_op(UnaryOp op, const Tensor& x) {
   backend_for(x.device()).unary(op, x, y);
   if (auto node = make_node<UnaryBackward>({&x})) {
     node->op = op;
-    if (unary_grad_reads_output(op)) node->y = y.detach();
-    else node->x = x.detach();
+    if (unary_grad_reads_output(op)) node->y = save_for_backward(*node, y);
+    else node->x = save_for_backward(*node, x);
     attach_output(node, y);
   }
   check_forward(name, y);

@@ -32,7 +32,7 @@ Tensor test_square(const Tensor& x, int* calls = nullptr) {
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   for (int64_t i = 0; i < x.numel(); ++i) y.set(i, x.get(i) * x.get(i));
   if (auto node = make_node<SquareBackward>({&x})) {
-    node->x = x.detach();
+    node->x = save_for_backward(*node, x);
     node->calls = calls;
     attach_output(node, y);
   }
