@@ -127,12 +127,14 @@ class Backend {
   virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
   // logits [N, C] floating, labels I32 [N] already validated in [0, C).
-  // loss: F32 scalar = mean over N of (lse - logit[label]); lse: F32 [N] for the backward.
+  // loss: F32 scalar = mean over N of -log softmax(logits)[label].
+  // row_stats: F32 [N, 2] for the backward, per row the maximum logit m and
+  // log(sum exp(logit - m)), kept apart (see core/math/softmax.h).
   virtual void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
-                             Tensor& lse) = 0;
+                             Tensor& row_stats) = 0;
   // dlogits = dloss / N * (softmax(logits) - onehot(labels)); dloss is an F32 scalar.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& labels,
-                                      const Tensor& lse, const Tensor& dloss,
+                                      const Tensor& row_stats, const Tensor& dloss,
                                       Tensor& dlogits) = 0;
   // Normalises over the last dim. weight/bias ([D], may be null) share x's dtype.
   // mean and rstd: F32 [rows].

@@ -20,13 +20,15 @@ struct RowStats {
   float sum;  // sum_j exp(x_j - max)
 };
 
+// The sums of a row accumulate in double: a float running sum over a 50k-entry vocabulary
+// loses digits in proportion to the row length, which the result would carry.
 template <class T>
 RowStats row_stats(const T* x, int64_t cols) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
-  float s = 0.0f;
+  double s = 0.0;
   for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
-  return {m, s};
+  return {m, static_cast<float>(s)};
 }
 
 template <class T>
@@ -56,39 +58,44 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t
     const T* yr = y + r * cols;
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
-    float dot = 0.0f;
+    double dot = 0.0;
     for (int64_t j = 0; j < cols; ++j)
       dot += softmax_backward_term(to_float(yr[j]), to_float(dyr[j]), log);
+    const float row_dot = static_cast<float>(dot);
     for (int64_t j = 0; j < cols; ++j)
-      dxr[j] = from_float<T>(softmax_backward_value(to_float(yr[j]), to_float(dyr[j]), dot, log));
+      dxr[j] = from_float<T>(softmax_backward_value(to_float(yr[j]), to_float(dyr[j]), row_dot, log));
   }
 }
 
-// Fills lse[r] and returns the mean over rows of lse[r] - logit[r, label[r]]. The mean is
+// Fills stats[r] = (m, log s) and returns the mean over rows of the row losses. The mean is
 // summed serially in row order so that the loss does not depend on the thread count.
 template <class T>
-float cross_entropy_rows(const T* logits, const int32_t* labels, float* lse, int64_t rows,
+float cross_entropy_rows(const T* logits, const int32_t* labels, float* stats, int64_t rows,
                          int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const RowStats st = row_stats(logits + r * cols, cols);
-    lse[r] = log_sum_exp(st.max, st.sum);
+    stats[2 * r] = st.max;
+    stats[2 * r + 1] = std::log(st.sum);
   }
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r)
-    total += cross_entropy_row_loss(lse[r], to_float(logits[r * cols + labels[r]]));
+    total += cross_entropy_row_loss(stats[2 * r], stats[2 * r + 1],
+                                    to_float(logits[r * cols + labels[r]]));
   return cross_entropy_mean(total, rows);
 }
 
 template <class T>
-void cross_entropy_backward_rows(const T* logits, const int32_t* labels, const float* lse,
+void cross_entropy_backward_rows(const T* logits, const int32_t* labels, const float* stats,
                                  float scale, T* dlogits, int64_t rows, int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * cols;
     T* dr = dlogits + r * cols;
+    const float row_max = stats[2 * r], log_sum = stats[2 * r + 1];
     for (int64_t j = 0; j < cols; ++j)
-      dr[j] = from_float<T>(cross_entropy_grad_value(to_float(xr[j]), lse[r], j == labels[r], scale));
+      dr[j] = from_float<T>(
+          cross_entropy_grad_value(to_float(xr[j]), row_max, log_sum, j == labels[r], scale));
   }
 }
 
@@ -127,9 +134,9 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
                                Tensor& lse) {
   const int64_t rows = logits.size(0), cols = logits.size(1);
-  MIXPREC_CHECK(loss.dtype() == DType::F32 && lse.dtype() == DType::F32 && lse.numel() == rows,
-                "cross_entropy: loss ", describe(loss), " and lse ", describe(lse),
-                " must be F32 (a scalar and [", rows, "])");
+  MIXPREC_CHECK(loss.dtype() == DType::F32 && lse.dtype() == DType::F32 && lse.numel() == 2 * rows,
+                "cross_entropy: loss ", describe(loss), " and row statistics ", describe(lse),
+                " must be F32 (a scalar and [", rows, ", 2])");
   const int32_t* lab = labels.data_as<int32_t>();
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     loss.data_as<float>()[0] = cross_entropy_rows(static_cast<const scalar_t*>(logits.data()),

@@ -78,7 +78,7 @@ MIXPREC_HD float unary_value(float x) {
   else if constexpr (Op == UnaryOp::Sqrt) return sqrtf(x);
   else if constexpr (Op == UnaryOp::Square) return x * x;
   else if constexpr (Op == UnaryOp::Abs) return fabsf(x);
-  else if constexpr (Op == UnaryOp::Relu) return x > 0.0f ? x : 0.0f;
+  else if constexpr (Op == UnaryOp::Relu) return x > 0.0f || x != x ? x : 0.0f;  // NaN stays
   else if constexpr (Op == UnaryOp::Gelu) return gelu_tanh(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return stable_sigmoid(x);
   else {
@@ -87,7 +87,8 @@ MIXPREC_HD float unary_value(float x) {
   }
 }
 
-// Subgradients at the kinks: relu'(0) = 0 and abs'(0) = 0, as PyTorch.
+// Subgradients at the kinks: relu'(0) = 0 and abs'(0) = 0, as PyTorch. relu keeps a NaN (and
+// passes its gradient), so a NaN upstream is never hidden from anomaly checks.
 template <UnaryOp Op>
 MIXPREC_HD float unary_grad(float x, float y, float dy) {
   if constexpr (Op == UnaryOp::Neg) return -dy;
@@ -96,7 +97,7 @@ MIXPREC_HD float unary_grad(float x, float y, float dy) {
   else if constexpr (Op == UnaryOp::Sqrt) return dy * 0.5f / y;
   else if constexpr (Op == UnaryOp::Square) return 2.0f * x * dy;
   else if constexpr (Op == UnaryOp::Abs) return x > 0.0f ? dy : (x < 0.0f ? -dy : 0.0f);
-  else if constexpr (Op == UnaryOp::Relu) return x > 0.0f ? dy : 0.0f;
+  else if constexpr (Op == UnaryOp::Relu) return x > 0.0f || x != x ? dy : 0.0f;
   else if constexpr (Op == UnaryOp::Gelu) return dy * gelu_tanh_derivative(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return dy * y * (1.0f - y);
   else {

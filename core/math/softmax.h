@@ -40,15 +40,15 @@ MIXPREC_HD float softmax_backward_value(float y, float dy, float dot, bool log) 
   return log ? dy - expf(y) * dot : y * (dy - dot);
 }
 
-// log(sum_j exp(x_j)) of a row from its maximum m and s = sum_j exp(x_j - m).
-MIXPREC_HD float log_sum_exp(float row_max, float sum) { return row_max + logf(sum); }
-
-// Cross-entropy of one row, -log softmax_label = lse - logit_label, in double: the mean over
-// the rows is accumulated in double and rounded to float once (cross_entropy_mean).
-MIXPREC_HD double cross_entropy_row_loss(float lse, float label_logit) {
-  return static_cast<double>(lse) - static_cast<double>(label_logit);
+// Cross-entropy of one row, -log softmax_label = (m - logit_label) + log(s), in double. The
+// row maximum m and log(s) are kept apart rather than summed into log-sum-exp first: their
+// float sum would carry an error proportional to |m|, which for logits near the FP16 limit
+// is larger than the loss itself can tolerate. The mean over the rows is accumulated in
+// double and rounded to float once (cross_entropy_mean).
+MIXPREC_HD double cross_entropy_row_loss(float row_max, float log_sum, float label_logit) {
+  return (static_cast<double>(row_max) - static_cast<double>(label_logit)) +
+         static_cast<double>(log_sum);
 }
-
 // The loss: the mean over N rows of their cross_entropy_row_loss, given the sum.
 MIXPREC_HD float cross_entropy_mean(double total, int64_t rows) {
   return static_cast<float>(total / static_cast<double>(rows));
@@ -60,9 +60,11 @@ MIXPREC_HD float cross_entropy_grad_scale(float dloss, int64_t rows) {
 }
 
 // One element of d(mean cross-entropy)/dlogits: scale * (softmax_j - [j == label]), where
-// softmax_j = exp(logit_j - lse) and scale = dloss / N.
-MIXPREC_HD float cross_entropy_grad_value(float logit, float lse, bool is_label, float scale) {
-  return scale * (expf(logit - lse) - (is_label ? 1.0f : 0.0f));
+// softmax_j = exp((logit_j - m) - log(s)) (m and log(s) apart, as in cross_entropy_row_loss)
+// and scale = dloss / N.
+MIXPREC_HD float cross_entropy_grad_value(float logit, float row_max, float log_sum,
+                                          bool is_label, float scale) {
+  return scale * (expf((logit - row_max) - log_sum) - (is_label ? 1.0f : 0.0f));
 }
 
 }  // namespace mixprec

@@ -1,6 +1,7 @@
-// cross_entropy: mean over N of -log softmax(logits)[label], computed as lse - logit[label]
-// with an FP32 log-sum-exp, so large logits neither overflow nor lose the small terms. The
-// loss is an F32 scalar whatever the logits' dtype; the per-row lse is kept for the backward.
+// cross_entropy: mean over N of -log softmax(logits)[label], computed per row as
+// (max - logit[label]) + log(sum exp(logit - max)) in FP32/double, so large logits neither
+// overflow nor lose the small terms. The loss is an F32 scalar whatever the logits' dtype;
+// the per-row (max, log-sum) pairs are kept for the backward.
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
@@ -10,18 +11,18 @@ namespace mixprec::ops {
 namespace {
 
 struct CrossEntropyBackward final : Node {
-  Tensor logits, labels, lse;
+  Tensor logits, labels, row_stats;
   std::string name() const override { return "cross_entropy"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     const Tensor dloss = grads[0].dtype() == DType::F32 ? grads[0] : grads[0].to(DType::F32);
     Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-    backend_for(logits.device()).cross_entropy_backward(logits, labels, lse, dloss, dlogits);
+    backend_for(logits.device()).cross_entropy_backward(logits, labels, row_stats, dloss, dlogits);
     return {dlogits};
   }
   void release_saved() override {
     logits = Tensor();
     labels = Tensor();
-    lse = Tensor();
+    row_stats = Tensor();
   }
 };
 
@@ -42,12 +43,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
 
   const int64_t n = logits.size(0);
   Tensor loss = Tensor::empty({}, DType::F32, logits.device());
-  Tensor lse = Tensor::empty({n}, DType::F32, logits.device());
-  backend_for(logits.device()).cross_entropy(logits, labels, loss, lse);
+  Tensor row_stats = Tensor::empty({n, 2}, DType::F32, logits.device());
+  backend_for(logits.device()).cross_entropy(logits, labels, loss, row_stats);
   if (auto node = make_node<CrossEntropyBackward>({&logits})) {
     node->logits = save_for_backward(*node, logits);
     node->labels = save_for_backward(*node, labels);
-    node->lse = lse;
+    node->row_stats = row_stats;
     attach_output(node, loss);
   }
   check_forward("cross_entropy", loss);

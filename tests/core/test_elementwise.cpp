@@ -573,5 +573,18 @@ TEST_CASE("backend causal_mask keeps the lower triangle", "[elementwise]") {
                       Catch::Contains("causal_mask") && Catch::Contains("[3]"));
 }
 
+TEST_CASE("relu keeps NaN and passes its gradient, as PyTorch does", "[elementwise]") {
+  Tensor x = Tensor::from_vector({NAN, -1.f, 2.f}, {3});
+  x.set_requires_grad(true);
+  const Tensor y = ops::relu(x);
+  CHECK(std::isnan(y.get(0)));
+  CHECK(y.get(1) == 0.0);
+  CHECK(y.get(2) == 2.0);
+  y.backward(Tensor::from_vector({5.f, 5.f, 5.f}, {3}));
+  CHECK(x.grad().get(0) == 5.0);
+  CHECK(x.grad().get(1) == 0.0);
+  CHECK(x.grad().get(2) == 5.0);
+}
+
 }  // namespace
 }  // namespace mixprec

@@ -60,6 +60,25 @@ TEST_CASE("cross_entropy is stable for large logits", "[nn][cross_entropy]") {
   CHECK(ops::cross_entropy(big16, label0).item() == Approx(32.0 + std::log1p(std::exp(-32.0))));
 }
 
+TEST_CASE("cross_entropy keeps full precision far from zero", "[nn][cross_entropy]") {
+  // Logits (c, c - 1) with label 0: loss log(1 + e^-1) and gradient (p - 1, 1 - p) with
+  // p = 1 / (1 + e^-1), whatever c. Folding the row maximum into an FP32 log-sum-exp first
+  // would lose digits in proportion to c (7e-4 relative at c = 1e4).
+  const double loss = std::log1p(std::exp(-1.0));
+  const double p = 1.0 / (1.0 + std::exp(-1.0));
+  const Tensor label0 = Tensor::from_ints({0}, {1});
+  for (float c : {0.f, 1000.f, 10000.f, -30000.f}) {
+    Tensor logits = Tensor::from_vector({c, c - 1}, {1, 2});
+    logits.set_requires_grad(true);
+    const Tensor l = ops::cross_entropy(logits, label0);
+    INFO("logits (" << c << ", " << c - 1 << ")");
+    CHECK(l.item() == Approx(loss).epsilon(1e-6));
+    l.backward();
+    CHECK(logits.grad().get(0) == Approx(p - 1).epsilon(1e-6));
+    CHECK(logits.grad().get(1) == Approx(1 - p).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("cross_entropy gradient matches finite differences", "[nn][cross_entropy]") {
   for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 7}, {1, 3}, {13, 4}, {3, 1}}) {
     Tensor logits = random_tensor({n, c}, 40 + c, -3.f, 3.f).set_requires_grad(true);
