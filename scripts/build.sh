@@ -14,6 +14,7 @@ if [[ ! -f "${build_dir}/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1;
   generator=(-G Ninja)
 fi
 
-cmake -S "${root}" -B "${build_dir}" "${generator[@]}" \
-  -DCMAKE_BUILD_TYPE=Release -DMIXPREC_CUDA=AUTO "$@"
+# Only the caller's options are passed: Release and MIXPREC_CUDA=AUTO are the defaults of
+# CMakeLists.txt, and repeating them here would undo an option set by an earlier call.
+cmake -S "${root}" -B "${build_dir}" "${generator[@]}" "$@"
 cmake --build "${build_dir}" -j "${jobs}"
