@@ -7,7 +7,8 @@
 //   unless the signature says `accumulate`.
 // - Floating inputs may be F32, F16 or BF16. Values are loaded, converted to FP32, computed
 //   and accumulated in FP32, and rounded once to the output dtype on store.
-// - Statistics that the op keeps for its backward (log-sum-exp, mean, rstd, ...) are F32.
+// - Statistics that the op keeps for its backward (per-row max and log-sum, mean, rstd,
+//   ...) are F32.
 // - A dtype a primitive does not support throws mixprec::Error naming the primitive.
 #pragma once
 
@@ -18,18 +19,11 @@
 
 #include "core/device.h"
 #include "core/op_kinds.h"
+#include "core/philox.h"
 
 namespace mixprec {
 
 class Tensor;
-
-
-// Seed and counter offset of the counter-based generator (core/philox.h). Element i of a
-// random fill draws from counter `offset + i`, so every backend produces the same numbers.
-struct PhiloxKey {
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-};
 
 // C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b in [0, batch), row-major.
 // op(A) is m x k (A stored k x m when trans_a), op(B) is k x n (B stored n x k when trans_b).
@@ -101,16 +95,17 @@ class Backend {
   virtual void sum_to(const Tensor& x, Tensor& y, float scale) = 0;
   // y = scale * x broadcast to y's shape.
   virtual void expand(const Tensor& x, Tensor& y, float scale) = 0;
-  // Sets y[..., i, j] = fill for j > i over the last two dims, else copies x.
+  // Sets y[..., i, j] = fill for j > i over the last two dims, else copies x. Same dtype and
+  // shape; y may alias x (masking in place).
   virtual void causal_mask(const Tensor& x, float fill, Tensor& y) = 0;
 
   // ---- layout -----------------------------------------------------------------------------
   // y.shape[i] == x.shape[perm[i]].
   virtual void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) = 0;
   // Copies src[.., src_start : src_start+length, ..] into dst[.., dst_start : .., ..] along
-  // `dim`; all other extents equal. Adds into dst when `accumulate`.
+  // `dim`; all other extents equal. Same dtype (any, I32 included); the rest of dst is kept.
   virtual void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
-                           int64_t dst_start, int64_t length, bool accumulate) = 0;
+                           int64_t dst_start, int64_t length) = 0;
 
   // ---- GEMM -------------------------------------------------------------------------------
   // a and b share one floating dtype (F32, F16 or BF16); the products accumulate in FP32.

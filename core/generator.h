@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/backend.h"
+#include "core/philox.h"
 
 namespace mixprec {
 

@@ -6,7 +6,7 @@
 
 namespace mixprec {
 
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Square, Abs, Relu, Gelu, Sigmoid, Tanh };
+enum class UnaryOp : uint8_t { Exp, Log, Sqrt, Square, Relu, Gelu, Sigmoid, Tanh };
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
 enum class PoolKind : uint8_t { Max, Avg };
 

@@ -10,6 +10,13 @@
 
 namespace mixprec {
 
+// Seed and counter offset of a random fill or dropout mask. Element i draws from counter
+// `offset + i`, so every backend produces the same numbers.
+struct PhiloxKey {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 struct Philox4 {
   uint32_t v[4];
 };

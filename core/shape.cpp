@@ -37,7 +37,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     MIXPREC_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ",
-                  shape_str(b), " cannot be broadcast together");
+                  shape_str(b), " cannot be broadcast together (extents ", da, " and ", db,
+                  " in dimension ", static_cast<int64_t>(i) - static_cast<int64_t>(rank), ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

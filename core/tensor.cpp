@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec {
 
@@ -31,7 +32,7 @@ std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device de
   return impl;
 }
 
-// A one-element host tensor holding `value` in `dtype` (for element reads and writes).
+// The element of `dtype` stored at `bytes` (host memory), as a double.
 double host_element(const void* bytes, DType dtype) {
   switch (dtype) {
     case DType::F32: { float v; std::memcpy(&v, bytes, 4); return v; }
@@ -116,12 +117,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
                 values.size(), " values do not fill shape ", shape_str(shape));
   Tensor host = empty(shape, DType::F32, kCPU);
   if (!values.empty()) std::memcpy(host.data(), values.data(), values.size() * sizeof(float));
-  if (dtype != DType::F32) {
-    Tensor converted = empty(shape, dtype, kCPU);
-    if (!values.empty()) backend_for(kCPU).cast(host, converted);
-    host = converted;
-  }
-  return host.to(device);
+  return ops::cast_untracked(host, dtype).to(device);
 }
 
 Tensor Tensor::from_ints(const std::vector<int32_t>& values, const Shape& shape, Device device) {
@@ -238,12 +234,7 @@ namespace {
 // All elements of `t`, copied to the host and converted to T (F32 or I32).
 template <class T>
 std::vector<T> host_values(const Tensor& t) {
-  Tensor host = t.detach().to(kCPU);
-  if (host.dtype() != dtype_of<T>()) {
-    Tensor converted = Tensor::empty(t.shape(), dtype_of<T>(), kCPU);
-    if (t.numel() > 0) backend_for(kCPU).cast(host, converted);
-    host = converted;
-  }
+  const Tensor host = ops::cast_untracked(t.to(kCPU), dtype_of<T>());
   const T* p = static_cast<const T*>(host.data());
   return std::vector<T>(p, p + t.numel());
 }

@@ -154,7 +154,8 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// "F16[2, 3] on cpu" — used in error messages.
+// "F16[2, 3]", with " on <device>" appended for a tensor not on the CPU ("F16[2, 3] on
+// cuda:0") — used in error messages.
 std::string describe(const Tensor& t);
 
 }  // namespace mixprec

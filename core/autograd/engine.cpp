@@ -12,34 +12,16 @@
 namespace mixprec {
 namespace {
 
-thread_local GradMode tls_backward_grad_mode = GradMode::Accumulate;
+std::string node_label(const Node& node) { return op_label(node.name(), node.layer); }
 
-class GradModeScope {
- public:
-  explicit GradModeScope(GradMode mode) : previous_(tls_backward_grad_mode) {
-    tls_backward_grad_mode = mode;
-  }
-  ~GradModeScope() { tls_backward_grad_mode = previous_; }
-
- private:
-  GradMode previous_;
-};
-
-std::string node_label(const Node& node) {
-  std::string label = "'";
-  label.append(node.name()).append("'");
-  if (!node.layer.empty()) label.append(" in layer '").append(node.layer).append("'");
-  return label;
-}
-
-// Sums a gradient into a buffer slot, converting to the slot's dtype where they differ.
-void add_into(Tensor& slot, const Tensor& grad) {
+// Sums a gradient into the slot of an output whose recorded dtype is `dtype`, converting
+// the gradient to it first, so that every node receives gradients in its outputs' dtypes.
+void add_into(Tensor& slot, const Tensor& grad, DType dtype) {
+  const Tensor g = grad.to(dtype);  // unrecorded: the engine runs under NoGradGuard
   if (!slot.defined()) {
-    slot = grad;
+    slot = g;
     return;
   }
-  Tensor g = grad;
-  if (g.dtype() != slot.dtype()) g = grad.detach().to(slot.dtype());
   // Buffers may alias a tensor another node also received; never write into a shared one.
   Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());
   backend_for(slot.device()).binary(BinaryOp::Add, slot, g, sum);
@@ -95,8 +77,6 @@ void check_gradients(const Node& node, const std::vector<Tensor>& grads) {
 
 }  // namespace
 
-GradMode current_backward_grad_mode() { return tls_backward_grad_mode; }
-
 void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions& options) {
   MIXPREC_CHECK(root.defined(), "backward: called on an undefined tensor");
   MIXPREC_CHECK(root.requires_grad(), "backward: the tensor ", describe(root),
@@ -105,16 +85,15 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
   MIXPREC_CHECK(grad.defined() && grad.shape() == root.shape(), "backward: gradient ",
                 grad.defined() ? describe(grad) : std::string("(undefined)"),
                 " does not match the tensor ", describe(root));
-  GradModeScope mode_scope(options.grad_mode);
   NoGradGuard no_grad;  // gradient arithmetic itself is never recorded
 
   const Edge root_edge = gradient_edge(root);
   std::unordered_map<Node*, int> deps = count_dependencies(root_edge.node.get());
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
 
-  Tensor root_grad = grad.dtype() == root.dtype() ? grad : grad.to(root.dtype());
-  buffers[root_edge.node.get()].resize(root_edge.node->outputs.size());
-  buffers[root_edge.node.get()][root_edge.input_nr] = root_grad;
+  std::vector<Tensor>& root_slots = buffers[root_edge.node.get()];
+  root_slots.resize(root_edge.node->outputs.size());
+  root_slots[root_edge.input_nr] = grad.to(root_edge.node->outputs[root_edge.input_nr].dtype);
   std::vector<std::shared_ptr<Node>> ready{root_edge.node};
 
   const bool anomaly = anomaly_mode_enabled();
@@ -131,13 +110,13 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
       }
 
     check_saved_versions(*node);  // again: this backward's own .grad updates count too
-    std::vector<Tensor> grad_inputs = node->apply(grad_outputs);
+    std::vector<Tensor> grad_inputs;
+    if (AccumulateGrad* leaf = node->as_accumulator())
+      leaf->accumulate(grad_outputs[0], options.grad_mode);
+    else
+      grad_inputs = node->apply(grad_outputs);
     if (anomaly) check_gradients(*node, grad_inputs);
-    if (!options.retain_graph && !dynamic_cast<AccumulateGrad*>(node.get())) {
-      node->release_saved();
-      node->saved_versions.clear();
-      node->released = true;
-    }
+    if (!options.retain_graph) node->release();
     MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
                   "' returned ", grad_inputs.size(), " gradients for ", node->next_edges.size(),
                   " inputs");
@@ -148,7 +127,7 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
       if (i < grad_inputs.size() && grad_inputs[i].defined()) {
         std::vector<Tensor>& slots = buffers[next];
         slots.resize(next->outputs.size());
-        add_into(slots[edge.input_nr], grad_inputs[i]);
+        add_into(slots[edge.input_nr], grad_inputs[i], next->outputs[edge.input_nr].dtype);
       }
       if (--deps[next] == 0) ready.push_back(edge.node);
     }
@@ -156,23 +135,26 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
 }
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
+  accumulate(grad_outputs.at(0), GradMode::Accumulate);
+  return {};
+}
+
+void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode) {
   std::shared_ptr<TensorImpl> leaf_impl = leaf_.lock();
-  if (!leaf_impl) return {};
+  if (!leaf_impl) return;
+  NoGradGuard no_grad;
   Tensor leaf(leaf_impl);
   AutogradMeta& meta = leaf.autograd_meta();
-  const DType target = meta.grad_dtype.value_or(leaf.dtype());
-  const Tensor& incoming = grad_outputs.at(0);
-  MIXPREC_CHECK(incoming.shape() == leaf.shape(), "backward: gradient ", describe(incoming),
+  MIXPREC_CHECK(grad.shape() == leaf.shape(), "backward: gradient ", describe(grad),
                 " does not match the leaf ", describe(leaf));
-  if (!meta.grad.defined() || current_backward_grad_mode() == GradMode::Overwrite) {
+  const Tensor g = grad.to(meta.grad_dtype.value_or(leaf.dtype()));
+  if (!meta.grad.defined() || mode == GradMode::Overwrite) {
     // A private copy: the incoming tensor may be shared with other parts of the graph.
-    meta.grad = incoming.dtype() == target ? incoming.clone() : incoming.detach().to(target);
+    meta.grad = g.is_same(grad) ? g.clone() : g;
   } else {
-    Tensor g = incoming.dtype() == target ? incoming : incoming.detach().to(target);
     backend_for(leaf.device()).binary(BinaryOp::Add, meta.grad, g, meta.grad);
     meta.grad.mark_modified();
   }
-  return {};
 }
 
 }  // namespace mixprec

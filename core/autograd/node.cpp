@@ -16,4 +16,11 @@ Node::~Node() {
   }
 }
 
+void Node::release() {
+  if (keeps_graph()) return;
+  release_saved();
+  saved_versions.clear();
+  released = true;
+}
+
 }  // namespace mixprec

@@ -12,6 +12,7 @@
 
 namespace mixprec {
 
+class AccumulateGrad;
 class Node;
 
 struct Edge {
@@ -45,8 +46,18 @@ class Node : public std::enable_shared_from_this<Node> {
   // Gradients w.r.t. each input (same order as next_edges; undefined where not needed),
   // given the gradient w.r.t. each output. Called at most once per backward pass.
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
-  // Frees the tensors saved for backward (called after apply unless retain_graph).
+  // Frees the tensors saved for backward (see release()).
   virtual void release_saved() {}
+  // Called by the engine after apply unless retain_graph: frees the saved tensors and their
+  // versions and marks the node released, so that a second backward through it throws
+  // instead of reading freed tensors. Does nothing for a node that keeps_graph().
+  void release();
+  // True for a node that must stay usable after a backward without retain_graph (a leaf's
+  // accumulator, shared by every graph that uses the leaf and saving nothing).
+  virtual bool keeps_graph() const { return false; }
+  // This node as a leaf's accumulator, or null: the engine hands such a sink its gradient
+  // directly, with the pass's GradMode, instead of calling apply.
+  virtual AccumulateGrad* as_accumulator() { return nullptr; }
 
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
@@ -62,7 +73,14 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
   std::string name() const override { return "accumulate_grad"; }
+  // accumulate(grad_outputs[0], GradMode::Accumulate); returns no gradients.
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
+  // Adds `grad` (the leaf's shape) into the leaf's .grad, converted to its grad dtype, or
+  // replaces .grad with a private copy when there is none yet or `mode` is Overwrite. Does
+  // nothing once the leaf is gone. Runs its arithmetic unrecorded.
+  void accumulate(const Tensor& grad, GradMode mode);
+  bool keeps_graph() const override { return true; }
+  AccumulateGrad* as_accumulator() override { return this; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;

@@ -21,7 +21,14 @@ Edge gradient_edge(const Tensor& t) {
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
   if (!grad_enabled()) return false;
   for (const Tensor* t : inputs)
-    if (t && t->defined() && t->requires_grad()) return true;
+    if (t && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
   return false;
 }
 
@@ -44,9 +51,14 @@ void attach_output(const std::shared_ptr<Node>& node, Tensor& out, int output_nr
 void check_forward(const char* op, const Tensor& out) {
   if (!anomaly_mode_enabled() || !is_floating(out.dtype())) return;
   if (backend_for(out.device()).all_finite(out)) return;
-  const std::string layer = current_layer_name();
-  MIXPREC_FAIL("anomaly: the output of '", op, "'", layer.empty() ? "" : " in layer '" + layer + "'",
+  MIXPREC_FAIL("anomaly: the output of ", op_label(op, current_layer_name()),
                " contains Inf or NaN (", describe(out), ")");
+}
+
+std::string op_label(const std::string& op, const std::string& layer) {
+  std::string label = "'" + op + "'";
+  if (!layer.empty()) label.append(" in layer '").append(layer).append("'");
+  return label;
 }
 
 }  // namespace mixprec

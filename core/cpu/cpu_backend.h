@@ -39,7 +39,7 @@ class CpuBackend final : public Backend {
   // cpu_layout.cpp
   void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) override;
   void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
-                   int64_t dst_start, int64_t length, bool accumulate) override;
+                   int64_t dst_start, int64_t length) override;
 
   // cpu_gemm.cpp
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
@@ -59,9 +59,10 @@ class CpuBackend final : public Backend {
   void softmax(const Tensor& x, Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;
   void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
-                     Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& lse,
-                              const Tensor& dloss, Tensor& dlogits) override;
+                     Tensor& row_stats) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& labels,
+                              const Tensor& row_stats, const Tensor& dloss,
+                              Tensor& dlogits) override;
   void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps,
                   Tensor& y, Tensor& mean, Tensor& rstd) override;
   void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean,

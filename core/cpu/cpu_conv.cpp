@@ -8,13 +8,15 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/blocks.h"
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/dispatch.h"
+#include "core/math/window.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -43,34 +45,12 @@ ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const
                  .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
   MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
                 " is larger than the padded input ", shape_str(x));
-  const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  const int64_t ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o && oh == g.oh && ow == g.ow, op,
-                ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
+  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o &&
+                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
+                op, ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
                 ", output ", shape_str(y));
   return g;
-}
-
-template <class T>
-constexpr bool kIsFloat = std::is_same_v<T, float>;
-
-// Widens n elements to FP32 (a copy for FP32, so callers can treat all dtypes alike).
-template <class T>
-void load_row(const T* src, float* dst, int64_t n) {
-  if constexpr (kIsFloat<T>) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    cpu::load_f32(std::is_same_v<T, bfloat16>, src, dst, n);
-  }
-}
-
-template <class T>
-void store_row(const float* src, T* dst, int64_t n) {
-  if constexpr (kIsFloat<T>) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    cpu::store_f32(std::is_same_v<T, bfloat16>, src, dst, n);
-  }
 }
 
 // Scratch slots (core/cpu/cpu_gemm.h) of the buffers that are live together in one kernel.
@@ -79,16 +59,12 @@ constexpr int kColumnSlot = 1;
 constexpr int kOutputSlot = 2;
 constexpr int kInputSlot = 3;
 
-// The filter as an FP32 O x K matrix: the tensor itself for FP32, else a widened copy.
+// The calling thread's scratch `slot` as the FP32 buffer of n elements of a T operand
+// (core/cpu/blocks.h): none for FP32, which is used in place.
 template <class T>
-const float* filter_f32(const T* w, int64_t n) {
-  if constexpr (kIsFloat<T>) {
-    return w;
-  } else {
-    float* w32 = cpu::scratch(kFilterSlot, n);
-    load_row(w, w32, n);
-    return w32;
-  }
+float* f32_scratch(int slot, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return nullptr;
+  else return cpu::scratch(slot, n);
 }
 
 // col[(c*KH + i)*KW + j][oh*OW + ow] = x[c][oh*SH - PH + i][ow*SW - PW + j], 0 in the padding.
@@ -170,19 +146,15 @@ int image_threads(int64_t images) {
 
 template <class T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometry& g) {
-  const float* w32 = filter_f32(w, g.o * g.rows());
-  std::vector<float> bias32(static_cast<size_t>(bias ? g.o : 0));
-  if (bias) load_row(bias, bias32.data(), g.o);
+  const int64_t w_size = g.o * g.rows();
+  const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
+  std::vector<float> bias_buf(static_cast<size_t>(bias ? g.o : 0));
+  const float* bias32 = bias ? cpu::load_f32(bias, bias_buf.data(), g.o) : nullptr;
   const int64_t out_size = g.o * g.pixels();
   for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
     float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
     im2col(x + n * g.image(), g, col);
-    float* out;
-    if constexpr (kIsFloat<T>) {
-      out = y + n * out_size;
-    } else {
-      out = cpu::scratch(kOutputSlot, out_size);
-    }
+    float* out = cpu::f32_target(y + n * out_size, f32_scratch<T>(kOutputSlot, out_size));
     float beta = 0.0f;
     if (bias) {
       for (int64_t o = 0; o < g.o; ++o)
@@ -190,39 +162,29 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometr
       beta = 1.0f;
     }
     cpu::gemm_f32(false, false, g.o, g.pixels(), g.rows(), 1.0f, w32, col, beta, out);
-    if constexpr (!kIsFloat<T>) store_row(out, y + n * out_size, out_size);
+    cpu::store_f32_parallel(out, y + n * out_size, out_size);
   });
 }
 
 // dy[n] as FP32: the tensor itself for FP32, else widened into the thread's scratch.
 template <class T>
 const float* output_grad_f32(const T* dy, int64_t n, int64_t size) {
-  if constexpr (kIsFloat<T>) {
-    return dy + n * size;
-  } else {
-    float* dy32 = cpu::scratch(kOutputSlot, size);
-    load_row(dy + n * size, dy32, size);
-    return dy32;
-  }
+  return cpu::load_f32_parallel(dy + n * size, f32_scratch<T>(kOutputSlot, size), size);
 }
 
 template <class T>
 void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
-  const float* w32 = filter_f32(w, g.o * g.rows());
+  const int64_t w_size = g.o * g.rows();
+  const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
   const int64_t dy_size = g.o * g.pixels();
   for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
     const float* dyn = output_grad_f32(dy, n, dy_size);
     float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
     cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col);
-    float* dxn;
-    if constexpr (kIsFloat<T>) {
-      dxn = dx + n * g.image();
-    } else {
-      dxn = cpu::scratch(kInputSlot, g.image());
-    }
+    float* dxn = cpu::f32_target(dx + n * g.image(), f32_scratch<T>(kInputSlot, g.image()));
     std::fill(dxn, dxn + g.image(), 0.0f);
     col2im_add(col, g, dxn);
-    if constexpr (!kIsFloat<T>) store_row(dxn, dx + n * g.image(), g.image());
+    cpu::store_f32_parallel(dxn, dx + n * g.image(), g.image());
   });
 }
 
@@ -254,17 +216,8 @@ void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGe
     for (int64_t i = 0; i < w_size; ++i) partial_w[i] += partial_w[t * w_size + i];
     for (int64_t o = 0; o < g.o; ++o) partial_b[o] += partial_b[t * g.o + o];
   }
-  store_row(partial_w.data(), dw, w_size);
-  if (dbias) store_row(partial_b.data(), dbias, g.o);
-}
-
-void check_dtypes(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    if (!t) continue;
-    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ", describe(*first),
-                  " and ", describe(*t));
-  }
+  cpu::store_f32_parallel(partial_w.data(), dw, w_size);
+  if (dbias) cpu::store_f32_parallel(partial_b.data(), dbias, g.o);
 }
 
 }  // namespace
@@ -272,7 +225,7 @@ void check_dtypes(const char* op, std::initializer_list<const Tensor*> ts) {
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                         const Conv2dDesc& desc, Tensor& y) {
   const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), y.shape(), desc);
-  check_dtypes("conv2d", {&x, &w, bias, &y});
+  cpu::check_same_dtype("conv2d", {&x, &w, bias, &y});
   MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
                 g.o, " elements");
   if (y.numel() == 0) return;
@@ -287,7 +240,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const C
                                       Tensor& dx) {
   const ConvGeometry g =
       conv_geometry("conv2d_backward_data", dx.shape(), w.shape(), dy.shape(), desc);
-  check_dtypes("conv2d_backward_data", {&dy, &w, &dx});
+  cpu::check_same_dtype("conv2d_backward_data", {&dy, &w, &dx});
   if (dx.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_data", [&] {
     conv_backward_data(static_cast<const scalar_t*>(dy.data()),
@@ -300,7 +253,7 @@ void CpuBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const
                                         Tensor& dw, Tensor* dbias) {
   const ConvGeometry g =
       conv_geometry("conv2d_backward_filter", x.shape(), dw.shape(), dy.shape(), desc);
-  check_dtypes("conv2d_backward_filter", {&x, &dy, &dw, dbias});
+  cpu::check_same_dtype("conv2d_backward_filter", {&x, &dy, &dw, dbias});
   MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ", describe(*dbias),
                 " does not have ", g.o, " elements");
   if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;

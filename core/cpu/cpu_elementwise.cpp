@@ -8,9 +8,8 @@
 // Work is split into fixed-size chunks of the output, so the parallel split (and hence
 // every result) does not depend on the thread count.
 //
-// F16/BF16 data moves through FP32 scratch blocks with the vectorised bulk converters of
-// core/convert.h (bit-identical to to_float/from_float), so the math loops run on floats
-// and vectorise; F32 data is read and written in place.
+// F16/BF16 data moves through FP32 scratch blocks (core/cpu/blocks.h), so the math loops run
+// on floats and vectorise; F32 data is read and written in place.
 #include <algorithm>
 #include <array>
 #include <initializer_list>
@@ -18,7 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/convert.h"
+#include "core/cpu/blocks.h"
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/cpu/strided.h"
@@ -29,8 +29,12 @@
 namespace mixprec {
 namespace {
 
-// Below this many elements a loop stays serial: thread start-up would cost more.
-constexpr int64_t kParallelMin = 1 << 15;
+using cpu::check_same_dtype;
+using cpu::f32_target;
+using cpu::kParallelWork;
+using cpu::load_f32;
+using cpu::store_f32;
+
 // Output elements per parallel task of the broadcast walker.
 constexpr int64_t kChunk = 1 << 14;
 // Columns per task when sum_to keeps the innermost dim: 1 KiB of FP32 accumulators.
@@ -51,36 +55,6 @@ T* mdata(Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-// `n` (<= kBlock) elements of src as floats: src itself for F32, else converted into `buf`.
-template <class T>
-const float* load_block(const T* src, int64_t n, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else if constexpr (std::is_same_v<T, half>) {
-    convert_f16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, static_cast<size_t>(n));
-    return buf;
-  } else {
-    convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, static_cast<size_t>(n));
-    return buf;
-  }
-}
-
-// Where a kernel writes its float results: dst itself for F32, else the scratch `buf` that
-// store_block then rounds into dst.
-template <class T>
-float* store_target(T* dst, float* buf) {
-  if constexpr (std::is_same_v<T, float>) return dst;
-  else return buf;
-}
-
-template <class T>
-void store_block(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, half>)
-    convert_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), static_cast<size_t>(n));
-  else if constexpr (std::is_same_v<T, bfloat16>)
-    convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), static_cast<size_t>(n));
-}
-
 template <size_t N, class F, size_t... I>
 void apply_block(const std::array<const float*, N>& in, float* out, int64_t n, const F& f,
                  std::index_sequence<I...>) {
@@ -92,16 +66,16 @@ void apply_block(const std::array<const float*, N>& in, float* out, int64_t n, c
 template <class T, size_t N, class F>
 void map_contiguous(const std::array<const T*, N>& in, T* out, int64_t n, const F& f) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t begin = blk * kBlock, len = std::min(kBlock, n - begin);
     float in_buf[N][kBlock];
     float out_buf[kBlock];
     std::array<const float*, N> p;
-    for (size_t k = 0; k < N; ++k) p[k] = load_block(in[k] + begin, len, in_buf[k]);
-    float* o = store_target(out + begin, out_buf);
+    for (size_t k = 0; k < N; ++k) p[k] = load_f32(in[k] + begin, in_buf[k], len);
+    float* o = f32_target(out + begin, out_buf);
     apply_block(p, o, len, f, std::make_index_sequence<N>{});
-    store_block(o, out + begin, len);
+    store_f32(o, out + begin, len);
   }
 }
 
@@ -121,10 +95,10 @@ void map_run(const std::array<const T*, N>& in, const std::array<bool, N>& step,
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int64_t len = std::min(kBlock, n - begin);
     for (size_t k = 0; k < N; ++k)
-      if (step[k]) p[k] = load_block(in[k] + begin, len, in_buf[k]);
-    float* o = store_target(out + begin, out_buf);
+      if (step[k]) p[k] = load_f32(in[k] + begin, in_buf[k], len);
+    float* o = f32_target(out + begin, out_buf);
     apply_block(p, o, len, f, std::make_index_sequence<N>{});
-    store_block(o, out + begin, len);
+    store_f32(o, out + begin, len);
   }
 }
 
@@ -135,11 +109,6 @@ bool broadcasts_to(const Shape& in, const Shape& out) {
   for (size_t i = 0; i < in.size(); ++i)
     if (in[i] != 1 && in[i] != out[lead + i]) return false;
   return true;
-}
-
-void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
-  MIXPREC_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch between ", describe(a), " and ",
-                describe(b));
 }
 
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
@@ -229,12 +198,10 @@ template <class F>
 void with_unary_op(UnaryOp op, const F& f) {
   using U = UnaryOp;
   switch (op) {
-    case U::Neg: return f(std::integral_constant<U, U::Neg>{});
     case U::Exp: return f(std::integral_constant<U, U::Exp>{});
     case U::Log: return f(std::integral_constant<U, U::Log>{});
     case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
     case U::Square: return f(std::integral_constant<U, U::Square>{});
-    case U::Abs: return f(std::integral_constant<U, U::Abs>{});
     case U::Relu: return f(std::integral_constant<U, U::Relu>{});
     case U::Gelu: return f(std::integral_constant<U, U::Gelu>{});
     case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
@@ -293,7 +260,7 @@ void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
   const auto f = [](float u, float v) { return binary_value<Op>(u, v); };
   if (nb >= kBlock) {
     const int64_t rows = n / nb;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kParallelWork)
     for (int64_t r = 0; r < rows; ++r)
       map_run<T, 2>({a + r * nb, b}, {true, true}, out + r * nb, nb, f);
     return;
@@ -304,15 +271,15 @@ void binary_trailing(const T* a, const T* b, T* out, int64_t n, int64_t nb) {
   float tiled[kBlock];
   for (int64_t i = 0; i < chunk; ++i) tiled[i] = to_float(b[i % nb]);
   const int64_t chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * chunk, len = std::min(chunk, n - begin);
     float in_buf[kBlock];
     float out_buf[kBlock];
-    const float* pa = load_block(a + begin, len, in_buf);
-    float* o = store_target(out + begin, out_buf);
+    const float* pa = load_f32(a + begin, in_buf, len);
+    float* o = f32_target(out + begin, out_buf);
     for (int64_t i = 0; i < len; ++i) o[i] = f(pa[i], tiled[i]);
-    store_block(o, out + begin, len);
+    store_f32(o, out + begin, len);
   }
 }
 
@@ -358,7 +325,7 @@ float sum_run(const T* p, int64_t n) {
   float total = 0.0f;
   for (int64_t begin = 0; begin < n; begin += kRunBlock) {
     const int64_t len = std::min(kRunBlock, n - begin);
-    const float* v = load_block(p + begin, len, buf);
+    const float* v = load_f32(p + begin, buf, len);
     float lane[kLanes] = {};
     int64_t i = 0;
     for (; i + kLanes <= len; i += kLanes)
@@ -418,7 +385,7 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
 
   if (ystride[last] == 0) {
     // The innermost dim is reduced: each y element sums `reduced` contiguous runs of `inner`.
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for if (n > kParallelWork)
     for (int64_t o = 0; o < m; ++o) {
       const int64_t base = cpu::offset_of(o, kept_ext, kept_xstride);
       float acc = 0.0f;
@@ -434,7 +401,7 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
   const int64_t rows = m / inner;
   const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
   const int64_t tasks = rows * blocks;
-#pragma omp parallel for if (n > kParallelMin && tasks > 1)
+#pragma omp parallel for if (n > kParallelWork && tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t row = t / blocks;
     const int64_t col = (t % blocks) * kColumnBlock;
@@ -449,14 +416,13 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
       std::fill(acc, acc + width, 0.0f);
       const int64_t r1 = std::min(reduced, r0 + kRunBlock);
       for (int64_t r = r0; r < r1; ++r) {
-        const float* v = load_block(x + base + cpu::offset_of(r, red_ext, red_xstride), width, buf);
+        const float* v = load_f32(x + base + cpu::offset_of(r, red_ext, red_xstride), buf, width);
         for (int64_t j = 0; j < width; ++j) acc[j] += v[j];
       }
       for (int64_t j = 0; j < width; ++j) total[j] += acc[j];
     }
     for (int64_t j = 0; j < width; ++j) total[j] *= scale;
-    if constexpr (std::is_same_v<T, float>) std::copy(total, total + width, y + row * inner + col);
-    else store_block(total, y + row * inner + col, width);
+    store_f32(total, y + row * inner + col, width);
   }
 }
 
@@ -480,7 +446,7 @@ void causal_mask_kernel(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
                         float fill) {
   const T masked = from_float<T>(fill);
   const int64_t total_rows = batch * rows;
-#pragma omp parallel for if (total_rows * cols > kParallelMin)
+#pragma omp parallel for if (total_rows * cols > kParallelWork)
   for (int64_t r = 0; r < total_rows; ++r) {
     const int64_t i = r % rows;
     const T* px = x + r * cols;
@@ -494,7 +460,7 @@ void causal_mask_kernel(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
-  check_same_dtype("unary", x, y);
+  check_same_dtype("unary", {&x, &y});
   check_same_shape("unary", x, y);
   const int64_t n = x.numel();
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "unary", [&] {
@@ -507,7 +473,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                 Tensor& dx) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
-    check_same_dtype("unary_backward", x, *t);
+    check_same_dtype("unary_backward", {&x, t});
     check_same_shape("unary_backward", x, *t);
   }
   const int64_t n = x.numel();
@@ -521,7 +487,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
 }
 
 void CpuBackend::affine(const Tensor& x, float alpha, float beta, Tensor& y) {
-  check_same_dtype("affine", x, y);
+  check_same_dtype("affine", {&x, &y});
   check_same_shape("affine", x, y);
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "affine", [&] {
     affine_kernel(cdata<scalar_t>(x), alpha, beta, mdata<scalar_t>(y), x.numel());
@@ -529,8 +495,8 @@ void CpuBackend::affine(const Tensor& x, float alpha, float beta, Tensor& y) {
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  check_same_dtype("binary", a, out);
-  check_same_dtype("binary", b, out);
+  check_same_dtype("binary", {&a, &out});
+  check_same_dtype("binary", {&b, &out});
   MIXPREC_CHECK(broadcasts_to(a.shape(), out.shape()) && broadcasts_to(b.shape(), out.shape()),
                 "binary: ", describe(a), " and ", describe(b), " do not broadcast to ",
                 describe(out));
@@ -555,7 +521,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 }
 
 void CpuBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
-  check_same_dtype("sum_to", x, y);
+  check_same_dtype("sum_to", {&x, &y});
   MIXPREC_CHECK(broadcasts_to(y.shape(), x.shape()), "sum_to: ", describe(y),
                 " does not broadcast to ", describe(x));
   if (y.numel() == 0) return;
@@ -569,7 +535,7 @@ void CpuBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
 }
 
 void CpuBackend::expand(const Tensor& x, Tensor& y, float scale) {
-  check_same_dtype("expand", x, y);
+  check_same_dtype("expand", {&x, &y});
   MIXPREC_CHECK(broadcasts_to(x.shape(), y.shape()), "expand: ", describe(x),
                 " does not broadcast to ", describe(y));
   if (y.numel() == 0) return;
@@ -579,7 +545,7 @@ void CpuBackend::expand(const Tensor& x, Tensor& y, float scale) {
 }
 
 void CpuBackend::causal_mask(const Tensor& x, float fill, Tensor& y) {
-  check_same_dtype("causal_mask", x, y);
+  check_same_dtype("causal_mask", {&x, &y});
   check_same_shape("causal_mask", x, y);
   MIXPREC_CHECK(x.dim() >= 2, "causal_mask: expected at least 2 dimensions, got ", describe(x));
   const int64_t rows = x.size(-2), cols = x.size(-1);

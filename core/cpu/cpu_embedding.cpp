@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/dropout.h"
@@ -11,12 +12,12 @@
 namespace mixprec {
 namespace {
 
-constexpr int64_t kParallelWork = 1 << 15;
+using cpu::kParallelWork;
 
 template <class T>
 void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
   const float scale = dropout_scale(p);
-#pragma omp parallel for if (n > (1 << 14))
+#pragma omp parallel for if (n > cpu::kParallelWorkCostly)
   for (int64_t i = 0; i < n; ++i) {
     const bool keep = dropout_keep(key.seed, key.offset + static_cast<uint64_t>(i), p);
     y[i] = from_float<T>(dropout_value(to_float(x[i]), keep, scale));

@@ -15,22 +15,14 @@
 #include <array>
 #include <memory>
 
-#include "core/convert.h"
+#include "core/cpu/blocks.h"
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/tensor.h"
 
 namespace mixprec {
-namespace {
-
-// A bulk conversion is split over the threads in chunks of this many elements; a smaller one
-// is memory-bound work that costs less than waking the team.
-constexpr int64_t kParallelConvert = int64_t{1} << 20;
-// A batch of GEMMs spreads over the threads from this many multiply-adds in total.
-constexpr int64_t kParallelBatchFlops = int64_t{1} << 15;
-
-}  // namespace
-
 namespace cpu {
 namespace {
 
@@ -77,30 +69,6 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
   if (!trans_a && trans_b) return product(am, bm.transpose(), alpha, beta, cm);
   if (trans_a && !trans_b) return product(am.transpose(), bm, alpha, beta, cm);
   product(am.transpose(), bm.transpose(), alpha, beta, cm);
-}
-
-// convert(src, dst, count) over n elements, split into kParallelConvert-element chunks that
-// the threads share (serial when there is only one chunk).
-template <class Src, class Dst>
-void convert_chunked(void (*convert)(const Src*, Dst*, size_t), const Src* src, Dst* dst,
-                     int64_t n) {
-  const int64_t chunk = kParallelConvert;
-  const int64_t chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t i = 0; i < chunks; ++i) {
-    const int64_t begin = i * chunk;
-    convert(src + begin, dst + begin, static_cast<size_t>(std::min(n - begin, chunk)));
-  }
-}
-
-void load_f32(bool is_bf16, const void* src, float* dst, int64_t n) {
-  convert_chunked(is_bf16 ? convert_bf16_to_f32 : convert_f16_to_f32,
-                  static_cast<const uint16_t*>(src), dst, n);
-}
-
-void store_f32(bool is_bf16, const float* src, void* dst, int64_t n) {
-  convert_chunked(is_bf16 ? convert_f32_to_bf16 : convert_f32_to_f16, src,
-                  static_cast<uint16_t*>(dst), n);
 }
 
 float* scratch(int slot, int64_t n) {
@@ -156,59 +124,52 @@ void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tenso
                 d.stride_c);
 }
 
-// Small matrices: one Eigen call each, spread over the batch (Eigen then stays on the calling
-// thread). A single large matrix: Eigen spreads the product over the threads itself.
-bool parallel_over_batch(const GemmDesc& d) {
-  return d.batch > 1 && d.batch * d.m * d.n * std::max<int64_t>(d.k, 1) >= kParallelBatchFlops;
+// Calls multiply(i) for every item of the batch. Small matrices: one Eigen call each, spread
+// over the batch (Eigen then stays on the calling thread). A single large matrix: Eigen
+// spreads the product over the threads itself; no enclosing parallel region is opened then,
+// as Eigen's threads, nested inside a one-thread team, measured slower than when started at
+// the top level.
+template <class Multiply>
+void for_each_batch(const GemmDesc& d, const Multiply& multiply) {
+  const bool parallel =
+      d.batch > 1 && d.batch * d.m * d.n * std::max<int64_t>(d.k, 1) >= cpu::kParallelWork;
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
+  } else {
+    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
+  }
 }
 
 void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
-  const auto multiply = [&](int64_t i) {
+  for_each_batch(d, [&](int64_t i) {
     cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a + i * d.stride_a,
                   b + i * d.stride_b, d.beta, c + i * d.stride_c);
-  };
-  if (parallel_over_batch(d)) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
-  } else {
-    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
-  }
+  });
 }
 
-// F16/BF16: A and B are widened once (a broadcast operand only once for the whole batch).
-// A 16-bit C block is computed in an FP32 buffer and rounded once on store; an F32 C is
-// written (and, with beta, read) in place.
-void gemm_16bit(const GemmDesc& d, bool is_bf16, const Tensor& a, const Tensor& b, Tensor& c) {
+// F16/BF16 (T): A and B are widened once (a broadcast operand only once for the whole batch).
+// An F32 C is then gemm_float's; a 16-bit C block is computed in an FP32 buffer and rounded
+// once on store.
+template <class T>
+void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
   const int64_t span_a = span(d.batch, d.stride_a, d.m * d.k);
   const int64_t span_b = span(d.batch, d.stride_b, d.k * d.n);
-  float* a32 = cpu::scratch(0, span_a);
-  float* b32 = cpu::scratch(1, span_b);
-  cpu::load_f32(is_bf16, a.data(), a32, span_a);
-  cpu::load_f32(is_bf16, b.data(), b32, span_b);
-  float* const c_wide = c.dtype() == DType::F32 ? c.data_as<float>() : nullptr;
-  auto* const c16 = static_cast<uint16_t*>(c.data());
+  const float* a32 =
+      cpu::load_f32_parallel(static_cast<const T*>(a.data()), cpu::scratch(0, span_a), span_a);
+  const float* b32 =
+      cpu::load_f32_parallel(static_cast<const T*>(b.data()), cpu::scratch(1, span_b), span_b);
+  if (c.dtype() == DType::F32) return gemm_float(d, a32, b32, c.data_as<float>());
+  T* const c16 = static_cast<T*>(c.data());
   const int64_t mn = d.m * d.n;
-  const auto multiply = [&](int64_t i) {
-    if (c_wide != nullptr) {
-      cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32 + i * d.stride_a,
-                    b32 + i * d.stride_b, d.beta, c_wide + i * d.stride_c);
-      return;
-    }
-    uint16_t* ci = c16 + i * d.stride_c;
+  for_each_batch(d, [&](int64_t i) {
+    T* ci = c16 + i * d.stride_c;
     float* c32 = cpu::scratch(2, mn);
-    if (d.beta != 0.0f) cpu::load_f32(is_bf16, ci, c32, mn);
+    if (d.beta != 0.0f) cpu::load_f32_parallel(ci, c32, mn);
     cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a32 + i * d.stride_a,
                   b32 + i * d.stride_b, d.beta, c32);
-    cpu::store_f32(is_bf16, c32, ci, mn);
-  };
-  // No enclosing parallel region on the serial path: Eigen's threads, nested inside a
-  // one-thread team, measured slower than when started at the top level.
-  if (parallel_over_batch(d)) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
-  } else {
-    for (int64_t i = 0; i < d.batch; ++i) multiply(i);
-  }
+    cpu::store_f32_parallel(c32, ci, mn);
+  });
 }
 
 }  // namespace
@@ -220,9 +181,9 @@ void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Te
     case DType::F32:
       return gemm_float(desc, a.data_as<float>(), b.data_as<float>(), c.data_as<float>());
     case DType::F16:
-      return gemm_16bit(desc, false, a, b, c);
+      return gemm_16bit<half>(desc, a, b, c);
     case DType::BF16:
-      return gemm_16bit(desc, true, a, b, c);
+      return gemm_16bit<bfloat16>(desc, a, b, c);
     default:
       MIXPREC_FAIL("gemm: unsupported dtype ", a.dtype(), " on the CPU backend");
   }

@@ -13,11 +13,6 @@ namespace mixprec::cpu {
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, const float* b, float beta, float* c);
 
-// Bulk conversion of n elements of a 16-bit float dtype (F16 or BF16) to FP32 and back,
-// through the vectorised paths of core/convert.h (split over threads when n is large).
-void load_f32(bool is_bf16, const void* src, float* dst, int64_t n);
-void store_f32(bool is_bf16, const float* src, void* dst, int64_t n);
-
 // Per-thread FP32 work buffers that keep their memory between calls: a fresh multi-megabyte
 // allocation per GEMM or convolution costs a page fault per 4 KiB. scratch(slot, n) returns
 // at least n uninitialised floats, valid until the same thread asks for the same slot again;

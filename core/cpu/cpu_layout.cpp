@@ -1,12 +1,12 @@
 // Layout primitives of the CPU backend: permute and copy_narrow. Both move whole elements
-// without arithmetic (copy_narrow's accumulate mode aside), so they work on raw 2- or 4-byte
-// words and serve every dtype, I32 included.
+// without arithmetic, so they work on raw 2- or 4-byte words and serve every dtype, I32
+// included.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/dispatch.h"
 #include "core/cpu/strided.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -14,7 +14,8 @@
 namespace mixprec {
 namespace {
 
-constexpr int64_t kParallelMin = 1 << 15;
+using cpu::kParallelWork;
+
 // Square tile of a transpose whose innermost output dim is strided in the input: both the
 // reads and the writes of one tile then stay within a few cache lines per row.
 constexpr int64_t kTile = 32;
@@ -61,7 +62,7 @@ void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
     const std::vector<int64_t> outer_ext(plan.extents.begin(), plan.extents.end() - 1);
     const std::vector<int64_t> outer_xs(plan.xstrides.begin(), plan.xstrides.end() - 1);
     const int64_t rows = n / inner;
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for if (n > kParallelWork)
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(y + r * inner, x + cpu::offset_of(r, outer_ext, outer_xs), inner * sizeof(Word));
     return;
@@ -81,7 +82,7 @@ void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
   const int64_t outer = shape_numel(outer_ext);
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t tasks = outer * row_tiles;
-#pragma omp parallel for if (n > kParallelMin)
+#pragma omp parallel for if (n > kParallelWork)
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t o = t / row_tiles;
     const int64_t r0 = (t % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
@@ -95,28 +96,17 @@ void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
   }
 }
 
-template <class T>
-void add_rows(const T* src, T* dst, int64_t outer, int64_t src_row, int64_t dst_row,
-              int64_t count) {
-#pragma omp parallel for if (outer * count > kParallelMin)
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* ps = src + o * src_row;
-    T* pd = dst + o * dst_row;
-    for (int64_t i = 0; i < count; ++i) pd[i] = from_float<T>(to_float(pd[i]) + to_float(ps[i]));
-  }
-}
-
+// The threshold counts bytes: those of kParallelWork 4-byte elements.
 void copy_rows(const char* src, char* dst, int64_t outer, int64_t src_row, int64_t dst_row,
                int64_t bytes) {
-#pragma omp parallel for if (outer * bytes > 4 * kParallelMin)
+#pragma omp parallel for if (outer * bytes > 4 * kParallelWork)
   for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * dst_row, src + o * src_row, bytes);
 }
 
 }  // namespace
 
 void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) {
-  MIXPREC_CHECK(x.dtype() == y.dtype(), "permute: dtype mismatch between ", describe(x), " and ",
-                describe(y));
+  cpu::check_same_dtype("permute", {&x, &y});
   const int64_t rank = x.dim();
   MIXPREC_CHECK(static_cast<int64_t>(perm.size()) == rank && y.dim() == rank, "permute: ",
                 describe(x), " -> ", describe(y), " needs a permutation of ", rank,
@@ -140,9 +130,8 @@ void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, Tens
 }
 
 void CpuBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
-                             int64_t dst_start, int64_t length, bool accumulate) {
-  MIXPREC_CHECK(src.dtype() == dst.dtype(), "copy_narrow: dtype mismatch between ",
-                describe(src), " and ", describe(dst));
+                             int64_t dst_start, int64_t length) {
+  cpu::check_same_dtype("copy_narrow", {&src, &dst});
   const int64_t rank = src.dim();
   MIXPREC_CHECK(dst.dim() == rank && dim >= 0 && dim < rank, "copy_narrow: dimension ", dim,
                 " is invalid for ", describe(src), " -> ", describe(dst));
@@ -161,14 +150,6 @@ void CpuBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, 
   if (outer * inner * length == 0) return;
   const int64_t count = length * inner;
   const int64_t src_row = src_extent * inner, dst_row = dst_extent * inner;
-  if (accumulate) {
-    MIXPREC_DISPATCH_FLOATING(src.dtype(), "copy_narrow", [&] {
-      add_rows(static_cast<const scalar_t*>(src.data()) + src_start * inner,
-               static_cast<scalar_t*>(dst.data()) + dst_start * inner, outer, src_row, dst_row,
-               count);
-    });
-    return;
-  }
   const int64_t esize = static_cast<int64_t>(dtype_size(src.dtype()));
   copy_rows(static_cast<const char*>(src.data()) + src_start * inner * esize,
             static_cast<char*>(dst.data()) + dst_start * inner * esize, outer, src_row * esize,

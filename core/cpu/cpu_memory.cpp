@@ -4,7 +4,8 @@
 #include <cstring>
 #include <new>
 
-#include "core/convert.h"
+#include "core/cpu/blocks.h"
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/philox.h"
@@ -20,15 +21,15 @@ template <class T>
 void store_all(Tensor& out, T value) {
   T* p = static_cast<T*>(out.data());
   const int64_t n = out.numel();
-#pragma omp parallel for if (n > (1 << 16))
+#pragma omp parallel for if (n > cpu::kParallelWorkCheap)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
-// Converts n elements between any two dtypes through float (I32 through double, so large
-// integers survive an I32 -> I32 path that never reaches here anyway).
+// Converts n floating elements to any other dtype through float; a float -> I32 conversion
+// truncates toward zero.
 template <class Src, class Dst>
 void convert_elements(const Src* src, Dst* dst, int64_t n) {
-#pragma omp parallel for if (n > (1 << 16))
+#pragma omp parallel for if (n > cpu::kParallelWorkCheap)
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<Dst, int32_t>) {
       dst[i] = static_cast<int32_t>(to_float(src[i]));
@@ -40,14 +41,14 @@ void convert_elements(const Src* src, Dst* dst, int64_t n) {
 
 template <class T, class Draw>
 void fill_random(T* p, int64_t n, const Draw& draw) {
-#pragma omp parallel for if (n > (1 << 14))
+#pragma omp parallel for if (n > cpu::kParallelWorkCostly)
   for (int64_t i = 0; i < n; ++i) p[i] = from_float<T>(draw(i));
 }
 
 template <class T>
 bool all_finite_elements(const T* p, int64_t n) {
   int64_t bad = 0;
-#pragma omp parallel for reduction(+ : bad) if (n > (1 << 16))
+#pragma omp parallel for reduction(+ : bad) if (n > cpu::kParallelWorkCheap)
   for (int64_t i = 0; i < n; ++i) bad += std::isfinite(to_float(p[i])) ? 0 : 1;
   return bad == 0;
 }
@@ -112,15 +113,20 @@ void CpuBackend::cast(const Tensor& x, Tensor& y) {
                 " differ in size");
   const int64_t n = x.numel();
   if (x.dtype() == y.dtype()) return copy(x, y);
-  // The bulk paths are vectorised (F16C / AVX-512) and bit-identical to the scalar ones.
-  if (x.dtype() == DType::F32 && y.dtype() == DType::F16)
-    return convert_f32_to_f16(x.data_as<float>(), static_cast<uint16_t*>(y.data()), n);
-  if (x.dtype() == DType::F16 && y.dtype() == DType::F32)
-    return convert_f16_to_f32(static_cast<const uint16_t*>(x.data()), y.data_as<float>(), n);
-  if (x.dtype() == DType::F32 && y.dtype() == DType::BF16)
-    return convert_f32_to_bf16(x.data_as<float>(), static_cast<uint16_t*>(y.data()), n);
-  if (x.dtype() == DType::BF16 && y.dtype() == DType::F32)
-    return convert_bf16_to_f32(static_cast<const uint16_t*>(x.data()), y.data_as<float>(), n);
+  // Between F32 and F16/BF16 the bulk paths (core/cpu/blocks.h) are vectorised and
+  // bit-identical to the scalar ones.
+  if (x.dtype() == DType::F32 && is_floating(y.dtype())) {
+    MIXPREC_DISPATCH_FLOATING(y.dtype(), "cast", [&] {
+      cpu::store_f32_parallel(x.data_as<float>(), static_cast<scalar_t*>(y.data()), n);
+    });
+    return;
+  }
+  if (y.dtype() == DType::F32 && is_floating(x.dtype())) {
+    MIXPREC_DISPATCH_FLOATING(x.dtype(), "cast", [&] {
+      cpu::load_f32_parallel(static_cast<const scalar_t*>(x.data()), y.data_as<float>(), n);
+    });
+    return;
+  }
   if (x.dtype() == DType::I32) {
     const int32_t* src = x.data_as<int32_t>();
     MIXPREC_DISPATCH_FLOATING(y.dtype(), "cast", [&] {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/norm.h"
@@ -14,7 +15,7 @@
 namespace mixprec {
 namespace {
 
-constexpr int64_t kParallelWork = 1 << 15;
+using cpu::kParallelWork;
 // Rows per partial sum of the layer-norm weight/bias gradients. The partials are then added
 // in block order, which fixes the summation order independently of the threads.
 constexpr int64_t kRowBlock = 32;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/pool.h"
@@ -10,7 +11,7 @@
 namespace mixprec {
 namespace {
 
-constexpr int64_t kParallelPool = int64_t{1} << 14;
+using cpu::kParallelWork;
 
 // Rows and columns of one input plane.
 struct Window {
@@ -49,7 +50,7 @@ PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, 
 // the output's clipped window in it, `out` the output's flat index. Parallel over the planes.
 template <class T, class Pool>
 void for_each_window(const T* x, const PoolGeometry& g, const Pool& pool) {
-#pragma omp parallel for schedule(static) if (g.work() > kParallelPool)
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* in = x + p * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; ++oy)
@@ -87,7 +88,7 @@ template <class T>
 void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_t* argmax, T* dx) {
   const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
   const int64_t plane = g.h * g.w;
-#pragma omp parallel if (g.work() > kParallelPool)
+#pragma omp parallel if (g.work() > kParallelWork)
   {
     std::vector<float> acc(static_cast<size_t>(plane));
 #pragma omp for schedule(static)
@@ -117,8 +118,7 @@ void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_
 
 void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tensor* argmax) {
   const PoolGeometry g = pool_geometry("pool2d", desc, x.shape(), y.shape());
-  MIXPREC_CHECK(x.dtype() == y.dtype(), "pool2d: dtype mismatch between ", describe(x), " and ",
-                describe(y));
+  cpu::check_same_dtype("pool2d", {&x, &y});
   const bool is_max = desc.kind == PoolKind::Max;
   if (is_max && argmax) {
     MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(), "pool2d: argmax ",
@@ -139,8 +139,7 @@ void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tens
 void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
                                  Tensor& dx) {
   const PoolGeometry g = pool_geometry("pool2d_backward", desc, dx.shape(), dy.shape());
-  MIXPREC_CHECK(dx.dtype() == dy.dtype(), "pool2d_backward: dtype mismatch between ", describe(dy),
-                " and ", describe(dx));
+  cpu::check_same_dtype("pool2d_backward", {&dy, &dx});
   const bool is_max = desc.kind == PoolKind::Max;
   if (is_max) {
     MIXPREC_CHECK(argmax && argmax->dtype() == DType::I32 && argmax->shape() == dy.shape(),

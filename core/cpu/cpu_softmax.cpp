@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/softmax.h"
@@ -12,18 +13,18 @@
 namespace mixprec {
 namespace {
 
-// Below this many elements the threads cost more than they save.
-constexpr int64_t kParallelWork = 1 << 15;
+using cpu::kParallelWork;
 
-struct RowStats {
+// The maximum of a row and the sum of exp(x_j - max) over it.
+struct RowMaxSum {
   float max;
-  float sum;  // sum_j exp(x_j - max)
+  float sum;
 };
 
 // The sums of a row accumulate in double: a float running sum over a 50k-entry vocabulary
 // loses digits in proportion to the row length, which the result would carry.
 template <class T>
-RowStats row_stats(const T* x, int64_t cols) {
+RowMaxSum reduce_row(const T* x, int64_t cols) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
   double s = 0.0;
@@ -37,7 +38,7 @@ void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
-    const RowStats st = row_stats(xr, cols);
+    const RowMaxSum st = reduce_row(xr, cols);
     if (log) {
       const float log_sum = std::log(st.sum);
       for (int64_t j = 0; j < cols; ++j)
@@ -67,32 +68,33 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t
   }
 }
 
-// Fills stats[r] = (m, log s) and returns the mean over rows of the row losses. The mean is
-// summed serially in row order so that the loss does not depend on the thread count.
+// Fills row_stats[r] = (m, log s) and returns the mean over rows of the row losses. The mean
+// is summed serially in row order so that the loss does not depend on the thread count.
 template <class T>
-float cross_entropy_rows(const T* logits, const int32_t* labels, float* stats, int64_t rows,
-                         int64_t cols) {
+float cross_entropy_rows(const T* logits, const int32_t* labels, float* row_stats,
+                         int64_t rows, int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const RowStats st = row_stats(logits + r * cols, cols);
-    stats[2 * r] = st.max;
-    stats[2 * r + 1] = std::log(st.sum);
+    const RowMaxSum st = reduce_row(logits + r * cols, cols);
+    row_stats[2 * r] = st.max;
+    row_stats[2 * r + 1] = std::log(st.sum);
   }
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r)
-    total += cross_entropy_row_loss(stats[2 * r], stats[2 * r + 1],
+    total += cross_entropy_row_loss(row_stats[2 * r], row_stats[2 * r + 1],
                                     to_float(logits[r * cols + labels[r]]));
   return cross_entropy_mean(total, rows);
 }
 
 template <class T>
-void cross_entropy_backward_rows(const T* logits, const int32_t* labels, const float* stats,
-                                 float scale, T* dlogits, int64_t rows, int64_t cols) {
+void cross_entropy_backward_rows(const T* logits, const int32_t* labels,
+                                 const float* row_stats, float scale, T* dlogits, int64_t rows,
+                                 int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = logits + r * cols;
     T* dr = dlogits + r * cols;
-    const float row_max = stats[2 * r], log_sum = stats[2 * r + 1];
+    const float row_max = row_stats[2 * r], log_sum = row_stats[2 * r + 1];
     for (int64_t j = 0; j < cols; ++j)
       dr[j] = from_float<T>(
           cross_entropy_grad_value(to_float(xr[j]), row_max, log_sum, j == labels[r], scale));
@@ -132,20 +134,21 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
 }
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
-                               Tensor& lse) {
+                               Tensor& row_stats) {
   const int64_t rows = logits.size(0), cols = logits.size(1);
-  MIXPREC_CHECK(loss.dtype() == DType::F32 && lse.dtype() == DType::F32 && lse.numel() == 2 * rows,
-                "cross_entropy: loss ", describe(loss), " and row statistics ", describe(lse),
-                " must be F32 (a scalar and [", rows, ", 2])");
+  MIXPREC_CHECK(loss.dtype() == DType::F32 && row_stats.dtype() == DType::F32 &&
+                    row_stats.numel() == 2 * rows,
+                "cross_entropy: loss ", describe(loss), " and row statistics ",
+                describe(row_stats), " must be F32 (a scalar and [", rows, ", 2])");
   const int32_t* lab = labels.data_as<int32_t>();
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     loss.data_as<float>()[0] = cross_entropy_rows(static_cast<const scalar_t*>(logits.data()),
-                                                  lab, lse.data_as<float>(), rows, cols);
+                                                  lab, row_stats.data_as<float>(), rows, cols);
   });
 }
 
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels,
-                                        const Tensor& lse, const Tensor& dloss,
+                                        const Tensor& row_stats, const Tensor& dloss,
                                         Tensor& dlogits) {
   const int64_t rows = logits.size(0), cols = logits.size(1);
   MIXPREC_CHECK(dlogits.dtype() == logits.dtype() && dlogits.numel() == logits.numel(),
@@ -154,7 +157,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labe
   const float scale = cross_entropy_grad_scale(dloss.data_as<float>()[0], rows);
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
     cross_entropy_backward_rows(static_cast<const scalar_t*>(logits.data()),
-                                labels.data_as<int32_t>(), lse.data_as<float>(), scale,
+                                labels.data_as<int32_t>(), row_stats.data_as<float>(), scale,
                                 static_cast<scalar_t*>(dlogits.data()), rows, cols);
   });
 }

@@ -20,19 +20,3 @@
         MIXPREC_FAIL(op_name, ": unsupported dtype ", dtype, " on the CPU backend");    \
     }                                                                                    \
   }()
-
-#define MIXPREC_DISPATCH_ALL(dtype, op_name, ...)                                        \
-  [&] {                                                                                  \
-    switch (dtype) {                                                                     \
-      case ::mixprec::DType::F32: { using scalar_t = float; using acc_t [[maybe_unused]] = float; return __VA_ARGS__(); }      \
-      case ::mixprec::DType::F16: { using scalar_t = ::mixprec::half; using acc_t [[maybe_unused]] = float; return __VA_ARGS__(); } \
-      case ::mixprec::DType::BF16: { using scalar_t = ::mixprec::bfloat16; using acc_t [[maybe_unused]] = float; return __VA_ARGS__(); } \
-      case ::mixprec::DType::I32: { using scalar_t = int32_t; using acc_t [[maybe_unused]] = float; return __VA_ARGS__(); }   \
-    }                                                                                    \
-    MIXPREC_FAIL(op_name, ": unsupported dtype on the CPU backend");                    \
-  }()
-
-namespace mixprec {
-// int32 participates in fills and casts only.
-inline float to_float(int32_t v) { return static_cast<float>(v); }
-}  // namespace mixprec

@@ -6,8 +6,8 @@
 //
 // Derivatives: unary_grad(x, y, dy) returns dx = dy * f'(x), where y = f(x) as stored in the
 // output tensor (so in F16/BF16 it is the rounded value). Ops whose derivative is cheaper
-// from the output read y (exp, sqrt, sigmoid, tanh); the others read x only (neg reads
-// neither). unary_grad_reads_output() says which, so callers know what to keep for backward.
+// from the output read y (exp, sqrt, sigmoid, tanh); the others read x only.
+// unary_grad_reads_output() says which, so callers know what to keep for backward.
 #pragma once
 
 #include <math.h>
@@ -72,12 +72,10 @@ MIXPREC_HD float stable_sigmoid(float x) {
 
 template <UnaryOp Op>
 MIXPREC_HD float unary_value(float x) {
-  if constexpr (Op == UnaryOp::Neg) return -x;
-  else if constexpr (Op == UnaryOp::Exp) return expf(x);
+  if constexpr (Op == UnaryOp::Exp) return expf(x);
   else if constexpr (Op == UnaryOp::Log) return logf(x);
   else if constexpr (Op == UnaryOp::Sqrt) return sqrtf(x);
   else if constexpr (Op == UnaryOp::Square) return x * x;
-  else if constexpr (Op == UnaryOp::Abs) return fabsf(x);
   else if constexpr (Op == UnaryOp::Relu) return x > 0.0f || x != x ? x : 0.0f;  // NaN stays
   else if constexpr (Op == UnaryOp::Gelu) return gelu_tanh(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return stable_sigmoid(x);
@@ -87,16 +85,14 @@ MIXPREC_HD float unary_value(float x) {
   }
 }
 
-// Subgradients at the kinks: relu'(0) = 0 and abs'(0) = 0, as PyTorch. relu keeps a NaN (and
-// passes its gradient), so a NaN upstream is never hidden from anomaly checks.
+// The subgradient at the kink is relu'(0) = 0, as PyTorch. relu keeps a NaN (and passes its
+// gradient), so a NaN upstream is never hidden from anomaly checks.
 template <UnaryOp Op>
 MIXPREC_HD float unary_grad(float x, float y, float dy) {
-  if constexpr (Op == UnaryOp::Neg) return -dy;
-  else if constexpr (Op == UnaryOp::Exp) return dy * y;
+  if constexpr (Op == UnaryOp::Exp) return dy * y;
   else if constexpr (Op == UnaryOp::Log) return dy / x;
   else if constexpr (Op == UnaryOp::Sqrt) return dy * 0.5f / y;
   else if constexpr (Op == UnaryOp::Square) return 2.0f * x * dy;
-  else if constexpr (Op == UnaryOp::Abs) return x > 0.0f ? dy : (x < 0.0f ? -dy : 0.0f);
   else if constexpr (Op == UnaryOp::Relu) return x > 0.0f || x != x ? dy : 0.0f;
   else if constexpr (Op == UnaryOp::Gelu) return dy * gelu_tanh_derivative(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return dy * y * (1.0f - y);
@@ -128,12 +124,10 @@ MIXPREC_HD float affine_value(float x, float alpha, float beta) { return alpha *
 // Runtime-dispatched forms, for scalar code and tests.
 MIXPREC_HD float unary_value(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Neg: return unary_value<UnaryOp::Neg>(x);
     case UnaryOp::Exp: return unary_value<UnaryOp::Exp>(x);
     case UnaryOp::Log: return unary_value<UnaryOp::Log>(x);
     case UnaryOp::Sqrt: return unary_value<UnaryOp::Sqrt>(x);
     case UnaryOp::Square: return unary_value<UnaryOp::Square>(x);
-    case UnaryOp::Abs: return unary_value<UnaryOp::Abs>(x);
     case UnaryOp::Relu: return unary_value<UnaryOp::Relu>(x);
     case UnaryOp::Gelu: return unary_value<UnaryOp::Gelu>(x);
     case UnaryOp::Sigmoid: return unary_value<UnaryOp::Sigmoid>(x);
@@ -144,12 +138,10 @@ MIXPREC_HD float unary_value(UnaryOp op, float x) {
 
 MIXPREC_HD float unary_grad(UnaryOp op, float x, float y, float dy) {
   switch (op) {
-    case UnaryOp::Neg: return unary_grad<UnaryOp::Neg>(x, y, dy);
     case UnaryOp::Exp: return unary_grad<UnaryOp::Exp>(x, y, dy);
     case UnaryOp::Log: return unary_grad<UnaryOp::Log>(x, y, dy);
     case UnaryOp::Sqrt: return unary_grad<UnaryOp::Sqrt>(x, y, dy);
     case UnaryOp::Square: return unary_grad<UnaryOp::Square>(x, y, dy);
-    case UnaryOp::Abs: return unary_grad<UnaryOp::Abs>(x, y, dy);
     case UnaryOp::Relu: return unary_grad<UnaryOp::Relu>(x, y, dy);
     case UnaryOp::Gelu: return unary_grad<UnaryOp::Gelu>(x, y, dy);
     case UnaryOp::Sigmoid: return unary_grad<UnaryOp::Sigmoid>(x, y, dy);

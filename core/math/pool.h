@@ -2,7 +2,8 @@
 // Conventions follow PyTorch's defaults: floor-mode output sizes; max pooling ignores padded
 // cells and lets a NaN win; average pooling divides by the full kernel area, padded cells
 // included (count_include_pad=True). Each spatial dimension is handled on its own, so a
-// kernel calls the size and span functions once for rows and once for columns.
+// kernel calls pool_span (and window_output_size, core/math/window.h) once for rows and once
+// for columns.
 #pragma once
 
 #include <math.h>
@@ -13,7 +14,6 @@
 #include "core/math/window.h"
 
 namespace mixprec {
-
 
 // Input indices [begin, end) that output index `out` covers along one dimension: the window
 // [out * stride - pad, out * stride - pad + kernel) clipped to the input [0, in). It is empty

@@ -15,17 +15,10 @@
 #include "core/ops/checks.h"
 #include "core/ops/gemm_desc.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec::ops {
 namespace {
-
-// x converted to `dtype` (x itself when it already has it).
-Tensor converted(Backend& be, const Tensor& x, DType dtype) {
-  if (x.dtype() == dtype) return x;
-  Tensor y = Tensor::empty(x.shape(), dtype, x.device());
-  be.cast(x, y);
-  return y;
-}
 
 struct CausalAttentionBackward final : Node {
   Tensor q, k, v, probs;  // probs: F32 [B, H, T, T]
@@ -37,13 +30,13 @@ struct CausalAttentionBackward final : Node {
     const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
     const int64_t batch = b * h, tt = t * t, td = t * d;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const Tensor dout = converted(be, grads[0], dtype);
+    const Tensor& dout = grads[0];
     const bool need_q = next_edges[0].valid(), need_k = next_edges[1].valid(),
                need_v = next_edges[2].valid();
 
     Tensor dv;
     if (need_v) {
-      const Tensor p = converted(be, probs, dtype);
+      const Tensor p = cast_untracked(probs, dtype);
       dv = Tensor::empty(v.shape(), dtype, v.device());
       be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
     }
@@ -53,7 +46,7 @@ struct CausalAttentionBackward final : Node {
       be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp32);
       Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.softmax_backward(probs, dp32, ds32, false);
-      const Tensor ds = converted(be, ds32, dtype);
+      const Tensor ds = cast_untracked(ds32, dtype);
       if (need_q) {
         dq = Tensor::empty(q.shape(), dtype, q.device());
         be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, scale), ds, k, dq);
@@ -97,11 +90,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   // so the batch strides are the matrix sizes.
   Tensor scores = Tensor::empty({b, h, t, t}, DType::F32, q.device());
   be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, scale), q, k, scores);
-  Tensor masked = Tensor::empty(scores.shape(), DType::F32, q.device());
-  be.causal_mask(scores, -std::numeric_limits<float>::infinity(), masked);
+  be.causal_mask(scores, -std::numeric_limits<float>::infinity(), scores);
   Tensor probs = Tensor::empty(scores.shape(), DType::F32, q.device());
-  be.softmax(masked, probs, false);
-  const Tensor p = converted(be, probs, dtype);
+  be.softmax(scores, probs, false);
+  const Tensor p = cast_untracked(probs, dtype);
   Tensor out = Tensor::empty(q.shape(), dtype, q.device());
   be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
 

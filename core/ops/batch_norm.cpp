@@ -18,13 +18,12 @@ struct BatchNormBackward final : Node {
   bool training = true;
   std::string name() const override { return "batch_norm2d"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    const Tensor dy = grads[0].dtype() == x.dtype() ? grads[0] : grads[0].to(x.dtype());
     const int64_t c = x.size(1);
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     Tensor dweight = Tensor::empty({c}, x.dtype(), x.device());
     Tensor dbias = Tensor::empty({c}, x.dtype(), x.device());
-    backend_for(x.device()).batch_norm_backward(x, weight, save_mean, save_invstd, dy, training,
-                                                dx, dweight, dbias);
+    backend_for(x.device()).batch_norm_backward(x, weight, save_mean, save_invstd, grads[0],
+                                                training, dx, dweight, dbias);
     return {dx, dweight, dbias};
   }
   void release_saved() override {

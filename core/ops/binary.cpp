@@ -2,12 +2,11 @@
 // the output's shape and reduces it to the input's shape with sum_to, whose scale also
 // carries the sign of sub's and div's second gradient. Mul's and div's gradients of F16/BF16
 // inputs are computed in FP32 and rounded once (see product_grads).
-#include <algorithm>
-
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec::ops {
 namespace {
@@ -33,14 +32,6 @@ Tensor reduce_to(const Tensor& g, const Shape& shape, float scale) {
 Tensor apply_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& shape) {
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   backend_for(a.device()).binary(op, a, b, out);
-  return out;
-}
-
-// t converted to `dtype` (t itself when it already has it), outside any graph.
-Tensor convert(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
-  backend_for(t.device()).cast(t, out);
   return out;
 }
 
@@ -81,29 +72,29 @@ struct BinaryBackward final : Node {
   // gradient itself does not, a false overflow that makes the loss scaler skip the step.
   void product_grads(const Tensor& g, bool need_a, bool need_b, Tensor& ga, Tensor& gb) const {
     const DType dtype = g.dtype();
-    const Tensor g32 = convert(g, DType::F32);
+    const Tensor g32 = cast_untracked(g, DType::F32);
     if (op == BinaryOp::Mul) {
       if (need_a) {
-        const Tensor b32 = convert(b, DType::F32);
+        const Tensor b32 = cast_untracked(b, DType::F32);
         ga = reduce_to(apply_binary(BinaryOp::Mul, g32, b32, g.shape()), a_shape, 1.0f);
       }
       if (need_b) {
-        const Tensor a32 = convert(a, DType::F32);
+        const Tensor a32 = cast_untracked(a, DType::F32);
         gb = reduce_to(apply_binary(BinaryOp::Mul, g32, a32, g.shape()), b_shape, 1.0f);
       }
     } else {
       // da = g / b; db = -(g / b) * a / b, reusing g / b.
-      const Tensor b32 = convert(b, DType::F32);
+      const Tensor b32 = cast_untracked(b, DType::F32);
       const Tensor g_over_b = apply_binary(BinaryOp::Div, g32, b32, g.shape());
       if (need_a) ga = reduce_to(g_over_b, a_shape, 1.0f);
       if (need_b) {
-        Tensor t = apply_binary(BinaryOp::Mul, g_over_b, convert(a, DType::F32), g.shape());
+        Tensor t = apply_binary(BinaryOp::Mul, g_over_b, cast_untracked(a, DType::F32), g.shape());
         t = apply_binary(BinaryOp::Div, t, b32, g.shape());
         gb = reduce_to(t, b_shape, -1.0f);
       }
     }
-    if (ga.defined()) ga = convert(ga, dtype);
-    if (gb.defined()) gb = convert(gb, dtype);
+    if (ga.defined()) ga = cast_untracked(ga, dtype);
+    if (gb.defined()) gb = cast_untracked(gb, dtype);
   }
 };
 
@@ -112,15 +103,7 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
   check_floating(name, b);
   check_same_dtype_device(name, {&a, &b});
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
-  for (size_t i = 1; i <= std::min(sa.size(), sb.size()); ++i) {
-    const int64_t da = sa[sa.size() - i], db = sb[sb.size() - i];
-    MIXPREC_CHECK(da == db || da == 1 || db == 1, name, ": ", describe(a), " and ", describe(b),
-                  " cannot be broadcast together (extents ", da, " and ", db, " in dimension -",
-                  i, ")");
-  }
-  const Shape shape = broadcast_shapes(sa, sb, name);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = apply_binary(op, a, b, shape);
   if (auto node = make_node<BinaryBackward>({&a, &b})) {
     node->op = op;

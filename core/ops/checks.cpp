@@ -33,9 +33,14 @@ void check_rank(const char* op, const Tensor& x, int64_t rank, const char* what)
                 " dimensions, got ", describe(x));
 }
 
-void check_indices(const char* op, const Tensor& ids, int64_t upper, const char* what) {
+void check_indices(const char* op, const Tensor& ids, int64_t upper, const char* what,
+                   const Tensor& like) {
   MIXPREC_CHECK(ids.defined(), op, ": ", what, " is an undefined tensor");
-  MIXPREC_CHECK(ids.dtype() == DType::I32, op, ": ", what, " must be I32, got ", describe(ids));
+  MIXPREC_CHECK(ids.dtype() == DType::I32, op, ": ", what, " must be I32 indices, got ",
+                describe(ids));
+  MIXPREC_CHECK(ids.device() == like.device(), op, ": ", what, " ", describe(ids), " on ",
+                ids.device(), " and ", describe(like), " on ", like.device(),
+                " are on different devices");
   const int64_t bad = backend_for(ids.device()).find_out_of_range(ids, upper);
   if (bad >= 0)
     MIXPREC_FAIL(op, ": ", what, " ", describe(ids), " holds ", ids.get(bad), " at index ", bad,

@@ -13,7 +13,9 @@ void check_floating(const char* op, const Tensor& x, bool allow_empty = false);
 void check_same_dtype_device(const char* op, std::initializer_list<const Tensor*> xs);
 // x has exactly `rank` dimensions.
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* what);
-// I32 ids with every value in [0, upper).
-void check_indices(const char* op, const Tensor& ids, int64_t upper, const char* what);
+// Defined I32 ids on the device of `like` (the tensor they index), every value in
+// [0, upper). `what` names the ids in the message ("labels").
+void check_indices(const char* op, const Tensor& ids, int64_t upper, const char* what,
+                   const Tensor& like);
 
 }  // namespace mixprec::ops

@@ -2,12 +2,10 @@
 // Backend::copy_narrow; each input's gradient is its block of the output gradient. Whole
 // elements move, so every dtype works (I32 ids included); only floating tensors carry
 // gradients.
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/autograd/grad_mode.h"
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/narrow.h"
@@ -15,20 +13,6 @@
 
 namespace mixprec::ops {
 namespace {
-
-// make_node for a variable number of inputs.
-template <class NodeT>
-std::shared_ptr<NodeT> make_node_for(const std::vector<Tensor>& inputs) {
-  if (!grad_enabled()) return nullptr;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || t.requires_grad();
-  if (!any) return nullptr;
-  auto node = std::make_shared<NodeT>();
-  node->next_edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
-  node->layer = current_layer_name();
-  return node;
-}
 
 struct ConcatBackward final : Node {
   int64_t dim = 0;
@@ -75,8 +59,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   Tensor y = Tensor::empty(shape, first.dtype(), first.device());
   Backend& backend = backend_for(first.device());
   for (size_t i = 0; i < xs.size(); ++i)
-    backend.copy_narrow(xs[i], d, 0, y, offsets[i], lengths[i], false);
-  if (auto node = make_node_for<ConcatBackward>(xs)) {
+    backend.copy_narrow(xs[i], d, 0, y, offsets[i], lengths[i]);
+  if (auto node = make_node<ConcatBackward>(xs)) {
     node->dim = d;
     node->offsets = std::move(offsets);
     node->lengths = std::move(lengths);

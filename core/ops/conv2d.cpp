@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "core/math/window.h"
 #include "core/ops/checks.h"
+#include "core/ops/dims.h"
 #include "core/ops/ops.h"
 
 namespace mixprec::ops {
@@ -59,11 +60,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   MIXPREC_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out_channels),
                 "conv2d: bias ", describe(bias), " must be [", out_channels, "] to match weight ",
                 describe(weight));
-  const int64_t padded_h = x.size(2) + 2 * padding, padded_w = x.size(3) + 2 * padding;
-  MIXPREC_CHECK(padded_h >= weight.size(2) && padded_w >= weight.size(3), "conv2d: kernel ",
-                weight.size(2), "x", weight.size(3), " of weight ", describe(weight),
-                " is larger than the padded input ", padded_h, "x", padded_w, " of ", describe(x),
-                " (padding ", padding, "), so the output would be empty");
+  check_window_fits("conv2d", x, weight.size(2), weight.size(3), padding, &weight);
   const int64_t oh = window_output_size(x.size(2), weight.size(2), stride, padding);
   const int64_t ow = window_output_size(x.size(3), weight.size(3), stride, padding);
 

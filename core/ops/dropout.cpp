@@ -5,6 +5,7 @@
 
 #include "core/autograd/record.h"
 #include "core/backend.h"
+#include "core/generator.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
 
@@ -14,11 +15,10 @@ namespace {
 struct DropoutBackward final : Node {
   PhiloxKey key;
   float p = 0.0f;
-  DType input_dtype = DType::F32;
   std::string name() const override { return "dropout"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    const Tensor dy = grads[0].dtype() == input_dtype ? grads[0] : grads[0].to(input_dtype);
-    Tensor dx = Tensor::empty(dy.shape(), input_dtype, dy.device());
+    const Tensor& dy = grads[0];
+    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
     backend_for(dy.device()).dropout(dy, p, key, dx);
     return {dx};
   }
@@ -37,7 +37,6 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (auto node = make_node<DropoutBackward>({&x})) {
     node->key = key;
     node->p = static_cast<float>(p);
-    node->input_dtype = x.dtype();
     attach_output(node, y);
   }
   check_forward("dropout", y);

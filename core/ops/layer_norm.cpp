@@ -12,17 +12,17 @@ namespace {
 
 struct LayerNormBackward final : Node {
   Tensor x, weight, mean, rstd;
-  bool has_bias = false;
   std::string name() const override { return "layer_norm"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    const Tensor dy = grads[0].dtype() == x.dtype() ? grads[0] : grads[0].to(x.dtype());
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    // Only the parameters that receive a gradient (not absent, not frozen) get one.
     Tensor dweight, dbias;
     const int64_t d = x.size(-1);
-    if (weight.defined()) dweight = Tensor::empty({d}, x.dtype(), x.device());
-    if (has_bias) dbias = Tensor::empty({d}, x.dtype(), x.device());
+    if (next_edges[1].valid()) dweight = Tensor::empty({d}, x.dtype(), x.device());
+    if (next_edges[2].valid()) dbias = Tensor::empty({d}, x.dtype(), x.device());
     backend_for(x.device()).layer_norm_backward(x, weight.defined() ? &weight : nullptr, mean,
-                                                rstd, dy, dx, dweight.defined() ? &dweight : nullptr,
+                                                rstd, grads[0], dx,
+                                                dweight.defined() ? &dweight : nullptr,
                                                 dbias.defined() ? &dbias : nullptr);
     return {dx, dweight, dbias};
   }
@@ -62,7 +62,6 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (auto node = make_node<LayerNormBackward>({&x, &weight, &bias})) {
     node->x = save_for_backward(*node, x);
     if (weight.defined()) node->weight = save_for_backward(*node, weight);
-    node->has_bias = bias.defined();
     node->mean = mean;
     node->rstd = rstd;
     attach_output(node, y);

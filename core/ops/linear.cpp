@@ -1,9 +1,9 @@
 // linear: y = x @ W^T + b over the last dim of x, as GEMMs on the flattened rows of x
 // (X is M x in, M = product of the leading dims).
 //
-// The bias enters the GEMM as its C operand (C = ones(M, 1) @ b, then C += X W^T with
-// beta = 1), so y is rounded once, as a GEMM with a bias epilogue does; its gradient
-// ones(1, M) @ G is likewise one GEMM with FP32 accumulation over every row.
+// The bias enters the GEMM as its C operand (y = b broadcast over the rows, exact since y has
+// b's dtype, then y += X W^T with beta = 1), so y is rounded once, as a GEMM with a bias
+// epilogue does; its gradient is G summed over the rows with FP32 accumulation (sum_to).
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
@@ -35,10 +35,9 @@ struct LinearBackward final : Node {
       gw = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
       run_gemm(true, false, out, in, rows, 0.0f, g, x, gw);  // G^T @ X
     }
-    if (next_edges.size() > 2 && next_edges[2].valid()) {
+    if (next_edges[2].valid()) {
       gb = Tensor::empty({out}, g.dtype(), g.device());
-      const Tensor ones = Tensor::ones({1, rows}, g.dtype(), g.device());
-      run_gemm(false, false, 1, out, rows, 0.0f, ones, g, gb);
+      backend_for(g.device()).sum_to(g, gb, 1.0f);
     }
     return {gx, gw, gb};
   }
@@ -70,8 +69,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   float beta = 0.0f;
   if (bias.defined()) {
-    const Tensor ones = Tensor::ones({rows, 1}, x.dtype(), x.device());
-    run_gemm(false, false, rows, out, 1, 0.0f, ones, bias, y);
+    backend_for(y.device()).expand(bias, y, 1.0f);
     beta = 1.0f;
   }
   run_gemm(false, true, rows, out, in, beta, x, weight, y);

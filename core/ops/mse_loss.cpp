@@ -5,35 +5,26 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/ops.h"
+#include "core/ops/view.h"
 
 namespace mixprec::ops {
 namespace {
-
-Tensor as_f32(const Tensor& t) {
-  if (t.dtype() == DType::F32) return t;
-  Tensor out = Tensor::empty(t.shape(), DType::F32, t.device());
-  backend_for(t.device()).cast(t, out);
-  return out;
-}
 
 struct MseLossBackward final : Node {
   Tensor diff;  // F32 a - b
   DType input_dtype = DType::F32;
   std::string name() const override { return "mse_loss"; }
 
+  // alpha * g computed in FP32, rounded once to the inputs' dtype.
   Tensor scaled(const Tensor& g, float alpha) const {
-    Backend& be = backend_for(diff.device());
     Tensor f32 = Tensor::empty(diff.shape(), DType::F32, diff.device());
-    be.affine(g, alpha, 0.0f, f32);
-    if (input_dtype == DType::F32) return f32;
-    Tensor out = Tensor::empty(diff.shape(), input_dtype, diff.device());
-    be.cast(f32, out);
-    return out;
+    backend_for(diff.device()).affine(g, alpha, 0.0f, f32);
+    return cast_untracked(f32, input_dtype);
   }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     Backend& be = backend_for(diff.device());
-    const Tensor dloss = as_f32(grads[0]);
+    const Tensor& dloss = grads[0];  // F32, like the loss
     // dloss stays on the device (a broadcast multiply, not item()): no host round-trip.
     Tensor g = Tensor::empty(diff.shape(), DType::F32, diff.device());
     be.binary(BinaryOp::Mul, diff, dloss, g);
@@ -54,7 +45,8 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
                 " differ (mse_loss does not broadcast)");
   Backend& be = backend_for(a.device());
   Tensor diff = Tensor::empty(a.shape(), DType::F32, a.device());
-  be.binary(BinaryOp::Sub, as_f32(a), as_f32(b), diff);
+  be.binary(BinaryOp::Sub, cast_untracked(a, DType::F32), cast_untracked(b, DType::F32),
+            diff);
   Tensor squared = Tensor::empty(a.shape(), DType::F32, a.device());
   be.unary(UnaryOp::Square, diff, squared);
   Tensor loss = Tensor::empty({}, DType::F32, a.device());

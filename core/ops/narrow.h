@@ -5,6 +5,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/ops/dims.h"
 #include "core/tensor.h"
 
 namespace mixprec::ops {
@@ -15,19 +16,12 @@ inline void check_layout_input(const char* op, const Tensor& x) {
   MIXPREC_CHECK(x.numel() > 0, op, ": input ", describe(x), " is empty");
 }
 
-// `dim` wrapped into [0, x.dim()); negative counts from the end.
-inline int64_t wrap_dim(const char* op, int64_t dim, const Tensor& x) {
-  MIXPREC_CHECK(dim >= -x.dim() && dim < x.dim(), op, ": dimension ", dim,
-                " is out of range for ", describe(x));
-  return dim < 0 ? dim + x.dim() : dim;
-}
-
 // A new tensor holding x[start, start + length) along `dim` (already wrapped and in range).
 inline Tensor narrow_copy(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   Shape shape = x.shape();
   shape[dim] = length;
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  backend_for(x.device()).copy_narrow(x, dim, start, out, 0, length, false);
+  backend_for(x.device()).copy_narrow(x, dim, start, out, 0, length);
   return out;
 }
 

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/generator.h"
 #include "core/tensor.h"
+
+namespace mixprec {
+class Generator;
+}
 
 namespace mixprec::ops {
 

@@ -7,6 +7,7 @@
 
 #include "core/autograd/record.h"
 #include "core/backend.h"
+#include "core/ops/dims.h"
 #include "core/ops/narrow.h"
 #include "core/ops/ops.h"
 
@@ -46,15 +47,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& perm) {
   MIXPREC_CHECK(static_cast<int64_t>(perm.size()) == x.dim(), "permute: ", shape_str(perm),
                 " has ", perm.size(), " entries but ", describe(x), " has ", x.dim(),
                 " dimensions");
-  std::vector<int64_t> wrapped(perm.size());
-  std::vector<bool> seen(perm.size(), false);
-  for (size_t i = 0; i < perm.size(); ++i) {
-    wrapped[i] = wrap_dim("permute", perm[i], x);
-    MIXPREC_CHECK(!seen[wrapped[i]], "permute: dimension ", perm[i], " appears more than once in ",
-                  shape_str(perm), " for ", describe(x));
-    seen[wrapped[i]] = true;
-  }
-  return permute_impl("permute", x, wrapped);
+  return permute_impl("permute", x, normalize_dims("permute", perm, x));
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {

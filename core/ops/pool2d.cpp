@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "core/math/window.h"
 #include "core/ops/checks.h"
+#include "core/ops/dims.h"
 #include "core/ops/ops.h"
 
 namespace mixprec::ops {
@@ -39,10 +40,7 @@ Tensor pool2d(const char* op, PoolKind kind, const Tensor& x, int64_t kernel, in
   MIXPREC_CHECK(padding >= 0 && padding <= kernel / 2, op,
                 ": padding must be in [0, kernel / 2 = ", kernel / 2, "], got ", padding,
                 " for kernel ", kernel);
-  const int64_t padded_h = x.size(2) + 2 * padding, padded_w = x.size(3) + 2 * padding;
-  MIXPREC_CHECK(padded_h >= kernel && padded_w >= kernel, op, ": kernel ", kernel,
-                " is larger than the padded input ", padded_h, "x", padded_w, " of ", describe(x),
-                " (padding ", padding, "), so the output would be empty");
+  check_window_fits(op, x, kernel, kernel, padding);
 
   Pool2dDesc desc;
   desc.kind = kind;

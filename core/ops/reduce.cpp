@@ -7,6 +7,7 @@
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/dims.h"
 #include "core/ops/ops.h"
 #include "core/ops/view.h"
 
@@ -57,14 +58,7 @@ Tensor reduce_dims(const char* op, const Tensor& x, const std::vector<int64_t>& 
   MIXPREC_CHECK(!dims.empty(), op, ": no dimensions given for ", describe(x),
                 " (call ", op, "(x) to reduce every element)");
   std::vector<bool> reduced(x.dim(), false);
-  for (int64_t d : dims) {
-    MIXPREC_CHECK(d >= -x.dim() && d < x.dim(), op, ": dimension ", d, " is out of range for ",
-                  describe(x));
-    const int64_t wrapped = d < 0 ? d + x.dim() : d;
-    MIXPREC_CHECK(!reduced[wrapped], op, ": dimension ", d, " appears more than once in ",
-                  shape_str(dims), " for ", describe(x));
-    reduced[wrapped] = true;
-  }
+  for (int64_t d : normalize_dims(op, dims, x)) reduced[d] = true;
   Shape kept_shape, out_shape;
   int64_t count = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {

@@ -19,7 +19,7 @@ struct SliceBackward final : Node {
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     const Tensor& g = grads[0];
     Tensor gx = Tensor::zeros(input_shape, g.dtype(), g.device());
-    backend_for(g.device()).copy_narrow(g, dim, 0, gx, start, length, false);
+    backend_for(g.device()).copy_narrow(g, dim, 0, gx, start, length);
     return {gx};
   }
 };

@@ -13,9 +13,8 @@ struct SoftmaxBackward final : Node {
   bool log = false;
   std::string name() const override { return log ? "log_softmax" : "softmax"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    Tensor dy = grads[0].dtype() == y.dtype() ? grads[0] : grads[0].to(y.dtype());
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-    backend_for(y.device()).softmax_backward(y, dy, dx, log);
+    backend_for(y.device()).softmax_backward(y, grads[0], dx, log);
     return {dx};
   }
   void release_saved() override { y = Tensor(); }

@@ -23,7 +23,7 @@ struct SplitBackward final : Node {
     Tensor gx = Tensor::empty(input_shape, first.dtype(), first.device());
     Backend& backend = backend_for(first.device());
     for (size_t i = 0; i < grads.size(); ++i)
-      backend.copy_narrow(grads[i], dim, 0, gx, offsets[i], lengths[i], false);
+      backend.copy_narrow(grads[i], dim, 0, gx, offsets[i], lengths[i]);
     return {gx};
   }
 };

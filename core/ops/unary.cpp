@@ -12,12 +12,10 @@ namespace {
 
 const char* op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Neg: return "neg";
     case UnaryOp::Exp: return "exp";
     case UnaryOp::Log: return "log";
     case UnaryOp::Sqrt: return "sqrt";
     case UnaryOp::Square: return "square";
-    case UnaryOp::Abs: return "abs";
     case UnaryOp::Relu: return "relu";
     case UnaryOp::Gelu: return "gelu";
     case UnaryOp::Sigmoid: return "sigmoid";

@@ -1,9 +1,8 @@
-// Internal to core/ops: a second shape over an existing tensor's storage.
+// Internal to core/ops (and core/tensor.cpp): tensors derived from an existing one outside
+// any graph, a second shape over its storage or a dtype conversion.
 #pragma once
 
-#include <memory>
-#include <utility>
-
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace mixprec::ops {
@@ -13,11 +12,18 @@ namespace mixprec::ops {
 // seen by the other. No autograd: the result has no grad_fn and does not require grad, so
 // an op that returns it to the user records its own node.
 inline Tensor view_as_shape(const Tensor& x, const Shape& shape) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->dtype = x.dtype();
-  impl->storage = x.impl()->storage;
-  return Tensor(std::move(impl));
+  Tensor view = x.detach();
+  view.impl()->shape = shape;
+  return view;
+}
+
+// t converted to `dtype` (rounded once) without recording anything: t itself when it already
+// has that dtype, else a new tensor on t's device.
+inline Tensor cast_untracked(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  if (t.numel() > 0) backend_for(t.device()).cast(t, out);
+  return out;
 }
 
 }  // namespace mixprec::ops

@@ -53,6 +53,26 @@ Tensor test_add(const Tensor& a, const Tensor& b) {
   return z;
 }
 
+// y = x on the host; backward records the dtype of the gradient it received and returns it
+// widened to F32, whatever x's dtype (as a careless op might).
+struct WidenBackward final : Node {
+  DType* seen = nullptr;
+  std::string name() const override { return "test_widen"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    *seen = grads[0].dtype();
+    return {grads[0].to(DType::F32)};
+  }
+};
+
+Tensor test_widen(const Tensor& x, DType* seen) {
+  Tensor y = x.detach().clone();
+  if (auto node = make_node<WidenBackward>({&x})) {
+    node->seen = seen;
+    attach_output(node, y);
+  }
+  return y;
+}
+
 double sum_all(const Tensor& t) {
   double s = 0;
   for (float v : t.to_float_vector()) s += v;
@@ -175,6 +195,21 @@ TEST_CASE("leaf gradients can be kept in FP32 for an FP16 leaf", "[autograd]") {
   test_square(w).backward();
   REQUIRE(w.grad().dtype() == DType::F32);
   CHECK(w.grad().item() == 6.0);
+}
+
+TEST_CASE("every node receives its gradients in its outputs' dtypes", "[autograd]") {
+  // The root gradient is F32 and every test_widen returns F32 gradients for F16 inputs; the
+  // engine converts each one, even a single gradient that is not summed with another.
+  Tensor x = Tensor::from_vector({1.5f, -2.f}, {2}, DType::F16);
+  x.set_requires_grad(true);
+  DType inner = DType::I32, outer = DType::I32;
+  const Tensor y = test_widen(test_widen(x, &inner), &outer);
+  y.backward(Tensor::from_vector({0.1f, 3.f}, {2}));
+  CHECK(outer == DType::F16);
+  CHECK(inner == DType::F16);
+  REQUIRE(x.grad().dtype() == DType::F16);
+  CHECK(x.grad().get(0) == static_cast<double>(half_bits_to_float(float_to_half_bits(0.1f))));
+  CHECK(x.grad().get(1) == 3.0);
 }
 
 TEST_CASE("cast is differentiable and carries gradients back to FP32 masters", "[autograd]") {
