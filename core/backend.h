@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/math/amp.h"
 #include "core/op_kinds.h"
 #include "core/philox.h"
 
@@ -175,6 +176,26 @@ class Backend {
   virtual bool all_finite(const Tensor& x) = 0;
   // Index of the first element outside [0, upper) of an I32 tensor, or -1.
   virtual int64_t find_out_of_range(const Tensor& ids, int64_t upper) = 0;
+
+  // ---- mixed precision (per-element math in core/math/amp.h) -----------------------------
+  // The unscale pass of one optimizer's gradients, in one call. Every element g of every
+  // tensor in `grads` (floating, any shapes, written in place) becomes unscale_value(g,
+  // inv_scale) rounded once to the tensor's dtype; inv_scale == 1 leaves the values untouched
+  // (a pure check). tensor_flags (I32 [grads.size()]) is overwritten: 1 where that tensor held
+  // a non-finite value before the pass, else 0. found_inf (F32 [1]) is set to 1 when any
+  // tensor did and is never cleared here, so several calls can share one flag.
+  virtual void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                                 Tensor& found_inf, Tensor& tensor_flags) = 0;
+  // out (F32 [xs.size()], overwritten): out[i] = sum of squares of xs[i], FP32 accumulation
+  // in an order fixed by the shape (the same bits on every run and thread count).
+  virtual void squared_norms(const std::vector<Tensor>& xs, Tensor& out) = 0;
+  // One SGD update per element (sgd_update) of the F32 master from the F32 true-scale `grad`
+  // (same shape). momentum: F32 buffer of that shape, required when hyper.momentum != 0.
+  // working: the F16/BF16 working copy, rewritten from the new master in the same pass (may
+  // be null). found_inf: F32 [1] or null; when it holds a non-zero value nothing is written,
+  // so a device-resident overflow flag can skip the step without a host round-trip.
+  virtual void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
+                        Tensor* momentum, Tensor* working, const Tensor* found_inf) = 0;
 };
 
 // The backend that owns `device`; throws when none is registered (e.g. CUDA not built, or

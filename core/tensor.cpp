@@ -303,11 +303,47 @@ void Tensor::set_grad(const Tensor& grad) {
                   "set_grad: gradient ", describe(grad), " does not fit ", describe(*this),
                   " (it needs the same shape and device and a floating dtype)");
   }
-  autograd_meta().grad = grad;
+  AutogradMeta& meta = autograd_meta();
+  meta.grad = grad;
+  meta.grad_scale = 1.0;
+  meta.grad_zeroed = false;
 }
 
 void Tensor::reset_grad() {
-  if (defined() && impl_->autograd) impl_->autograd->grad = Tensor();
+  if (defined() && impl_->autograd) {
+    impl_->autograd->grad = Tensor();
+    impl_->autograd->grad_scale = 1.0;
+    impl_->autograd->grad_zeroed = false;
+  }
+}
+
+void Tensor::zero_grad() {
+  if (!defined() || !impl_->autograd || !impl_->autograd->grad.defined()) return;
+  impl_->autograd->grad.zero_();
+  impl_->autograd->grad_scale = 1.0;
+  impl_->autograd->grad_zeroed = true;
+}
+
+double Tensor::loss_scale() const {
+  return defined() && impl_->autograd ? impl_->autograd->loss_scale : 1.0;
+}
+
+void Tensor::set_loss_scale(double scale) {
+  MIXPREC_CHECK(std::isfinite(scale) && scale > 0, "set_loss_scale: the scale must be finite and "
+                "positive, got ", scale);
+  autograd_meta().loss_scale = scale;
+}
+
+double Tensor::grad_scale() const {
+  return defined() && impl_->autograd ? impl_->autograd->grad_scale : 1.0;
+}
+
+void Tensor::set_grad_scale(double scale) {
+  MIXPREC_CHECK(std::isfinite(scale) && scale > 0, "set_grad_scale: the scale must be finite and "
+                "positive, got ", scale);
+  AutogradMeta& meta = autograd_meta();
+  meta.grad_scale = scale;
+  meta.grad_zeroed = false;
 }
 
 void Tensor::set_grad_dtype(DType dtype) {

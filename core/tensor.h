@@ -127,10 +127,23 @@ class Tensor {
   void set_grad(const Tensor& grad);
   // Drops .grad (the next backward writes a fresh buffer).
   void reset_grad();
+  // Zero-fills .grad in place, keeping the buffer (nothing happens when there is none).
+  // Zeros carry no loss scale: the next backward may use any scale and tags the buffer with
+  // it (see loss_scale() below).
+  void zero_grad();
   // Dtype that this leaf's .grad is kept in (default: the tensor's own dtype). Mixed
   // precision keeps FP32 gradient buffers for FP16/BF16 parameters.
   void set_grad_dtype(DType dtype);
   std::shared_ptr<Node> grad_fn() const;
+  // Loss scaling (amp/). A loss multiplied by a loss scale S carries S as its loss_scale();
+  // a backward from it tags every leaf .grad it writes with grad_scale() = S. Accumulating a
+  // gradient into a .grad tagged with another scale throws before any .grad is touched: the
+  // sum could not be restored by one division. set_grad() and reset_grad() set the tag to 1
+  // (true scale); GradScaler::unscale sets it to 1 after dividing.
+  double loss_scale() const;
+  void set_loss_scale(double scale);
+  double grad_scale() const;
+  void set_grad_scale(double scale);
   // Name shown in anomaly reports and diagnostics.
   Tensor& set_name(const std::string& name);
   std::string name() const;

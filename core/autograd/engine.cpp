@@ -43,7 +43,23 @@ void check_saved_versions(const Node& node) {
 // Counts, for every node reachable from `root`, how many edges point at it. Fails before any
 // gradient is computed when a node's saved tensors were freed, or modified before this
 // backward, so such a failure leaves no partial sums in any .grad.
-std::unordered_map<Node*, int> count_dependencies(Node* root) {
+// A .grad already holding gradients of another loss scale cannot take this backward's sum:
+// no single division would restore both parts (see Tensor::grad_scale()).
+void check_grad_scale(Node& node, double loss_scale, GradMode mode) {
+  AccumulateGrad* sink = node.as_accumulator();
+  if (sink == nullptr || mode == GradMode::Overwrite) return;
+  const Tensor leaf = sink->leaf();
+  if (!leaf.defined() || !leaf.grad().defined() || leaf.grad_scale() == loss_scale) return;
+  if (leaf.autograd_meta().grad_zeroed) return;
+  const std::string name = leaf.name().empty() ? describe(leaf) : "'" + leaf.name() + "'";
+  MIXPREC_FAIL("backward: the .grad of ", name, " holds gradients scaled by ", leaf.grad_scale(),
+               " and this backward's loss is scaled by ", loss_scale,
+               "; one division could not restore their sum. Keep one loss scale for the whole "
+               "accumulation window (call scaler.update() only after the last microbatch), or "
+               "zero the gradients first");
+}
+
+std::unordered_map<Node*, int> count_dependencies(Node* root, double loss_scale, GradMode mode) {
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{root};
   deps[root] = 0;
@@ -55,6 +71,7 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
                    " a second time, but its saved tensors were freed by the first backward. "
                    "Pass retain_graph=true to the first backward() if you need to run it twice.");
     check_saved_versions(*node);
+    check_grad_scale(*node, loss_scale, mode);
     for (const Edge& edge : node->next_edges) {
       if (!edge.valid()) continue;
       auto [it, inserted] = deps.try_emplace(edge.node.get(), 0);
@@ -88,7 +105,9 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
   NoGradGuard no_grad;  // gradient arithmetic itself is never recorded
 
   const Edge root_edge = gradient_edge(root);
-  std::unordered_map<Node*, int> deps = count_dependencies(root_edge.node.get());
+  const double loss_scale = root.loss_scale();
+  std::unordered_map<Node*, int> deps =
+      count_dependencies(root_edge.node.get(), loss_scale, options.grad_mode);
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
 
   std::vector<Tensor>& root_slots = buffers[root_edge.node.get()];
@@ -112,7 +131,7 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
     check_saved_versions(*node);  // again: this backward's own .grad updates count too
     std::vector<Tensor> grad_inputs;
     if (AccumulateGrad* leaf = node->as_accumulator())
-      leaf->accumulate(grad_outputs[0], options.grad_mode);
+      leaf->accumulate(grad_outputs[0], options.grad_mode, loss_scale);
     else
       grad_inputs = node->apply(grad_outputs);
     if (anomaly) check_gradients(*node, grad_inputs);
@@ -139,7 +158,12 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
   return {};
 }
 
-void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode) {
+Tensor AccumulateGrad::leaf() const {
+  std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  return impl ? Tensor(impl) : Tensor();
+}
+
+void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode, double loss_scale) {
   std::shared_ptr<TensorImpl> leaf_impl = leaf_.lock();
   if (!leaf_impl) return;
   NoGradGuard no_grad;
@@ -155,6 +179,10 @@ void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode) {
     backend_for(leaf.device()).binary(BinaryOp::Add, meta.grad, g, meta.grad);
     meta.grad.mark_modified();
   }
+  // Either a fresh buffer, zeros, or a sum of gradients of this scale (check_grad_scale ran
+  // before the pass started).
+  meta.grad_scale = loss_scale;
+  meta.grad_zeroed = false;
 }
 
 }  // namespace mixprec

@@ -78,7 +78,10 @@ class AccumulateGrad final : public Node {
   // Adds `grad` (the leaf's shape) into the leaf's .grad, converted to its grad dtype, or
   // replaces .grad with a private copy when there is none yet or `mode` is Overwrite. Does
   // nothing once the leaf is gone. Runs its arithmetic unrecorded.
-  void accumulate(const Tensor& grad, GradMode mode);
+  // `loss_scale` is the scale the backward's root carried; it becomes the .grad's tag.
+  void accumulate(const Tensor& grad, GradMode mode, double loss_scale = 1.0);
+  // The leaf, or an undefined tensor once it is gone.
+  Tensor leaf() const;
   bool keeps_graph() const override { return true; }
   AccumulateGrad* as_accumulator() override { return this; }
 
@@ -94,6 +97,9 @@ struct AutogradMeta {
   std::optional<DType> grad_dtype;
   std::weak_ptr<AccumulateGrad> accumulator;  // shared by all uses of a leaf in a graph
   std::string name;
+  double loss_scale = 1.0;  // see Tensor::loss_scale()
+  double grad_scale = 1.0;  // see Tensor::grad_scale()
+  bool grad_zeroed = false;  // .grad holds zeros from zero_grad(): any scale may follow
 };
 
 }  // namespace mixprec

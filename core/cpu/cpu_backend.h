@@ -77,6 +77,13 @@ class CpuBackend final : public Backend {
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) override;
   void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) override;
   void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) override;
+
+  // cpu_amp.cpp
+  void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf,
+                         Tensor& tensor_flags) override;
+  void squared_norms(const std::vector<Tensor>& xs, Tensor& out) override;
+  void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad, Tensor* momentum,
+                Tensor* working, const Tensor* found_inf) override;
 };
 
 }  // namespace mixprec

@@ -1,0 +1,119 @@
+// Per-element arithmetic of mixed-precision training, shared by the CPU and CUDA backends:
+// the unscale-and-check of one gradient value, one SGD update, and the dynamic loss-scale
+// rule. A kernel adds only indexing and launch around these functions, so the CPU tests
+// cover the arithmetic the GPU runs.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "core/hd.h"
+
+namespace mixprec {
+
+// ---- unscale ---------------------------------------------------------------------------
+
+// g / S as g * inv_scale, the product taken in double and rounded once to float by the
+// caller's store. inv_scale = 1.0 / S is computed in double by the caller, so a power-of-two
+// scale restores the value exactly and any other scale loses at most one FP32 rounding.
+MIXPREC_HD double unscale_value(float scaled_grad, double inv_scale) {
+  return static_cast<double>(scaled_grad) * inv_scale;
+}
+
+// The finiteness test of the unscale pass, on the value as it arrived (still scaled).
+MIXPREC_HD bool is_finite_value(float value) { return isfinite(value) != 0; }
+
+// ---- SGD -------------------------------------------------------------------------------
+
+// PyTorch's torch.optim.SGD semantics, per element.
+struct SgdHyper {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;  // L2 penalty added to the gradient (coupled)
+  bool nesterov = false;
+  // True on the parameter's first update: the momentum buffer is initialised with the
+  // gradient itself rather than blended (PyTorch's behaviour).
+  bool first_step = false;
+};
+
+// Updates the FP32 master value `w` from the true-scale gradient `g`; `buf` is the
+// momentum buffer (ignored when hyper.momentum == 0).
+MIXPREC_HD void sgd_update(float& w, float g, float& buf, const SgdHyper& hyper) {
+  float d = g;
+  if (hyper.weight_decay != 0.0f) d += hyper.weight_decay * w;
+  if (hyper.momentum != 0.0f) {
+    buf = hyper.first_step ? d : hyper.momentum * buf + (1.0f - hyper.dampening) * d;
+    d = hyper.nesterov ? d + hyper.momentum * buf : buf;
+  }
+  w -= hyper.lr * d;
+}
+
+// ---- the dynamic loss-scale rule ---------------------------------------------------------
+
+// How hysteresis (overflows tolerated before backing off) is refilled.
+enum class HysteresisMode : uint8_t {
+  ResetOnGrowth,  // refilled only when the scale grows (DeepSpeed's default)
+  Consecutive,    // refilled by every finite step: only consecutive overflows count
+};
+
+// Settings of DynamicLossScale (validated by the policy, amp/dynamic_loss_scale.h).
+struct DynamicScaleRule {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int32_t growth_interval = 2000;
+  int32_t hysteresis = 1;  // 1: back off on every overflow (PyTorch)
+  HysteresisMode hysteresis_mode = HysteresisMode::ResetOnGrowth;
+  double min_scale = 1.0;
+  double max_scale = 16777216.0;  // 2^24
+};
+
+// What one update did to the scale.
+enum class ScaleEvent : uint8_t {
+  Kept,               // finite step, no growth yet (or already at max_scale)
+  Grew,               // growth_interval finite steps in a row: scale *= growth_factor
+  BackedOff,          // overflow: scale *= backoff_factor (clamped to min_scale)
+  OverflowTolerated,  // overflow absorbed by hysteresis: scale unchanged
+  OverflowAtFloor,    // overflow with the scale already at min_scale: nothing lower to go to
+};
+
+struct DynamicScaleState {
+  double scale = 65536.0;
+  int32_t growth_tracker = 0;   // finite steps since the last overflow or growth
+  int32_t hysteresis_left = 1;  // overflows still tolerated before the next backoff
+};
+
+// The scale-update rule, run once per effective step with that step's found_inf.
+// - overflow: the growth tracker restarts; while more than one tolerated overflow is left
+//   one is used up, otherwise the scale backs off (never below min_scale);
+// - finite: the tracker counts up; at growth_interval the scale grows, capped at max_scale,
+//   so it never becomes non-finite (a product that overflows double is capped too).
+MIXPREC_HD ScaleEvent update_dynamic_scale(const DynamicScaleRule& rule, DynamicScaleState& state,
+                                           bool found_inf) {
+  if (found_inf) {
+    state.growth_tracker = 0;
+    if (state.hysteresis_left > 1) {
+      state.hysteresis_left -= 1;
+      return ScaleEvent::OverflowTolerated;
+    }
+    if (state.scale <= rule.min_scale) {
+      state.scale = rule.min_scale;
+      return ScaleEvent::OverflowAtFloor;
+    }
+    const double next = state.scale * rule.backoff_factor;
+    state.scale = next < rule.min_scale ? rule.min_scale : next;
+    return ScaleEvent::BackedOff;
+  }
+  if (rule.hysteresis_mode == HysteresisMode::Consecutive) state.hysteresis_left = rule.hysteresis;
+  state.growth_tracker += 1;
+  if (state.growth_tracker < rule.growth_interval) return ScaleEvent::Kept;
+  state.growth_tracker = 0;
+  if (rule.hysteresis_mode == HysteresisMode::ResetOnGrowth) state.hysteresis_left = rule.hysteresis;
+  double next = state.scale * rule.growth_factor;
+  if (!(next <= rule.max_scale)) next = rule.max_scale;  // also catches inf and NaN
+  if (next <= state.scale) return ScaleEvent::Kept;
+  state.scale = next;
+  return ScaleEvent::Grew;
+}
+
+}  // namespace mixprec

@@ -1,0 +1,68 @@
+// SGD: one Backend::sgd_step per parameter updates the master, the momentum buffer and the
+// working copy together.
+#include "optim/sgd.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace mixprec {
+namespace {
+
+// The primitive computes in FP32, so a value must also survive the narrowing.
+void check_option(const std::string& name, const char* option, double value, bool non_negative) {
+  MIXPREC_CHECK(std::isfinite(value) && std::isfinite(static_cast<float>(value)), "SGD '", name,
+                "': ", option, " must be finite (and within FP32 range), got ", value);
+  MIXPREC_CHECK(!non_negative || value >= 0.0, "SGD '", name, "': ", option,
+                " must not be negative, got ", value);
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Parameter> params, SgdOptions options, std::string name)
+    : Optimizer(std::move(params), std::move(name)), options_(options) {
+  check_option(this->name(), "lr", options_.lr, true);
+  check_option(this->name(), "momentum", options_.momentum, true);
+  check_option(this->name(), "dampening", options_.dampening, false);
+  check_option(this->name(), "weight_decay", options_.weight_decay, true);
+  MIXPREC_CHECK(!options_.nesterov || (options_.momentum > 0.0 && options_.dampening == 0.0),
+                "SGD '", this->name(), "': nesterov momentum needs momentum > 0 and dampening 0, "
+                "got momentum ", options_.momentum, " and dampening ", options_.dampening);
+  set_initial_lr(options_.lr);
+  momentum_.resize(this->params().size());
+}
+
+void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
+  SgdHyper hyper;
+  hyper.lr = static_cast<float>(lr());
+  hyper.momentum = static_cast<float>(options_.momentum);
+  hyper.dampening = static_cast<float>(options_.dampening);
+  hyper.weight_decay = static_cast<float>(options_.weight_decay);
+  hyper.nesterov = options_.nesterov;
+
+  Tensor master = param.master();
+  // The buffer is created on the parameter's first update and kept only once that update
+  // succeeded; a failed first update must not leave an uninitialised buffer behind.
+  Tensor buffer;
+  if (options_.momentum != 0.0) {
+    buffer = momentum_[index];
+    hyper.first_step = !buffer.defined();
+    if (hyper.first_step) buffer = Tensor::zeros(master.shape(), DType::F32, master.device());
+  }
+  Tensor working;
+  if (param.working_dtype() != DType::F32) working = param.working();
+
+  backend_for(master.device())
+      .sgd_step(hyper, master, grad, buffer.defined() ? &buffer : nullptr,
+                working.defined() ? &working : nullptr, nullptr);
+  master.mark_modified();
+  if (working.defined()) working.mark_modified();
+  if (buffer.defined()) {
+    buffer.mark_modified();
+    momentum_[index] = buffer;
+  }
+}
+
+}  // namespace mixprec

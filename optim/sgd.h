@@ -1,0 +1,36 @@
+// SGD with momentum, dampening, Nesterov momentum and (coupled) weight decay, with
+// torch.optim.SGD's semantics (per-element math: core/math/amp.h, sgd_update). One fused
+// pass per parameter updates the FP32 master, the momentum buffer and the working copy.
+#pragma once
+
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace mixprec {
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  // Throws for lr < 0, momentum < 0, weight_decay < 0, non-finite values, or nesterov
+  // without momentum or with dampening (as PyTorch does).
+  SGD(std::vector<Parameter> params, SgdOptions options = {}, std::string name = "sgd");
+  const SgdOptions& options() const { return options_; }
+  // The momentum buffer of params()[index] (F32, undefined until its first update or when
+  // momentum is 0).
+  Tensor momentum_buffer(size_t index) const { return momentum_.at(index); }
+
+ private:
+  void update(size_t index, const Parameter& param, const Tensor& grad) override;
+  SgdOptions options_;
+  std::vector<Tensor> momentum_;
+};
+
+}  // namespace mixprec

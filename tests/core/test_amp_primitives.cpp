@@ -1,0 +1,394 @@
+// The mixed-precision primitives of the CPU backend: unscale_and_check, squared_norms and
+// sgd_step. Expected values come from double-precision references and from a rounding
+// reference that picks the nearest representable value by comparing neighbours in double,
+// independently of the conversion code under test.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/half.h"
+#include "core/math/amp.h"
+#include "core/tensor.h"
+
+using namespace mixprec;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Backend& cpu() { return backend_for(kCPU); }
+
+std::vector<uint8_t> raw_bytes(const Tensor& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  if (!out.empty()) std::memcpy(out.data(), t.data(), out.size());
+  return out;
+}
+
+uint16_t bits16(const Tensor& t, int64_t i) {
+  uint16_t b;
+  std::memcpy(&b, static_cast<const uint8_t*>(t.data()) + 2 * i, sizeof b);
+  return b;
+}
+
+double value_of_bits(DType dtype, uint32_t bits) {
+  return dtype == DType::F16 ? half_bits_to_float(static_cast<uint16_t>(bits))
+                             : bf16_bits_to_float(static_cast<uint16_t>(bits));
+}
+
+// The F16/BF16 value nearest to `d` (ties to the even pattern), found by comparing the
+// candidate that truncation gives with its neighbours in double arithmetic. Only for finite
+// values well inside the format's range.
+double nearest_16(DType dtype, double d) {
+  // A starting pattern at most one step from the answer: float(d) converted to 16 bits (two
+  // roundings can be off by one step, never more).
+  const uint32_t start = dtype == DType::F16 ? float_to_half_bits(static_cast<float>(d))
+                                             : float_to_bf16_bits(static_cast<float>(d));
+  double best = value_of_bits(dtype, start);
+  uint32_t best_bits = start;
+  for (int delta = -2; delta <= 2; ++delta) {
+    const uint32_t candidate = static_cast<uint32_t>(static_cast<int32_t>(start) + delta);
+    if ((candidate & 0x8000u) != (start & 0x8000u)) continue;  // stay on d's side of zero
+    const double v = value_of_bits(dtype, candidate);
+    if (!std::isfinite(v)) continue;
+    const double err = std::fabs(v - d), best_err = std::fabs(best - d);
+    if (err < best_err || (err == best_err && (candidate & 1u) == 0 && (best_bits & 1u) != 0)) {
+      best = v;
+      best_bits = candidate;
+    }
+  }
+  return best;
+}
+
+// `d` rounded once to `dtype`.
+double round_once(DType dtype, double d) {
+  if (dtype == DType::F32) return static_cast<double>(static_cast<float>(d));
+  if (d == 0.0) return d;
+  return nearest_16(dtype, d);
+}
+
+Tensor random_tensor(int64_t n, DType dtype, uint32_t seed, double stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_vector(v, {n}, dtype);
+}
+
+struct Flags {
+  Tensor found_inf = Tensor::zeros({1});
+  Tensor tensor_flags;
+  explicit Flags(size_t n) : tensor_flags(Tensor::zeros({static_cast<int64_t>(n)}, DType::I32)) {}
+};
+
+}  // namespace
+
+TEST_CASE("unscale_and_check restores power-of-two-scaled gradients exactly", "[amp_primitives]") {
+  struct Case {
+    DType dtype;
+    double inv_scale;
+    double stddev;  // of the scaled values, inside the format's range
+  };
+  // 40000 elements: the parallel path is taken as well.
+  for (const Case& c : {Case{DType::F32, 0x1p-16, 1e4}, Case{DType::F16, 0x1p-10, 1e3},
+                        Case{DType::BF16, 0x1p-16, 1e4}}) {
+    CAPTURE(c.dtype);
+    Tensor g = random_tensor(40000, c.dtype, 7, c.stddev);
+    // Keep the unscaled values normal in every format (no subnormal rounding).
+    for (int64_t i = 0; i < g.numel(); ++i)
+      if (std::fabs(g.get(i)) < 0.0625) g.set(i, 0.0625);
+    const std::vector<float> before = g.to_float_vector();
+    Flags f(1);
+    cpu().unscale_and_check({g}, c.inv_scale, f.found_inf, f.tensor_flags);
+    const std::vector<float> after = g.to_float_vector();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < before.size(); ++i)
+      wrong += static_cast<double>(after[i]) == static_cast<double>(before[i]) * c.inv_scale
+                   ? 0
+                   : 1;
+    CHECK(wrong == 0);
+    CHECK(f.tensor_flags.get(0) == 0.0);
+    CHECK(f.found_inf.item() == 0.0);
+  }
+}
+
+TEST_CASE("unscale_and_check rounds the double product once for any scale", "[amp_primitives]") {
+  const double inv_scale = 1.0 / 3000.0;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    CAPTURE(dtype);
+    Tensor g = random_tensor(5000, dtype, 11, dtype == DType::F16 ? 2000.0 : 1e5);
+    const std::vector<float> before = g.to_float_vector();
+    Flags f(1);
+    cpu().unscale_and_check({g}, inv_scale, f.found_inf, f.tensor_flags);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      const double expected = round_once(dtype, static_cast<double>(before[i]) * inv_scale);
+      wrong += g.get(static_cast<int64_t>(i)) == expected ? 0 : 1;
+    }
+    CHECK(wrong == 0);
+  }
+
+  // Products just above a 16-bit midpoint, by less than half an FP32 step: rounding to float
+  // first would land on the midpoint and then round down to even. One rounding goes up.
+  SECTION("F16") {
+    Tensor g = Tensor::from_vector({1.0f, -1.0f}, {2}, DType::F16);
+    Flags f(1);
+    cpu().unscale_and_check({g}, 1.0 + 0x1p-11 + 0x1p-40, f.found_inf, f.tensor_flags);
+    CHECK(g.get(0) == 1.0 + 0x1p-10);
+    CHECK(g.get(1) == -(1.0 + 0x1p-10));
+  }
+  SECTION("BF16") {
+    Tensor g = Tensor::from_vector({1.0f, -1.0f}, {2}, DType::BF16);
+    Flags f(1);
+    cpu().unscale_and_check({g}, 1.0 + 0x1p-8 + 0x1p-40, f.found_inf, f.tensor_flags);
+    CHECK(g.get(0) == 1.0 + 0x1p-7);
+    CHECK(g.get(1) == -(1.0 + 0x1p-7));
+  }
+}
+
+TEST_CASE("unscale_and_check flags exactly the tensors holding Inf, -Inf or NaN",
+          "[amp_primitives]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double bad : {kInf, -kInf, nan}) {
+    for (size_t where = 0; where < 3; ++where) {
+      CAPTURE(bad, where);
+      std::vector<Tensor> grads = {
+          Tensor::from_vector({2.f, 4.f, 6.f}, {3}, DType::F32),
+          Tensor::from_vector({8.f, -8.f}, {2}, DType::F16),
+          Tensor::from_vector({16.f, 32.f, 64.f, 1.f}, {2, 2}, DType::BF16)};
+      grads[where].set(1, bad);
+      Flags f(3);
+      cpu().unscale_and_check(grads, 0.5, f.found_inf, f.tensor_flags);
+      for (size_t i = 0; i < 3; ++i)
+        CHECK(f.tensor_flags.get(static_cast<int64_t>(i)) == (i == where ? 1.0 : 0.0));
+      CHECK(f.found_inf.item() == 1.0);
+      // The finite values were still unscaled (the whole pass runs; the step is skipped later).
+      CHECK(grads[where].get(0) == std::vector<double>{1.0, 4.0, 8.0}[where]);
+
+      // A later call with finite data clears the per-tensor flags but never found_inf.
+      std::vector<Tensor> finite = {Tensor::from_vector({2.f}, {1}),
+                                    Tensor::from_vector({4.f}, {1}),
+                                    Tensor::from_vector({8.f}, {1}, DType::F16)};
+      cpu().unscale_and_check(finite, 0.5, f.found_inf, f.tensor_flags);
+      for (int64_t i = 0; i < 3; ++i) CHECK(f.tensor_flags.get(i) == 0.0);
+      CHECK(f.found_inf.item() == 1.0);
+      CHECK(finite[2].get(0) == 4.0);
+    }
+  }
+
+  // Finite data leaves a clear found_inf clear.
+  Tensor g = Tensor::from_vector({65504.f, -1e-3f}, {2}, DType::F16);
+  Flags f(1);
+  cpu().unscale_and_check({g}, 1.0, f.found_inf, f.tensor_flags);
+  CHECK(f.found_inf.item() == 0.0);
+  CHECK(f.tensor_flags.get(0) == 0.0);
+}
+
+TEST_CASE("unscale_and_check with inv_scale 1 only checks and leaves every bit as it was",
+          "[amp_primitives]") {
+  Tensor f32 = Tensor::from_vector({1.f, -0.f, 0x1p-140f, 3.5f}, {4});
+  Tensor f16 = Tensor::from_vector({0x1p-24f, -0.f, 1.f, 2.f}, {4}, DType::F16);
+  Tensor bf16 = Tensor::from_vector({1.f, 0x1p-130f, -3.f}, {3}, DType::BF16);
+  // A signalling F16 NaN with a payload: any load-and-store through float would quiet it.
+  const uint16_t snan = 0x7C01;
+  std::memcpy(static_cast<uint8_t*>(f16.data()) + 6, &snan, sizeof snan);
+  const auto b32 = raw_bytes(f32), b16 = raw_bytes(f16), bb16 = raw_bytes(bf16);
+  Flags f(3);
+  cpu().unscale_and_check({f32, f16, bf16}, 1.0, f.found_inf, f.tensor_flags);
+  CHECK(raw_bytes(f32) == b32);
+  CHECK(raw_bytes(f16) == b16);
+  CHECK(raw_bytes(bf16) == bb16);
+  CHECK(bits16(f16, 3) == snan);
+  CHECK(f.tensor_flags.to_int_vector() == std::vector<int32_t>{0, 1, 0});
+  CHECK(f.found_inf.item() == 1.0);
+}
+
+TEST_CASE("unscale_and_check rejects bad arguments naming the primitive", "[amp_primitives]") {
+  Tensor g = Tensor::ones({3});
+  Flags f(1);
+  auto named = Catch::Contains("unscale_and_check");
+  CHECK_THROWS_WITH(cpu().unscale_and_check({Tensor::from_ints({1}, {1})}, 0.5, f.found_inf,
+                                            f.tensor_flags),
+                    named && Catch::Contains("I32"));
+  Tensor two_flags = Tensor::zeros({2}, DType::I32);
+  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, f.found_inf, two_flags), named);
+  Tensor float_flags = Tensor::zeros({1});
+  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, f.found_inf, float_flags), named);
+  Tensor half_found = Tensor::zeros({1}, DType::F16);
+  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, half_found, f.tensor_flags), named);
+  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.0, f.found_inf, f.tensor_flags), named);
+  CHECK_THROWS_WITH(cpu().unscale_and_check({Tensor()}, 0.5, f.found_inf, f.tensor_flags), named);
+  CHECK(g.to_float_vector() == std::vector<float>{1.f, 1.f, 1.f});
+}
+
+TEST_CASE("squared_norms matches a double reference and not the thread count",
+          "[amp_primitives]") {
+  std::vector<Tensor> xs = {random_tensor(100003, DType::F32, 1, 1.0),
+                            random_tensor(1, DType::F16, 2, 3.0),
+                            Tensor::empty({0}),
+                            random_tensor(20000, DType::BF16, 3, 0.01),
+                            random_tensor(777, DType::F16, 4, 10.0)};
+  std::vector<double> expected;
+  for (const Tensor& x : xs) {
+    double s = 0.0;
+    for (float v : x.to_float_vector()) s += static_cast<double>(v) * v;
+    expected.push_back(s);
+  }
+
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Tensor one = Tensor::empty({5});
+  cpu().squared_norms(xs, one);
+  omp_set_num_threads(2);
+  Tensor two = Tensor::full({5}, 123.0);
+  cpu().squared_norms(xs, two);
+  omp_set_num_threads(threads);
+
+  CHECK(raw_bytes(one) == raw_bytes(two));
+  for (int64_t i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    CHECK(one.get(i) == Approx(expected[static_cast<size_t>(i)]).epsilon(1e-5));
+  }
+  CHECK(one.get(2) == 0.0);
+
+  Tensor wrong = Tensor::empty({4});
+  CHECK_THROWS_WITH(cpu().squared_norms(xs, wrong), Catch::Contains("squared_norms"));
+  Tensor ids = Tensor::from_ints({1}, {1});
+  Tensor out1 = Tensor::empty({1});
+  CHECK_THROWS_WITH(cpu().squared_norms({ids}, out1), Catch::Contains("squared_norms"));
+}
+
+namespace {
+
+struct SgdState {
+  Tensor master, grad, momentum, working;
+};
+
+SgdState make_sgd_state(int64_t n, DType working_dtype) {
+  SgdState s;
+  s.master = random_tensor(n, DType::F32, 21, 1.0);
+  s.grad = random_tensor(n, DType::F32, 22, 0.5);
+  s.momentum = random_tensor(n, DType::F32, 23, 0.3);
+  if (working_dtype != DType::F32) s.working = Tensor::zeros({n}, working_dtype);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("sgd_step applies sgd_update to every element and refreshes the working copy",
+          "[amp_primitives]") {
+  struct Config {
+    float momentum, dampening, weight_decay;
+    bool nesterov, first_step;
+  };
+  const Config configs[] = {{0.f, 0.f, 0.f, false, false},  {0.9f, 0.f, 0.f, false, true},
+                            {0.9f, 0.f, 0.f, false, false}, {0.9f, 0.25f, 0.f, false, false},
+                            {0.8f, 0.f, 0.f, true, false},  {0.8f, 0.f, 0.01f, true, true},
+                            {0.f, 0.f, 0.05f, false, false}};
+  for (DType wdt : {DType::F16, DType::BF16}) {
+    for (const Config& c : configs) {
+      CAPTURE(wdt, c.momentum, c.dampening, c.weight_decay, c.nesterov, c.first_step);
+      SgdHyper hyper;
+      hyper.lr = 0.1f;
+      hyper.momentum = c.momentum;
+      hyper.dampening = c.dampening;
+      hyper.weight_decay = c.weight_decay;
+      hyper.nesterov = c.nesterov;
+      hyper.first_step = c.first_step;
+
+      SgdState s = make_sgd_state(50000, wdt);
+      std::vector<float> w = s.master.to_float_vector();
+      std::vector<float> buf = s.momentum.to_float_vector();
+      const std::vector<float> g = s.grad.to_float_vector();
+      for (size_t i = 0; i < w.size(); ++i) sgd_update(w[i], g[i], buf[i], hyper);
+
+      cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, nullptr);
+      CHECK(s.master.to_float_vector() == w);
+      CHECK(s.momentum.to_float_vector() == buf);
+      int64_t wrong = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        const uint16_t expected =
+            wdt == DType::F16 ? float_to_half_bits(w[i]) : float_to_bf16_bits(w[i]);
+        wrong += bits16(s.working, static_cast<int64_t>(i)) == expected ? 0 : 1;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+
+  // Without momentum no buffer is needed, and without a working copy only the master moves.
+  SgdState s = make_sgd_state(10, DType::F32);
+  const std::vector<float> w0 = s.master.to_float_vector(), g = s.grad.to_float_vector();
+  SgdHyper plain;
+  plain.lr = 0.5f;
+  cpu().sgd_step(plain, s.master, s.grad, nullptr, nullptr, nullptr);
+  for (int64_t i = 0; i < 10; ++i)
+    CHECK(s.master.get(i) == static_cast<double>(w0[i] - 0.5f * g[i]));
+
+  // A distinct F32 working tensor is a plain copy of the new master.
+  Tensor copy = Tensor::zeros({10});
+  cpu().sgd_step(plain, s.master, s.grad, nullptr, &copy, nullptr);
+  CHECK(raw_bytes(copy) == raw_bytes(s.master));
+}
+
+TEST_CASE("sgd_step with a non-zero found_inf writes nothing", "[amp_primitives]") {
+  SgdHyper hyper;
+  hyper.lr = 0.1f;
+  hyper.momentum = 0.9f;
+  hyper.weight_decay = 0.01f;
+  SgdState s = make_sgd_state(40000, DType::F16);
+  const auto m0 = raw_bytes(s.master), b0 = raw_bytes(s.momentum), w0 = raw_bytes(s.working);
+  for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
+    Tensor found_inf = Tensor::full({1}, flag);
+    cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &found_inf);
+    CHECK(raw_bytes(s.master) == m0);
+    CHECK(raw_bytes(s.momentum) == b0);
+    CHECK(raw_bytes(s.working) == w0);
+  }
+  // A zero flag lets the step run.
+  Tensor clear = Tensor::zeros({1});
+  cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &clear);
+  CHECK(raw_bytes(s.master) != m0);
+  CHECK(raw_bytes(s.working) != w0);
+}
+
+TEST_CASE("sgd_step rejects bad shapes and dtypes naming the primitive", "[amp_primitives]") {
+  SgdHyper hyper;
+  hyper.momentum = 0.9f;
+  SgdState s = make_sgd_state(6, DType::F16);
+  const auto m0 = raw_bytes(s.master);
+  auto named = Catch::Contains("sgd_step");
+
+  Tensor half_master = s.master.to(DType::F16);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, half_master, s.grad, &s.momentum, nullptr, nullptr),
+                    named);
+  Tensor short_grad = Tensor::zeros({5});
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, short_grad, &s.momentum, nullptr, nullptr),
+                    named);
+  Tensor half_grad = s.grad.to(DType::F16);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, half_grad, &s.momentum, nullptr, nullptr),
+                    named);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, nullptr, nullptr, nullptr),
+                    named && Catch::Contains("momentum"));
+  Tensor wide_momentum = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &wide_momentum, nullptr, nullptr),
+                    named);
+  Tensor int_working = Tensor::zeros({6}, DType::I32);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &int_working, nullptr),
+                    named);
+  Tensor short_working = Tensor::zeros({5}, DType::F16);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &short_working, nullptr),
+                    named);
+  Tensor alias = s.master.detach();
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &alias, nullptr),
+                    named && Catch::Contains("null"));
+  Tensor half_flag = Tensor::zeros({1}, DType::F16);
+  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
+                    named && Catch::Contains("found_inf"));
+  CHECK(raw_bytes(s.master) == m0);
+}
