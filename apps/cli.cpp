@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apps/explain/formats.h"
+#include "apps/explain/topics.h"
 #include "core/error.h"
 
 #if MIXPREC_WITH_CUDA
@@ -103,8 +103,21 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
   CLI::App* explain = app.add_subcommand("explain", "Lessons on mixed precision, computed by mixprec itself");
   explain->require_subcommand(0, 1);
-  explain->add_subcommand("formats", "FP32, FP16 and BF16: layout, range, precision, worked conversions")
-      ->callback([&] { action = [&] { out << explain::explain_formats(); }; });
+  // Only one topic is parsed per run, so every topic's --json can share one flag variable.
+  bool explain_json = false;
+  for (const explain::Topic& topic : explain::topics()) {
+    CLI::App* command = explain->add_subcommand(std::string(topic.name), std::string(topic.summary));
+    command->add_flag("--json", explain_json, "Print the lesson's results as one JSON object");
+    command->callback([&, topic] {
+      action = [&, topic] {
+        if (explain_json) {
+          out << topic.json().dump(2) << "\n";
+        } else {
+          out << topic.text();
+        }
+      };
+    });
+  }
 
   app.add_subcommand("device", "Show the CUDA devices and library versions this build can use")
       ->callback([&] { action = [&] { out << device_text() << "\n"; }; });

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "apps/explain/topics.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -19,58 +21,10 @@ float fp16_decode(uint32_t bits) { return half_bits_to_float(static_cast<uint16_
 uint32_t bf16_encode(float value) { return float_to_bf16_bits(value); }
 float bf16_decode(uint32_t bits) { return bf16_bits_to_float(static_cast<uint16_t>(bits)); }
 
-// 17 significant digits distinguish every double, and every FP32/FP16/BF16 value below has
-// at most that many, so what is printed is the exact stored value.
-std::string number(double value) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
-
-std::string hex(const FloatFormat& format, uint32_t bits) {
-  char text[16];
-  const int digits = (1 + format.exponent_bits + format.mantissa_bits) / 4;
-  std::snprintf(text, sizeof text, "0x%0*X", digits, bits);
-  return text;
-}
-
 // Left-aligns `text` in a column of `width`, always leaving one space before the next column.
 std::string pad(std::string text, size_t width) {
   text.append(text.size() < width ? width - text.size() : 1, ' ');
   return text;
-}
-
-// The bit patterns that define a format's landmarks, derived from its field widths, and
-// their values decoded by the format's own conversion.
-struct Landmarks {
-  uint32_t bias = 0;
-  uint32_t one = 0;             // the pattern of 1.0
-  uint32_t largest_finite = 0;  // exponent all ones but the last bit, mantissa all ones
-  uint32_t smallest_normal = 0;
-  uint32_t smallest_subnormal = 0;
-  uint32_t infinity = 0;
-};
-
-Landmarks landmarks(const FloatFormat& f) {
-  const uint32_t m = static_cast<uint32_t>(f.mantissa_bits);
-  const uint32_t exponent_all_ones = (1u << f.exponent_bits) - 1u;
-  Landmarks l;
-  // The bias is read off the encoding of 1.0 = 2^0, whose exponent field holds the bias.
-  l.one = f.encode(1.0f);
-  l.bias = l.one >> m;
-  MIXPREC_CHECK(l.one == (l.bias << m) && l.bias == exponent_all_ones / 2, f.name,
-                ": 1.0 encodes as ", hex(f, l.one), ", not as bias << mantissa bits");
-  l.largest_finite = ((exponent_all_ones - 1u) << m) | ((1u << m) - 1u);
-  l.smallest_normal = 1u << m;
-  l.smallest_subnormal = 1u;
-  l.infinity = exponent_all_ones << m;
-  MIXPREC_CHECK(f.encode(INFINITY) == l.infinity && std::isinf(f.decode(l.infinity)), f.name,
-                ": infinity does not round-trip through ", hex(f, l.infinity));
-  for (uint32_t bits : {l.largest_finite, l.smallest_normal, l.smallest_subnormal}) {
-    MIXPREC_CHECK(f.encode(f.decode(bits)) == bits, f.name, ": ", hex(f, bits),
-                  " does not round-trip through float");
-  }
-  return l;
 }
 
 // What rounding did to `input`, in words, judged from the values themselves.
@@ -110,9 +64,9 @@ void append_conversions(std::string& out, const FloatFormat& f, const std::vecto
          pad("value", 25) + "what happened\n";
   for (const Example& e : examples) {
     const uint32_t bits = f.encode(e.value);
-    out += "  " + pad(e.literal, 12) + pad(number(e.value), 25) +
-           pad(bit_fields(f, bits) + "  " + hex(f, bits), bits_width + 10) +
-           pad(number(f.decode(bits)), 25) + outcome(f, e.value, bits) + "\n";
+    out += "  " + pad(e.literal, 12) + pad(exact_text(e.value), 25) +
+           pad(bit_fields(f, bits) + "  " + hex_pattern(f, bits), bits_width + 10) +
+           pad(exact_text(f.decode(bits)), 25) + outcome(f, e.value, bits) + "\n";
   }
 }
 
@@ -131,6 +85,13 @@ const FloatFormat& bf16_format() {
   return format;
 }
 
+std::string hex_pattern(const FloatFormat& format, uint32_t bits) {
+  char text[16];
+  const int digits = (1 + format.exponent_bits + format.mantissa_bits) / 4;
+  std::snprintf(text, sizeof text, "0x%0*X", digits, bits);
+  return text;
+}
+
 std::string bit_fields(const FloatFormat& format, uint32_t bits) {
   const int total = 1 + format.exponent_bits + format.mantissa_bits;
   std::string text;
@@ -141,10 +102,36 @@ std::string bit_fields(const FloatFormat& format, uint32_t bits) {
   return text;
 }
 
+FormatLandmarks format_landmarks(const FloatFormat& f) {
+  const uint32_t m = static_cast<uint32_t>(f.mantissa_bits);
+  const uint32_t exponent_all_ones = (1u << f.exponent_bits) - 1u;
+  FormatLandmarks l;
+  // The bias is read off the encoding of 1.0 = 2^0, whose exponent field holds the bias.
+  l.one_bits = f.encode(1.0f);
+  l.bias = l.one_bits >> m;
+  MIXPREC_CHECK(l.one_bits == (l.bias << m) && l.bias == exponent_all_ones / 2, f.name,
+                ": 1.0 encodes as ", hex_pattern(f, l.one_bits), ", not as bias << mantissa bits");
+  l.largest_finite_bits = ((exponent_all_ones - 1u) << m) | ((1u << m) - 1u);
+  l.smallest_normal_bits = 1u << m;
+  l.smallest_subnormal_bits = 1u;
+  l.infinity_bits = exponent_all_ones << m;
+  MIXPREC_CHECK(f.encode(INFINITY) == l.infinity_bits && std::isinf(f.decode(l.infinity_bits)),
+                f.name, ": infinity does not round-trip through ", hex_pattern(f, l.infinity_bits));
+  for (uint32_t bits : {l.largest_finite_bits, l.smallest_normal_bits, l.smallest_subnormal_bits}) {
+    MIXPREC_CHECK(f.encode(f.decode(bits)) == bits, f.name, ": ", hex_pattern(f, bits),
+                  " does not round-trip through float");
+  }
+  l.largest_finite = f.decode(l.largest_finite_bits);
+  l.smallest_normal = f.decode(l.smallest_normal_bits);
+  l.smallest_subnormal = f.decode(l.smallest_subnormal_bits);
+  l.epsilon = static_cast<double>(f.decode(l.one_bits + 1u)) - 1.0;
+  return l;
+}
+
 std::string explain_formats() {
   const FloatFormat* formats[] = {&fp32_format(), &fp16_format(), &bf16_format()};
-  Landmarks marks[3];
-  for (int i = 0; i < 3; ++i) marks[i] = landmarks(*formats[i]);
+  FormatLandmarks marks[3];
+  for (int i = 0; i < 3; ++i) marks[i] = format_landmarks(*formats[i]);
 
   std::string out;
   out +=
@@ -167,38 +154,42 @@ std::string explain_formats() {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   };
-  row("", [](const FloatFormat& f, const Landmarks&) { return std::string(f.name); });
-  row("bits: sign / exponent / mantissa", [](const FloatFormat& f, const Landmarks&) {
+  row("", [](const FloatFormat& f, const FormatLandmarks&) { return std::string(f.name); });
+  row("bits: sign / exponent / mantissa", [](const FloatFormat& f, const FormatLandmarks&) {
     return "1 / " + std::to_string(f.exponent_bits) + " / " + std::to_string(f.mantissa_bits);
   });
-  row("exponent bias", [](const FloatFormat&, const Landmarks& l) { return std::to_string(l.bias); });
-  row("largest finite", [](const FloatFormat& f, const Landmarks& l) {
-    return number(f.decode(l.largest_finite));
+  row("exponent bias", [](const FloatFormat&, const FormatLandmarks& l) { return std::to_string(l.bias); });
+  row("largest finite", [](const FloatFormat&, const FormatLandmarks& l) {
+    return exact_text(l.largest_finite);
   });
-  row("  bit pattern", [](const FloatFormat& f, const Landmarks& l) { return hex(f, l.largest_finite); });
-  row("smallest normal", [](const FloatFormat& f, const Landmarks& l) {
-    return number(f.decode(l.smallest_normal));
+  row("  bit pattern", [](const FloatFormat& f, const FormatLandmarks& l) {
+    return hex_pattern(f, l.largest_finite_bits);
   });
-  row("  bit pattern", [](const FloatFormat& f, const Landmarks& l) { return hex(f, l.smallest_normal); });
-  row("smallest subnormal", [](const FloatFormat& f, const Landmarks& l) {
-    return number(f.decode(l.smallest_subnormal));
+  row("smallest normal", [](const FloatFormat&, const FormatLandmarks& l) {
+    return exact_text(l.smallest_normal);
   });
-  row("  bit pattern", [](const FloatFormat& f, const Landmarks& l) {
-    return hex(f, l.smallest_subnormal);
+  row("  bit pattern", [](const FloatFormat& f, const FormatLandmarks& l) {
+    return hex_pattern(f, l.smallest_normal_bits);
   });
-  row("machine epsilon", [](const FloatFormat& f, const Landmarks& l) {
-    return number(static_cast<double>(f.decode(l.one + 1u)) - 1.0);
+  row("smallest subnormal", [](const FloatFormat&, const FormatLandmarks& l) {
+    return exact_text(l.smallest_subnormal);
   });
-  row("decimal digits", [](const FloatFormat& f, const Landmarks&) {
+  row("  bit pattern", [](const FloatFormat& f, const FormatLandmarks& l) {
+    return hex_pattern(f, l.smallest_subnormal_bits);
+  });
+  row("machine epsilon", [](const FloatFormat&, const FormatLandmarks& l) {
+    return exact_text(l.epsilon);
+  });
+  row("decimal digits", [](const FloatFormat& f, const FormatLandmarks&) {
     char text[16];
     std::snprintf(text, sizeof text, "%.2f", (f.mantissa_bits + 1) * std::log10(2.0));
     return std::string(text);
   });
-  row("integers exact up to", [](const FloatFormat& f, const Landmarks& l) {
+  row("integers exact up to", [](const FloatFormat& f, const FormatLandmarks& l) {
     // 2^(m+1): the first power of two whose ulp is 2, so the next integer is skipped.
     const uint32_t bits = (l.bias + static_cast<uint32_t>(f.mantissa_bits) + 1u)
                           << f.mantissa_bits;
-    return number(f.decode(bits));
+    return exact_text(f.decode(bits));
   });
 
   out +=
@@ -238,11 +229,10 @@ std::string explain_formats() {
                       {"65520", 65520.0f},
                       {"3e+38", 3e+38f}});
 
-  const Landmarks& h = marks[1];
-  const FloatFormat& fp16 = fp16_format();
+  const FormatLandmarks& h = marks[1];
   out += "\nWhy it matters\n";
-  out += "  FP16 has no positive value below " + number(fp16.decode(h.smallest_subnormal)) +
-         " and no finite value above " + number(fp16.decode(h.largest_finite)) +
+  out += "  FP16 has no positive value below " + exact_text(h.smallest_subnormal) +
+         " and no finite value above " + exact_text(h.largest_finite) +
          ".\n"
          "  Activation gradients are often smaller than the first: in FP16 they become 0 and\n"
          "  the weights stop learning. Loss scaling multiplies the loss by S before backward,\n"
@@ -252,11 +242,26 @@ std::string explain_formats() {
          "  BF16 keeps FP32's exponent, so it rarely underflows and needs no scaling, but it\n"
          "  carries only " +
          std::to_string(bf16_format().mantissa_bits + 1) + " significant bits: its next value after 1 is 1 + " +
-         number(bf16_format().decode(marks[2].one + 1u) - 1.0) +
+         exact_text(marks[2].epsilon) +
          ".\n"
          "  So weights are kept and updated in FP32 (master weights), where small updates are\n"
          "  not rounded away.\n";
   return out;
+}
+
+nlohmann::json explain_formats_json() {
+  nlohmann::json lesson = nlohmann::json::object();
+  const std::pair<const char*, const FloatFormat*> formats[] = {
+      {"fp16", &fp16_format()}, {"bf16", &bf16_format()}, {"fp32", &fp32_format()}};
+  for (const auto& [prefix, format] : formats) {
+    const FormatLandmarks l = format_landmarks(*format);
+    const std::string p = prefix;
+    lesson[p + "_max"] = l.largest_finite;
+    lesson[p + "_min_normal"] = l.smallest_normal;
+    lesson[p + "_min_subnormal"] = l.smallest_subnormal;
+    lesson[p + "_epsilon"] = l.epsilon;
+  }
+  return lesson;
 }
 
 }  // namespace mixprec::explain

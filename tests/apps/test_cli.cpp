@@ -3,7 +3,10 @@
 
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/cli.h"
 
@@ -41,6 +44,79 @@ TEST_CASE("mixprec explain formats prints the lesson", "[apps][cli]") {
   CHECK(r.out.find("65504") != std::string::npos);
 }
 
+TEST_CASE("mixprec explain: every topic prints its lesson and exits 0", "[apps][cli]") {
+  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation", "all"}) {
+    const CliResult r = run({"explain", topic});
+    INFO("mixprec explain " << topic << " -> stderr: " << r.err);
+    CHECK(r.code == 0);
+    CHECK(r.err.empty());
+    CHECK(line_count(r.out) > 3);
+  }
+  // `all` is every lesson in order.
+  const std::string all = run({"explain", "all"}).out;
+  const size_t formats = all.find("Floating-point formats");
+  const size_t underflow = all.find("saving a tiny FP16 gradient");
+  const size_t overflow = all.find("overflow, a skipped step");
+  const size_t clipping = all.find("unscale before clipping");
+  const size_t accumulation = all.find("with gradient accumulation");
+  CHECK(formats < underflow);
+  CHECK(underflow < overflow);
+  CHECK(overflow < clipping);
+  CHECK(clipping < accumulation);
+  CHECK(accumulation != std::string::npos);
+}
+
+TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named fields",
+          "[apps][cli]") {
+  const std::vector<std::pair<const char*, std::vector<const char*>>> expected = {
+      {"formats",
+       {"fp16_max", "fp16_min_normal", "fp16_min_subnormal", "fp16_epsilon", "bf16_max",
+        "bf16_min_normal", "bf16_min_subnormal", "bf16_epsilon", "fp32_max", "fp32_min_normal",
+        "fp32_min_subnormal", "fp32_epsilon"}},
+      {"underflow",
+       {"fp16_unscaled", "loss_scaled", "fp16_scaled", "restored", "relative_error_percent",
+        "w_new_scaled", "w_new_unscaled", "w_new_exact", "steps"}},
+      {"overflow",
+       {"scaled_grad", "skipped", "w_after_skip", "scale_after_backoff", "scaled_grad_retry",
+        "w_after_step", "scale_after_growth", "steps"}},
+      {"clipping", {"correct", "wrong_order", "wrong_order_norm", "refusal", "steps"}},
+      {"accumulation",
+       {"restored_mean", "unequal_restored_mean", "unequal_expected_mean", "naive_mean_of_means",
+        "update_inside_window_error", "steps"}},
+  };
+  for (const auto& [topic, keys] : expected) {
+    const CliResult r = run({"explain", topic, "--json"});
+    INFO("mixprec explain " << topic << " --json -> stderr: " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.err.empty());
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    REQUIRE(j.is_object());
+    for (const char* key : keys) {
+      INFO("key " << key);
+      CHECK(j.contains(key));
+    }
+  }
+  const nlohmann::json formats = nlohmann::json::parse(run({"explain", "formats", "--json"}).out);
+  CHECK(formats.at("fp16_max").get<double>() == 65504.0);
+  const nlohmann::json overflow = nlohmann::json::parse(run({"explain", "overflow", "--json"}).out);
+  CHECK(overflow.at("scaled_grad") == "inf");
+  CHECK(overflow.at("scale_after_backoff").get<double>() == 4096.0);
+}
+
+TEST_CASE("mixprec explain all --json prints one object keyed by topic", "[apps][cli]") {
+  const CliResult r = run({"explain", "all", "--json"});
+  REQUIRE(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(j.is_object());
+  CHECK(j.size() == 5);
+  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation"}) {
+    INFO("topic " << topic);
+    REQUIRE(j.contains(topic));
+    CHECK(j.at(topic).is_object());
+  }
+  CHECK(j.at("clipping").at("wrong_order").size() == 2);
+}
+
 TEST_CASE("mixprec --version prints the version and succeeds", "[apps][cli]") {
   const CliResult r = run({"--version"});
   CHECK(r.code == 0);
@@ -59,7 +135,14 @@ TEST_CASE("mixprec device reports without failing", "[apps][cli]") {
 
 TEST_CASE("bad command lines exit with 2 and one message on stderr", "[apps][cli]") {
   for (const auto& args : std::vector<std::vector<const char*>>{
-           {"frobnicate"}, {}, {"explain"}, {"explain", "colours"}, {"--no-such-flag"}}) {
+           {"frobnicate"},
+           {},
+           {"explain"},
+           {"explain", "colours"},
+           {"explain", "colours", "--json"},
+           {"explain", "underflow", "--yaml"},
+           {"explain", "overflow", "extra"},
+           {"--no-such-flag"}}) {
     const CliResult r = run(args);
     std::string command_line = "mixprec";
     for (const char* arg : args) command_line += std::string(" ") + arg;

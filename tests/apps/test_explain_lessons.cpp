@@ -1,0 +1,380 @@
+// The loss-scaling lessons of `mixprec explain` reproduce the worked examples of the
+// loss-scaling explainer by running the framework. Each expected value is derived here
+// independently: FP16 roundings with core/half.h's scalar conversion of the product the
+// backward pass takes in FP32, unscaling as exact division by a power of two, norms and
+// ideal updates in double. Where the explainer prints an exact value it is checked
+// literally; where it says "approximately", with a tolerance of its printed digits.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/explain/accumulation.h"
+#include "apps/explain/clipping.h"
+#include "apps/explain/formats.h"
+#include "apps/explain/overflow.h"
+#include "apps/explain/topics.h"
+#include "apps/explain/underflow.h"
+#include "core/half.h"
+
+namespace {
+
+using namespace mixprec;
+using namespace mixprec::explain;
+
+// The FP16 value that a product taken in FP32 becomes when stored in FP16.
+float fp16(float value) { return half_bits_to_float(float_to_half_bits(value)); }
+
+// `text` with every run of spaces and line breaks made one space, so that a lesson's
+// wrapped lines can be searched for a phrase.
+std::string flat(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool space = c == ' ' || c == '\n';
+    if (space && !out.empty() && out.back() == ' ') continue;
+    out += space ? ' ' : c;
+  }
+  return out;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return flat(text).find(flat(part)) != std::string::npos;
+}
+
+}  // namespace
+
+// ---- formats ---------------------------------------------------------------------------------
+
+TEST_CASE("explain formats --json: landmarks of FP16, BF16 and FP32", "[apps][explain]") {
+  const nlohmann::json j = explain_formats_json();
+  CHECK(j.at("fp16_max").get<double>() == 65504.0);
+  CHECK(j.at("fp16_min_normal").get<double>() == std::ldexp(1.0, -14));
+  CHECK(j.at("fp16_min_subnormal").get<double>() == std::ldexp(1.0, -24));
+  CHECK(j.at("fp16_epsilon").get<double>() == std::ldexp(1.0, -10));
+  // BF16: 8 exponent bits like FP32, 7 mantissa bits; largest finite (2 - 2^-7) * 2^127.
+  CHECK(j.at("bf16_max").get<double>() == std::ldexp(255.0, 120));
+  CHECK(j.at("bf16_min_normal").get<double>() == std::ldexp(1.0, -126));
+  CHECK(j.at("bf16_min_subnormal").get<double>() == std::ldexp(1.0, -133));
+  CHECK(j.at("bf16_epsilon").get<double>() == std::ldexp(1.0, -7));
+  using F = std::numeric_limits<float>;
+  CHECK(j.at("fp32_max").get<double>() == static_cast<double>(F::max()));
+  CHECK(j.at("fp32_min_normal").get<double>() == static_cast<double>(F::min()));
+  CHECK(j.at("fp32_min_subnormal").get<double>() == static_cast<double>(F::denorm_min()));
+  CHECK(j.at("fp32_epsilon").get<double>() == static_cast<double>(F::epsilon()));
+  CHECK(j.size() == 12);
+}
+
+TEST_CASE("format_landmarks derives the bit patterns from the field widths", "[apps][explain]") {
+  const FormatLandmarks h = format_landmarks(fp16_format());
+  CHECK(h.bias == 15);
+  CHECK(h.one_bits == 0x3C00);
+  CHECK(h.largest_finite_bits == 0x7BFF);
+  CHECK(h.smallest_normal_bits == 0x0400);
+  CHECK(h.infinity_bits == 0x7C00);
+  const FormatLandmarks b = format_landmarks(bf16_format());
+  CHECK(b.bias == 127);
+  CHECK(b.largest_finite_bits == 0x7F7F);
+  CHECK(b.largest_finite == static_cast<double>(kBf16Max));
+  CHECK(hex_pattern(fp16_format(), 0x095E) == "0x095E");
+  CHECK(hex_pattern(fp32_format(), 0x3F800000) == "0x3F800000");
+}
+
+// ---- underflow (explainer section 3) ----------------------------------------------------------
+
+TEST_CASE("explain underflow: the 1e-8 gradient with and without S = 16384", "[apps][explain]") {
+  const UnderflowLesson l = run_underflow_lesson();
+  const float g = static_cast<float>(1e-8);  // the FP32 multiplier of the FP16 intermediate
+
+  // Step 1: without scaling the FP16 gradient is 0, and SGD leaves w at 0.
+  CHECK(fp16(g) == 0.0f);
+  CHECK(l.fp16_unscaled == fp16(g));
+  CHECK(l.fp16_unscaled == 0.0f);
+  CHECK(l.fp16_unscaled_bits == 0x0000);
+  CHECK(l.w_new_unscaled == 0.0f);
+
+  // Step 2: the scaled loss.
+  CHECK(l.loss == 0.125f);
+  CHECK(l.loss_scaled == 16384.0 * 0.125);
+  CHECK(l.loss_scaled == 2048.0f);
+  CHECK(l.scaled_exact == Approx(0.00016384).epsilon(1e-12));
+
+  // Step 3: backward multiplies S by the FP32 multiplier and rounds once to FP16.
+  CHECK(l.fp16_scaled == fp16(16384.0f * g));
+  CHECK(static_cast<double>(l.fp16_scaled) == 0.00016379356384277344);
+  CHECK(l.fp16_scaled_bits == 0x095E);
+  CHECK(l.grad_scale_tag == 16384.0);
+
+  // Step 4: unscaling divides by a power of two, which is exact.
+  CHECK(static_cast<double>(l.restored) == static_cast<double>(l.fp16_scaled) / 16384.0);
+  CHECK(l.restored == Approx(9.99716576e-9).margin(5e-18));
+  const double relative_error = std::fabs(static_cast<double>(l.restored) - 1e-8) / 1e-8 * 100.0;
+  CHECK(l.relative_error_percent == relative_error);
+  CHECK(l.relative_error_percent == Approx(0.0283).margin(5e-5));
+
+  // Step 5: SGD with lr 0.1 from 0, in FP32; the ideal update in double.
+  CHECK(l.scaled_stepped);
+  CHECK(l.unscaled_stepped);
+  CHECK(l.w_new_scaled == 0.0f - static_cast<float>(0.1) * l.restored);
+  CHECK(l.w_new_scaled == Approx(-9.99716576e-10).epsilon(1e-7));
+  CHECK(l.w_new_exact == 0.0 - 0.1 * 1e-8);
+  CHECK(l.w_new_exact == Approx(-1e-9).epsilon(1e-15));
+}
+
+TEST_CASE("explain underflow follows the scale it is given", "[apps][explain]") {
+  // dL/dh = S reaches the FP16 intermediate first (rounded to FP16), then backward multiplies
+  // it by the FP32 multiplier and rounds again.
+  for (double scale : {1.0, 1024.0, 32768.0}) {
+    UnderflowSetup setup;
+    setup.scale = scale;
+    const UnderflowLesson l = run_underflow_lesson(setup);
+    const float expected =
+        fp16(fp16(static_cast<float>(scale)) * static_cast<float>(setup.true_grad));
+    INFO("S = " << scale);
+    CHECK(l.fp16_scaled == expected);
+    CHECK(static_cast<double>(l.restored) == static_cast<double>(expected) / scale);
+    CHECK(l.scaled_stepped);
+    CHECK(l.w_new_scaled == 0.0f - static_cast<float>(setup.lr) * l.restored);
+  }
+  UnderflowSetup unscaled;
+  unscaled.scale = 1.0;
+  CHECK(run_underflow_lesson(unscaled).w_new_scaled == 0.0f);
+
+  // 2^16 is past FP16's largest finite value: dL/dh itself overflows, and the step is skipped.
+  UnderflowSetup too_large;
+  too_large.scale = 65536.0;
+  const UnderflowLesson overflowed = run_underflow_lesson(too_large);
+  CHECK(std::isinf(fp16(65536.0f)));
+  CHECK(std::isinf(overflowed.fp16_scaled));
+  CHECK_FALSE(overflowed.scaled_stepped);
+  CHECK(overflowed.w_new_scaled == 0.0f);
+}
+
+TEST_CASE("explain underflow: text and JSON carry the computed values", "[apps][explain]") {
+  const UnderflowLesson l = run_underflow_lesson();
+  const std::string text = underflow_text(l);
+  INFO(text);
+  CHECK(contains(text, "0.00016379356384277344"));
+  CHECK(contains(text, "0x095E = 0|00010|0101011110"));
+  CHECK(contains(text, "2048"));
+  CHECK(contains(text, exact_text(l.restored)));
+  CHECK(contains(text, exact_text(l.w_new_scaled)));
+
+  const nlohmann::json j = underflow_json(l);
+  CHECK(j.at("fp16_unscaled").get<double>() == 0.0);
+  CHECK(j.at("loss_scaled").get<double>() == 2048.0);
+  CHECK(j.at("fp16_scaled").get<double>() == 0.00016379356384277344);
+  CHECK(j.at("fp16_scaled_hex") == "0x095E");
+  CHECK(j.at("restored").get<double>() == static_cast<double>(l.restored));
+  CHECK(j.at("relative_error_percent").get<double>() == l.relative_error_percent);
+  CHECK(j.at("w_new_scaled").get<double>() == static_cast<double>(l.w_new_scaled));
+  CHECK(j.at("w_new_unscaled").get<double>() == 0.0);
+  CHECK(j.at("w_new_exact").get<double>() == l.w_new_exact);
+  CHECK(j.at("steps").size() == 6);
+}
+
+// ---- overflow (explainer section 5) -----------------------------------------------------------
+
+TEST_CASE("explain overflow: skip, backoff, retry and growth", "[apps][explain]") {
+  const OverflowLesson l = run_overflow_lesson();
+  REQUIRE(l.attempts.size() == 3);  // the overflow, then growth_interval = 2 finite steps
+  const OverflowAttempt& first = l.attempts[0];
+  const OverflowAttempt& retry = l.attempts[1];
+  const OverflowAttempt& growth = l.attempts[2];
+
+  // 10 * 8192 = 81920 is past the FP16 rounding midpoint above 65504.
+  CHECK(first.scale == 8192.0);
+  CHECK(first.scaled_exact == 81920.0);
+  CHECK(float_to_half_bits(8192.0f * 10.0f) == 0x7C00);
+  CHECK(std::isinf(first.scaled_grad));
+  CHECK(first.scaled_grad > 0.0f);
+  CHECK(first.skipped);
+  CHECK_FALSE(first.reason.empty());
+  CHECK(first.nonfinite_tensors == std::vector<std::string>{"w"});
+  CHECK(first.w_after == 1.0f);
+  CHECK(first.next_scale == 8192.0 * 0.5);
+  CHECK(first.scale_event == "backed_off");
+
+  // Retry at 4096: 40960 fits FP16 exactly; SGD with lr 0.01 takes w from 1 to 0.9.
+  CHECK(retry.scale == 4096.0);
+  CHECK(retry.scaled_grad == fp16(4096.0f * 10.0f));
+  CHECK(retry.scaled_grad == 40960.0f);
+  CHECK(retry.unscaled_grad == 10.0f);
+  CHECK_FALSE(retry.skipped);
+  CHECK(retry.reason.empty());
+  CHECK(retry.w_after == 1.0f - static_cast<float>(0.01) * 10.0f);
+  CHECK(retry.w_after == Approx(0.9).epsilon(1e-7));
+  CHECK(retry.next_scale == 4096.0);
+  CHECK(retry.scale_event == "kept");
+  CHECK(retry.growth_tracker == 1);
+
+  // The second consecutive finite step reaches growth_interval: 4096 * 2.
+  CHECK_FALSE(growth.skipped);
+  CHECK(growth.next_scale == 4096.0 * 2.0);
+  CHECK(growth.scale_event == "grew");
+  CHECK(growth.w_after == retry.w_after - static_cast<float>(0.01) * 10.0f);
+
+  const nlohmann::json j = overflow_json(l);
+  CHECK(j.at("scaled_grad") == "inf");
+  CHECK(j.at("skipped") == true);
+  CHECK(j.at("w_after_skip").get<double>() == 1.0);
+  CHECK(j.at("scale_after_backoff").get<double>() == 4096.0);
+  CHECK(j.at("scaled_grad_retry").get<double>() == 40960.0);
+  CHECK(j.at("w_after_step").get<double>() == static_cast<double>(retry.w_after));
+  CHECK(j.at("scale_after_growth").get<double>() == 8192.0);
+  CHECK(j.at("attempts").size() == 3);
+  CHECK(j.at("fp16_max").get<double>() == 65504.0);
+
+  const std::string text = overflow_text(l);
+  INFO(text);
+  CHECK(contains(text, "81920"));
+  CHECK(contains(text, "inf"));
+  CHECK(contains(text, "8192 -> 4096"));
+  CHECK(contains(text, "4096 -> 8192"));
+  CHECK(contains(text, exact_text(retry.w_after)));
+}
+
+// ---- clipping (explainer section 7) -----------------------------------------------------------
+
+TEST_CASE("explain clipping: unscale then clip, versus clip then unscale", "[apps][explain]") {
+  const ClippingLesson l = run_clipping_lesson();
+  CHECK(l.scaled_grad == std::vector<float>{3.0f * 16.0f, 4.0f * 16.0f});
+  CHECK_FALSE(l.refusal.empty());
+
+  // Correct order: norm sqrt(3^2 + 4^2) = 5, factor max_norm / (5 + 1e-6).
+  CHECK(l.unscaled_grad == std::vector<float>{3.0f, 4.0f});
+  CHECK(l.true_norm == Approx(std::sqrt(3.0 * 3.0 + 4.0 * 4.0)).epsilon(1e-12));
+  const double factor = 1.0 / (5.0 + 1e-6);
+  REQUIRE(l.correct.size() == 2);
+  CHECK(l.correct[0] == Approx(3.0 * factor).epsilon(1e-7));
+  CHECK(l.correct[1] == Approx(4.0 * factor).epsilon(1e-7));
+  CHECK(l.correct[0] == Approx(0.6).epsilon(1e-6));
+  CHECK(l.correct[1] == Approx(0.8).epsilon(1e-6));
+  CHECK(l.correct_norm == Approx(1.0).epsilon(1e-6));
+
+  // Wrong order: the scaled norm 80 is clipped to 1, then divided by 16 again.
+  CHECK(l.scaled_norm == Approx(80.0).epsilon(1e-12));
+  const double wrong_factor = 1.0 / (80.0 + 1e-6);
+  REQUIRE(l.wrong_order.size() == 2);
+  CHECK(l.clipped_scaled[0] == Approx(48.0 * wrong_factor).epsilon(1e-7));
+  CHECK(l.wrong_order[0] == Approx(48.0 * wrong_factor / 16.0).epsilon(1e-7));
+  CHECK(l.wrong_order[1] == Approx(64.0 * wrong_factor / 16.0).epsilon(1e-7));
+  CHECK(l.wrong_order[0] == Approx(0.0375).epsilon(1e-6));
+  CHECK(l.wrong_order[1] == Approx(0.05).epsilon(1e-6));
+  CHECK(l.wrong_order_norm == Approx(0.0625).epsilon(1e-6));
+  CHECK(static_cast<double>(l.wrong_order[0]) == static_cast<double>(l.clipped_scaled[0]) / 16.0);
+
+  const nlohmann::json j = clipping_json(l);
+  CHECK(j.at("correct").size() == 2);
+  CHECK(j.at("correct")[1].get<double>() == static_cast<double>(l.correct[1]));
+  CHECK(j.at("wrong_order")[0].get<double>() == static_cast<double>(l.wrong_order[0]));
+  CHECK(j.at("wrong_order_norm").get<double>() == l.wrong_order_norm);
+  CHECK(j.at("refusal") == l.refusal);
+  const std::string text = clipping_text(l);
+  CHECK(contains(text, l.refusal));
+  CHECK(contains(text, "[48, 64]"));
+}
+
+// ---- accumulation (explainer section 8) -------------------------------------------------------
+
+TEST_CASE("explain accumulation: one scale, count-weighted microbatches", "[apps][explain]") {
+  const AccumulationLesson l = run_accumulation_lesson();
+  const float s = 16384.0f;
+  const float g1 = static_cast<float>(1e-8);
+  const float g2 = static_cast<float>(2e-8);
+
+  // Equal microbatches of 2 samples: each loss weighted by 2/4; one FP16 rounding per term.
+  const float equal_1 = fp16(fp16(s * 0.5f) * g1);
+  const float equal_2 = fp16(fp16(s * 0.5f) * g2);
+  REQUIRE(l.equal.buffer_after.size() == 2);
+  CHECK(l.equal.losses == std::vector<float>{0.125f, 0.125f});
+  CHECK(l.equal.scaled_losses == std::vector<float>{0.125f * 16384 * 2 / 4, 0.125f * 16384 * 2 / 4});
+  CHECK(l.equal.buffer_after[0] == equal_1);
+  CHECK(l.equal.buffer_after[1] == equal_1 + equal_2);
+  CHECK(static_cast<double>(l.equal.restored_mean) ==
+        static_cast<double>(equal_1 + equal_2) / 16384.0);
+  CHECK(l.equal.restored_mean == Approx(1.5e-8).epsilon(1e-3));
+  CHECK(l.equal.expected_mean == (2 * 1e-8 + 2 * 2e-8) / 4);
+  CHECK(l.equal.stepped);
+
+  // 3 samples and 1 sample: weights 3/4 and 1/4.
+  const float unequal_1 = fp16(fp16(s * 0.75f) * g1);
+  const float unequal_2 = fp16(fp16(s * 0.25f) * g2);
+  REQUIRE(l.unequal.buffer_after.size() == 2);
+  CHECK(l.unequal.scaled_losses == std::vector<float>{0.125f * 16384 * 3 / 4, 0.125f * 16384 / 4});
+  CHECK(l.unequal.buffer_after[0] == unequal_1);
+  CHECK(l.unequal.buffer_after[1] == unequal_1 + unequal_2);
+  CHECK(static_cast<double>(l.unequal.restored_mean) ==
+        static_cast<double>(unequal_1 + unequal_2) / 16384.0);
+  CHECK(l.unequal.expected_mean == (3 * 1e-8 + 1 * 2e-8) / 4);
+  CHECK(l.unequal.restored_mean == Approx(1.25e-8).epsilon(1e-3));
+  CHECK(l.unequal.naive_mean_of_means == (1e-8 + 2e-8) / 2);
+  CHECK(l.unequal.naive_mean_of_means == Approx(1.5e-8).epsilon(1e-12));
+  // The weighted restoration is much closer to the sample mean than the naive average is.
+  CHECK(std::fabs(l.unequal.restored_mean - 1.25e-8) < 0.01 * std::fabs(1.5e-8 - 1.25e-8));
+
+  CHECK_FALSE(l.update_inside_window_error.empty());
+
+  const nlohmann::json j = accumulation_json(l);
+  CHECK(j.at("restored_mean").get<double>() == static_cast<double>(l.equal.restored_mean));
+  CHECK(j.at("unequal_restored_mean").get<double>() ==
+        static_cast<double>(l.unequal.restored_mean));
+  CHECK(j.at("unequal_expected_mean").get<double>() == l.unequal.expected_mean);
+  CHECK(j.at("naive_mean_of_means").get<double>() == l.unequal.naive_mean_of_means);
+  CHECK(j.at("update_inside_window_error") == l.update_inside_window_error);
+  const std::string text = accumulation_text(l);
+  CHECK(contains(text, exact_text(l.unequal.restored_mean)));
+  CHECK(contains(text, l.update_inside_window_error));
+}
+
+// ---- registry and rendering -------------------------------------------------------------------
+
+TEST_CASE("explain topics: the registry in reading order", "[apps][explain]") {
+  std::vector<std::string> names;
+  for (const Topic& topic : topics()) names.emplace_back(topic.name);
+  CHECK(names == std::vector<std::string>{"formats", "underflow", "overflow", "clipping",
+                                          "accumulation", "all"});
+  CHECK(lessons().size() == 5);
+  CHECK(find_topic("clipping") != nullptr);
+  CHECK(find_topic("colours") == nullptr);
+  const nlohmann::json all = explain_all_json();
+  CHECK(all.size() == 5);
+  CHECK(all.at("underflow").at("fp16_scaled").get<double>() == 0.00016379356384277344);
+}
+
+TEST_CASE("explain rendering: wrap_text breaks lines at spaces", "[apps][explain]") {
+  CHECK(wrap_text("aaa bbb ccc", 7) == "aaa bbb\nccc");
+  CHECK(wrap_text("  aaa bbb ccc", 9) == "  aaa bbb\n    ccc");
+  CHECK(wrap_text("one\n\ntwo three", 5) == "one\n\ntwo\nthree");
+  CHECK(wrap_text("unbreakable-word x", 4) == "unbreakable-word\nx");
+  for (const Topic& lesson : lessons()) {
+    if (lesson.name == "formats") continue;  // a table, laid out by hand
+    const std::string text = lesson.text();
+    size_t longest = 0;
+    for (size_t start = 0, end; start < text.size(); start = end + 1) {
+      end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(start, end - start);
+      if (line.find(' ') != std::string::npos) longest = std::max(longest, line.size());
+    }
+    INFO(lesson.name);
+    CHECK(longest <= 96);
+  }
+}
+
+TEST_CASE("explain rendering: exact, shortest and JSON numbers", "[apps][explain]") {
+  CHECK(exact_text(0.9f) == "0.89999997615814209");
+  CHECK(exact_text(std::ldexp(1.0, -24)) == "5.9604644775390625e-08");
+  CHECK(shortest_text(0.1) == "0.1");
+  CHECK(shortest_text(1e-8) == "1e-08");
+  CHECK(shortest_text(16384.0) == "16384");
+  CHECK(json_number(INFINITY) == "inf");
+  CHECK(json_number(-INFINITY) == "-inf");
+  CHECK(json_number(NAN) == "nan");
+  CHECK(json_number(0.5).get<double>() == 0.5);
+  CHECK(json_numbers({1.0f, INFINITY}) == nlohmann::json::array({1.0, "inf"}));
+}
