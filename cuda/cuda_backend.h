@@ -1,0 +1,164 @@
+// The CUDA backend: the Backend primitives on one NVIDIA GPU, with the CPU backend's
+// semantics (FP16/BF16 loaded, computed in FP32, rounded once on store), so the CPU backend
+// is its test oracle. Internal to cuda/ (it includes CUDA headers); apps reach it through
+// cuda/register.h.
+//
+// - One compute stream, created non-blocking: every kernel and copy of the backend is
+//   queued on it, so work is ordered without events and the caching allocator can reuse a
+//   freed block at once (see cuda/caching_allocator.h). Code that uses the backend's memory
+//   on another stream must synchronise with stream() first.
+// - Device memory comes from a CachingAllocator: no cudaMalloc in the steady state.
+// - cuBLASLt and cuDNN handles are created on first use and bound to the stream.
+// - Host synchronisations are counted: copy_to_host and synchronize (and so every primitive
+//   that returns a value to the host: all_finite, find_out_of_range) add one each, so a
+//   training loop can report syncs per step. Launches and copy_from_host do not wait for the
+//   device and are not counted.
+// - Primitives that have no CUDA implementation yet throw mixprec::Error
+//   "<primitive>: not implemented on the CUDA backend yet".
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "core/backend.h"
+#include "cuda/caching_allocator.h"
+
+namespace mixprec {
+
+class CudaBackend final : public Backend {
+ public:
+  // Takes device `device_index` and creates the stream; throws mixprec::Error when the
+  // device cannot be used.
+  explicit CudaBackend(int device_index = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return cuda_device(device_index_); }
+  std::string name() const override { return "cuda"; }
+
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t cublaslt_handle();
+  cudnnHandle_t cudnn_handle();
+  CachingAllocator& allocator() { return allocator_; }
+  const CachingAllocator& allocator() const { return allocator_; }
+  // copy_to_host and synchronize calls so far (each waits for the device).
+  uint64_t host_syncs() const { return host_syncs_.load(std::memory_order_relaxed); }
+
+  // ---- memory ---------------------------------------------------------------------------
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) noexcept override;
+  // Queued on the stream; the host buffer may be reused as soon as the call returns.
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
+  // Waits for the stream (the data is then on the host); counts one host sync.
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
+  // Waits for the stream; counts one host sync.
+  void synchronize() override;
+
+  // ---- fills, casts, copies -------------------------------------------------------------
+  void fill(Tensor& out, double value) override;
+  void arange(Tensor& out, double start, double step) override;
+  void random_uniform(Tensor& out, PhiloxKey key, float low, float high) override;
+  void random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) override;
+  void cast(const Tensor& x, Tensor& y) override;
+  void copy(const Tensor& x, Tensor& y) override;
+
+  // ---- elementwise ------------------------------------------------------------------------
+  void unary(UnaryOp op, const Tensor& x, Tensor& y) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      Tensor& dx) override;
+  void affine(const Tensor& x, float alpha, float beta, Tensor& y) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void sum_to(const Tensor& x, Tensor& y, float scale) override;
+  void expand(const Tensor& x, Tensor& y, float scale) override;
+  void causal_mask(const Tensor& x, float fill, Tensor& y) override;
+
+  // ---- layout (not implemented yet) -------------------------------------------------------
+  void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) override;
+  void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
+                   int64_t dst_start, int64_t length) override;
+
+  // ---- GEMM and neural-network primitives (not implemented yet) ---------------------------
+  void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
+  void softmax(const Tensor& x, Tensor& y, bool log) override;
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;
+  void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
+                     Tensor& row_stats) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& labels,
+                              const Tensor& row_stats, const Tensor& dloss,
+                              Tensor& dlogits) override;
+  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps,
+                  Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor* dweight,
+                           Tensor* dbias) override;
+  void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  Tensor& running_mean, Tensor& running_var, bool training, float momentum,
+                  float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) override;
+  void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                           const Tensor& save_invstd, const Tensor& dy, bool training,
+                           Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dDesc& desc,
+              Tensor& y) override;
+  void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
+                            Tensor& dx) override;
+  void conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
+                              Tensor& dw, Tensor* dbias) override;
+  void pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tensor* argmax) override;
+  void pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
+                       Tensor& dx) override;
+  void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) override;
+  void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) override;
+
+  // ---- checks (each reads one value back: one host sync) ----------------------------------
+  bool all_finite(const Tensor& x) override;
+  int64_t find_out_of_range(const Tensor& ids, int64_t upper) override;
+
+  // ---- mixed precision (no host sync) -----------------------------------------------------
+  void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf,
+                         Tensor& tensor_flags) override;
+  void squared_norms(const std::vector<Tensor>& xs, Tensor& out) override;
+  void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad, Tensor* momentum,
+                Tensor* working, const Tensor* found_inf) override;
+
+ private:
+  // Scratch device memory from the allocator for the duration of one primitive. Freeing it
+  // right after the launches is safe: later users of the block run after them on the stream.
+  class Scratch {
+   public:
+    Scratch(CachingAllocator& allocator, size_t nbytes)
+        : allocator_(allocator), ptr_(allocator.allocate(nbytes)) {}
+    ~Scratch() { allocator_.deallocate(ptr_); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    void* get() const { return ptr_; }
+
+   private:
+    CachingAllocator& allocator_;
+    void* ptr_;
+  };
+
+  // `t` is defined and lives on this backend's device; the message names op and `what`.
+  void check_here(const char* op, const char* what, const Tensor& t) const;
+  // Makes this backend's device current for the calling thread (the CUDA runtime keeps it
+  // per thread); every primitive calls it before touching the stream.
+  void use_device() const;
+
+  const int device_index_;
+  cudaStream_t stream_ = nullptr;
+  CachingAllocator allocator_;
+  std::mutex handles_mutex_;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::atomic<uint64_t> host_syncs_{0};
+};
+
+}  // namespace mixprec

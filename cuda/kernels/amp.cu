@@ -1,0 +1,333 @@
+#include "cuda/kernels/amp.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "cuda/kernels/common.cuh"
+
+namespace mixprec::kernels {
+namespace {
+
+// ---- the multi-tensor table ----------------------------------------------------------------
+
+struct TableEntry {
+  void* data;
+  int64_t numel;
+  int64_t first_chunk;
+  int32_t chunk_count;
+  int32_t dtype;  // a DType value
+};
+
+struct TableChunk {
+  int64_t tensor;
+  int64_t begin;  // first element of the chunk
+};
+
+// The chunks follow the entries at a 16-byte boundary.
+size_t chunks_offset(int64_t tensors) {
+  return (static_cast<size_t>(tensors) * sizeof(TableEntry) + 15) / 16 * 16;
+}
+
+__device__ __forceinline__ int64_t chunk_length(const TableEntry& e, const TableChunk& c) {
+  const int64_t rest = e.numel - c.begin;
+  return rest < kMultiTensorChunk ? rest : kMultiTensorChunk;
+}
+
+constexpr int32_t kF32 = static_cast<int32_t>(DType::F32);
+constexpr int32_t kF16 = static_cast<int32_t>(DType::F16);
+constexpr int32_t kBF16 = static_cast<int32_t>(DType::BF16);
+
+// ---- unscale and check ------------------------------------------------------------------------
+
+// The one rounding of the unscaled product to T. For F16/BF16 the double is first narrowed
+// to float rounding to odd (truncate, then set the last bit when inexact), which makes the
+// following round-to-nearest-even of from_float<T> equal to one rounding of the double: the
+// CPU backend does the same, so both give the same bits.
+template <class T>
+__device__ __forceinline__ T round_unscaled(double value) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __double2float_rn(value);
+  } else {
+    float f = __double2float_rz(value);
+    if (isfinite(value) && static_cast<double>(f) != value) {
+      f = __uint_as_float(__float_as_uint(f) | 1u);
+    }
+    return from_float<T>(f);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ bool unscale_one(T& slot, double inv_scale, bool write) {
+  const float g = to_float(slot);
+  if (write) slot = round_unscaled<T>(unscale_value(g, inv_scale));
+  return !is_finite_value(g);
+}
+
+// One chunk by one block; true when this thread saw a non-finite value.
+template <class T>
+__device__ bool unscale_span(T* p, int64_t len, double inv_scale, bool write) {
+  bool bad = false;
+  int64_t i = threadIdx.x;
+  if (aligned_to(p, 16)) {
+    constexpr int V = kVec<T>;
+    using P = Pack<T, V>;
+    const int64_t packs = len / V;
+    for (int64_t k = threadIdx.x; k < packs; k += kThreads) {
+      P v = reinterpret_cast<P*>(p)[k];
+#pragma unroll
+      for (int j = 0; j < V; ++j) bad = unscale_one(v.v[j], inv_scale, write) || bad;
+      if (write) reinterpret_cast<P*>(p)[k] = v;
+    }
+    i = packs * V + threadIdx.x;
+  }
+  for (; i < len; i += kThreads) bad = unscale_one(p[i], inv_scale, write) || bad;
+  return bad;
+}
+
+__global__ void __launch_bounds__(kThreads) unscale_kernel(const TableEntry* entries,
+                                                          const TableChunk* chunks,
+                                                          int64_t num_chunks, double inv_scale,
+                                                          bool write, float* found_inf,
+                                                          int32_t* flags) {
+  for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const TableChunk chunk = chunks[c];
+    const TableEntry e = entries[chunk.tensor];
+    const int64_t len = chunk_length(e, chunk);
+    bool bad = false;
+    if (e.dtype == kF32) {
+      bad = unscale_span(static_cast<float*>(e.data) + chunk.begin, len, inv_scale, write);
+    } else if (e.dtype == kF16) {
+      bad = unscale_span(static_cast<half*>(e.data) + chunk.begin, len, inv_scale, write);
+    } else if (e.dtype == kBF16) {
+      bad = unscale_span(static_cast<bfloat16*>(e.data) + chunk.begin, len, inv_scale, write);
+    }
+    // Every writer stores the same value, so the races between them are harmless.
+    if (bad) {
+      flags[chunk.tensor] = 1;
+      *found_inf = 1.0f;
+    }
+  }
+}
+
+// ---- sums of squares -----------------------------------------------------------------------
+
+// Thread t's share of one chunk: groups of V = kVec<T> consecutive elements t, t + kThreads,
+// ... in order, then the tail element packs * V + t. The order is the same with or without
+// vector loads, so the sum depends on the shape alone.
+template <class T>
+__device__ float sum_squares_span(const T* p, int64_t len) {
+  constexpr int V = kVec<T>;
+  using P = Pack<T, V>;
+  const int64_t packs = len / V;
+  const bool vector = aligned_to(p, 16);
+  float acc = 0.0f;
+  for (int64_t k = threadIdx.x; k < packs; k += kThreads) {
+    P v;
+    if (vector) {
+      v = reinterpret_cast<const P*>(p)[k];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v.v[j] = p[k * V + j];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float x = to_float(v.v[j]);
+      acc += x * x;
+    }
+  }
+  for (int64_t i = packs * V + threadIdx.x; i < len; i += kThreads) {
+    const float x = to_float(p[i]);
+    acc += x * x;
+  }
+  return acc;
+}
+
+__global__ void __launch_bounds__(kThreads) chunk_squares_kernel(const TableEntry* entries,
+                                                                const TableChunk* chunks,
+                                                                int64_t num_chunks,
+                                                                float* partials) {
+  __shared__ float shared[kThreads];
+  for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const TableChunk chunk = chunks[c];
+    const TableEntry e = entries[chunk.tensor];
+    const int64_t len = chunk_length(e, chunk);
+    const int64_t begin = chunk.begin;
+    float acc = 0.0f;
+    if (e.dtype == kF32) {
+      acc = sum_squares_span(static_cast<const float*>(e.data) + begin, len);
+    } else if (e.dtype == kF16) {
+      acc = sum_squares_span(static_cast<const half*>(e.data) + begin, len);
+    } else if (e.dtype == kBF16) {
+      acc = sum_squares_span(static_cast<const bfloat16*>(e.data) + begin, len);
+    }
+    const float total = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[c] = total;
+    __syncthreads();
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) tensor_norms_kernel(const TableEntry* entries,
+                                                               int64_t tensors,
+                                                               const float* partials,
+                                                               float* out) {
+  const int64_t stride = thread_stride();
+  for (int64_t t = first_thread(); t < tensors; t += stride) {
+    const TableEntry e = entries[t];
+    float total = 0.0f;
+    for (int32_t k = 0; k < e.chunk_count; ++k) total += partials[e.first_chunk + k];
+    out[t] = total;
+  }
+}
+
+// ---- SGD ---------------------------------------------------------------------------------------
+
+// Stands for "no working copy" in the kernel's template argument.
+struct NoWorking {};
+
+template <class W>
+__device__ __forceinline__ void store_working(W* working, int64_t i, float w) {
+  if constexpr (!std::is_same_v<W, NoWorking>) working[i] = from_float<W>(w);
+}
+
+// V elements per iteration (packs of V floats, and V working elements); the flag is read
+// before anything is loaded, so a skipped step costs one load per thread.
+template <class W, int V>
+__global__ void __launch_bounds__(kThreads) sgd_kernel(SgdHyper hyper, float* master,
+                                                      const float* grad, float* momentum,
+                                                      W* working, int64_t n,
+                                                      const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using PF = Pack<float, V>;
+  const int64_t packs = n / V;
+  const int64_t stride = thread_stride();
+  const int64_t first = first_thread();
+  for (int64_t p = first; p < packs; p += stride) {
+    PF w = reinterpret_cast<const PF*>(master)[p];
+    const PF g = reinterpret_cast<const PF*>(grad)[p];
+    PF b;
+    if (momentum != nullptr) b = reinterpret_cast<const PF*>(momentum)[p];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float buf = momentum != nullptr ? b.v[j] : 0.0f;
+      sgd_update(w.v[j], g.v[j], buf, hyper);
+      b.v[j] = buf;
+    }
+    reinterpret_cast<PF*>(master)[p] = w;
+    if (momentum != nullptr) reinterpret_cast<PF*>(momentum)[p] = b;
+    if constexpr (!std::is_same_v<W, NoWorking>) {
+      Pack<W, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = from_float<W>(w.v[j]);
+      reinterpret_cast<Pack<W, V>*>(working)[p] = out;
+    }
+  }
+  for (int64_t i = packs * V + first; i < n; i += stride) {
+    float w = master[i];
+    float buf = momentum != nullptr ? momentum[i] : 0.0f;
+    sgd_update(w, grad[i], buf, hyper);
+    master[i] = w;
+    if (momentum != nullptr) momentum[i] = buf;
+    store_working(working, i, w);
+  }
+}
+
+template <class W>
+void launch_sgd(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
+                W* working, int64_t n, const float* found_inf, cudaStream_t stream) {
+  constexpr int V = 4;
+  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) &&
+                (momentum == nullptr || aligned_to(momentum, 16));
+  if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
+  if (vector) {
+    sgd_kernel<W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(hyper, master, grad,
+                                                                        momentum, working, n,
+                                                                        found_inf);
+  } else {
+    sgd_kernel<W, 1><<<grid_for(n), kThreads, 0, stream>>>(hyper, master, grad, momentum, working,
+                                                          n, found_inf);
+  }
+  CUDA_CHECK_LAST();
+}
+
+const TableEntry* table_entries(const void* device_table) {
+  return static_cast<const TableEntry*>(device_table);
+}
+
+const TableChunk* table_chunks(const MultiTensorTable& table, const void* device_table) {
+  return reinterpret_cast<const TableChunk*>(static_cast<const unsigned char*>(device_table) +
+                                             chunks_offset(table.tensors));
+}
+
+unsigned chunk_grid(int64_t chunks) {
+  return static_cast<unsigned>(std::min<int64_t>(chunks, kMaxBlocks));
+}
+
+}  // namespace
+
+MultiTensorTable make_multi_tensor_table(const char* op, const std::vector<TensorRef>& tensors) {
+  MultiTensorTable table;
+  table.tensors = static_cast<int64_t>(tensors.size());
+  std::vector<TableEntry> entries;
+  std::vector<TableChunk> chunks;
+  entries.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    MIXPREC_CHECK(is_floating(t.dtype), op, ": tensor ", i, " is ", t.dtype,
+                  "; only F32, F16 and BF16 tensors are supported");
+    const int64_t count = (t.numel + kMultiTensorChunk - 1) / kMultiTensorChunk;
+    entries.push_back({t.data, t.numel, static_cast<int64_t>(chunks.size()),
+                       static_cast<int32_t>(count), static_cast<int32_t>(t.dtype)});
+    for (int64_t c = 0; c < count; ++c) {
+      chunks.push_back({static_cast<int64_t>(i), c * kMultiTensorChunk});
+    }
+  }
+  table.chunks = static_cast<int64_t>(chunks.size());
+  const size_t offset = chunks_offset(table.tensors);
+  table.bytes.assign(offset + chunks.size() * sizeof(TableChunk), 0);
+  if (!entries.empty()) {
+    std::memcpy(table.bytes.data(), entries.data(), entries.size() * sizeof(TableEntry));
+  }
+  if (!chunks.empty()) {
+    std::memcpy(table.bytes.data() + offset, chunks.data(), chunks.size() * sizeof(TableChunk));
+  }
+  return table;
+}
+
+void unscale_and_check(const MultiTensorTable& table, const void* device_table, double inv_scale,
+                       bool write, float* found_inf, int32_t* flags, cudaStream_t stream) {
+  if (table.tensors == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(flags, 0, static_cast<size_t>(table.tensors) * sizeof(int32_t), stream));
+  if (table.chunks == 0) return;
+  unscale_kernel<<<chunk_grid(table.chunks), kThreads, 0, stream>>>(
+      table_entries(device_table), table_chunks(table, device_table), table.chunks, inv_scale,
+      write, found_inf, flags);
+  CUDA_CHECK_LAST();
+}
+
+void squared_norms(const MultiTensorTable& table, const void* device_table, float* partials,
+                   float* out, cudaStream_t stream) {
+  if (table.tensors == 0) return;
+  if (table.chunks > 0) {
+    chunk_squares_kernel<<<chunk_grid(table.chunks), kThreads, 0, stream>>>(
+        table_entries(device_table), table_chunks(table, device_table), table.chunks, partials);
+    CUDA_CHECK_LAST();
+  }
+  tensor_norms_kernel<<<grid_for(table.tensors), kThreads, 0, stream>>>(
+      table_entries(device_table), table.tensors, partials, out);
+  CUDA_CHECK_LAST();
+}
+
+void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
+              void* working, DType working_dtype, int64_t n, const float* found_inf,
+              cudaStream_t stream) {
+  if (n <= 0) return;
+  if (working == nullptr) {
+    launch_sgd<NoWorking>(hyper, master, grad, momentum, nullptr, n, found_inf, stream);
+    return;
+  }
+  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, "sgd_step", [&] {
+    launch_sgd(hyper, master, grad, momentum, static_cast<scalar_t*>(working), n, found_inf, stream);
+  });
+}
+
+}  // namespace mixprec::kernels

@@ -1,0 +1,148 @@
+// What the kernels share: launch shapes, 16-byte vector packs, the dtype dispatch and the
+// elementwise map kernel. Included only by cuda/kernels/*.cu.
+//
+// Every kernel loads F16/BF16 with to_float(), computes in FP32 through the shared
+// core/math functions and stores with from_float<T>() (core/half.h), so a value is rounded
+// exactly once and with the same bits as the CPU backend.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "cuda/cuda_check.h"
+
+namespace mixprec::kernels {
+
+inline constexpr int kThreads = 256;
+// Enough blocks to keep every SM of a large GPU busy many times over; grid-stride loops
+// cover the rest.
+inline constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+// Dimensions of an index space after merging (core shapes have far fewer).
+inline constexpr int kMaxDims = 8;
+
+// Blocks of kThreads threads for `items` work items (at least one block).
+inline unsigned grid_for(int64_t items) {
+  return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+__host__ __device__ inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// V consecutive elements moved as one aligned load or store (16 bytes when V is kVec<T>).
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <class T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+__device__ __forceinline__ int64_t first_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ int64_t thread_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// The storage type of a floating dtype; the message names the primitive.
+#define MIXPREC_CUDA_DISPATCH_FLOATING(dtype, op_name, ...)                               \
+  [&] {                                                                                   \
+    switch (dtype) {                                                                      \
+      case ::mixprec::DType::F32: { using scalar_t = float; return __VA_ARGS__(); }       \
+      case ::mixprec::DType::F16: { using scalar_t = ::mixprec::half; return __VA_ARGS__(); } \
+      case ::mixprec::DType::BF16: { using scalar_t = ::mixprec::bfloat16; return __VA_ARGS__(); } \
+      default:                                                                            \
+        MIXPREC_FAIL(op_name, ": unsupported dtype ", dtype, " on the CUDA backend");    \
+    }                                                                                     \
+  }()
+
+// ---- the elementwise map ------------------------------------------------------------------
+
+template <class T, int N>
+struct Inputs {
+  const T* p[N];
+};
+
+template <class F, class T, int N, int V>
+__device__ __forceinline__ float apply_at(const F& f, const Pack<T, V> (&x)[N], int j) {
+  if constexpr (N == 1) return f(to_float(x[0].v[j]));
+  else if constexpr (N == 2) return f(to_float(x[0].v[j]), to_float(x[1].v[j]));
+  else {
+    static_assert(N == 3, "apply_at: 1 to 3 inputs");
+    return f(to_float(x[0].v[j]), to_float(x[1].v[j]), to_float(x[2].v[j]));
+  }
+}
+
+// out[i] = f(in[0][i], ..., in[N-1][i]) for i < n, V elements per load (every pointer then
+// aligned to V elements), the last n % V elements one at a time. Each pack is loaded before
+// it is stored, so out may alias an input.
+template <class T, int N, int V, class F>
+__global__ void __launch_bounds__(kThreads) map_kernel(Inputs<T, N> in, T* out, int64_t n, F f) {
+  using P = Pack<T, V>;
+  const int64_t packs = n / V;
+  const int64_t stride = thread_stride();
+  const int64_t first = first_thread();
+  for (int64_t p = first; p < packs; p += stride) {
+    P x[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k] = reinterpret_cast<const P*>(in.p[k])[p];
+    P y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(apply_at(f, x, j));
+    reinterpret_cast<P*>(out)[p] = y;
+  }
+  for (int64_t i = packs * V + first; i < n; i += stride) {
+    Pack<T, 1> x[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k].v[0] = in.p[k][i];
+    out[i] = from_float<T>(apply_at(f, x, 0));
+  }
+}
+
+// Launches map_kernel with 16-byte packs when every pointer allows them.
+template <class T, int N, class F>
+void launch_map(const std::array<const T*, N>& in, T* out, int64_t n, const F& f,
+                cudaStream_t stream) {
+  if (n <= 0) return;
+  Inputs<T, N> args;
+  bool vector = aligned_to(out, 16);
+  for (int k = 0; k < N; ++k) {
+    args.p[k] = in[k];
+    vector = vector && aligned_to(in[k], 16);
+  }
+  if (vector) {
+    constexpr int V = kVec<T>;
+    map_kernel<T, N, V, F><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(args, out, n, f);
+  } else {
+    map_kernel<T, N, 1, F><<<grid_for(n), kThreads, 0, stream>>>(args, out, n, f);
+  }
+  CUDA_CHECK_LAST();
+}
+
+// ---- fixed-order block reduction ----------------------------------------------------------
+
+// Sum of `value` over the kThreads threads of the block, by a shared-memory tree whose
+// order depends only on the thread indices, so results are the same on every run. Every
+// thread of the block must call it; the result is valid in thread 0. `scratch` holds
+// kThreads floats and may be reused after the next __syncthreads().
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+  const int t = threadIdx.x;
+  scratch[t] = value;
+  __syncthreads();
+#pragma unroll
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (t < width) scratch[t] += scratch[t + width];
+    __syncthreads();
+  }
+  return scratch[0];
+}
+
+}  // namespace mixprec::kernels

@@ -1,0 +1,346 @@
+// The mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares
+// and the fused SGD step, CUDA against the CPU backend, and their device-side flags.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "backend_agreement.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels/amp.h"
+
+namespace {
+
+using namespace mixprec;
+using namespace mixprec::cuda_test;
+
+CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
+
+struct Spec {
+  DType dtype;
+  int64_t numel;
+};
+
+// Mixed dtypes, odd sizes, one element, an empty tensor, and tensors of several chunks
+// (kernels::kMultiTensorChunk elements each).
+const std::vector<Spec> kGradSpecs = {{DType::F32, 1023}, {DType::F16, 4097},  {DType::BF16, 7},
+                                      {DType::F32, 1},    {DType::F16, 70000}, {DType::BF16, 0},
+                                      {DType::F32, 2 * 65536 + 3}};
+
+// Gradients as a loss scaled by `scale` would leave them: values in (-2, 2) * scale.
+std::vector<Tensor> scaled_grads(std::mt19937& rng, double scale) {
+  std::vector<Tensor> grads;
+  for (const Spec& s : kGradSpecs) {
+    grads.push_back(random_tensor({s.numel}, s.dtype, rng, static_cast<float>(-2.0 * scale),
+                                  static_cast<float>(2.0 * scale)));
+  }
+  return grads;
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.clone());
+  return out;
+}
+
+std::vector<Tensor> to_gpu(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.to(gpu()));
+  return out;
+}
+
+// Writes the raw bits `bits` into element `index` of a host tensor.
+void set_bits(Tensor& t, int64_t index, uint32_t bits) {
+  std::memcpy(static_cast<unsigned char*>(t.data()) + index * dtype_size(t.dtype()), &bits,
+              dtype_size(t.dtype()));
+}
+
+struct UnscaleRun {
+  std::vector<Tensor> grads;
+  Tensor found_inf;
+  Tensor flags;
+  uint64_t host_syncs = 0;  // during the call
+};
+
+UnscaleRun run_unscale(Backend& backend, const std::vector<Tensor>& inputs, double inv_scale,
+                       float found_before) {
+  UnscaleRun run;
+  const Device device = backend.device();
+  run.grads = device.is_cpu() ? clones(inputs) : to_gpu(inputs);
+  run.found_inf = Tensor::full({1}, found_before, DType::F32, device);
+  run.flags = Tensor::empty({static_cast<int64_t>(inputs.size())}, DType::I32, device);
+  poison(run.flags);
+  const uint64_t syncs = cuda_host_syncs();
+  backend.unscale_and_check(run.grads, inv_scale, run.found_inf, run.flags);
+  run.host_syncs = cuda_host_syncs() - syncs;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("cuda unscale_and_check matches the CPU bit for bit, without a host sync", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  // A power-of-two scale restores values exactly; any other scale rounds once, through the
+  // same round-to-odd narrowing on both backends.
+  for (double scale : {1024.0, 3000.0}) {
+    INFO("scale " << scale);
+    const std::vector<Tensor> grads = scaled_grads(rng, scale);
+    const UnscaleRun cpu = run_unscale(cpu_backend(), grads, 1.0 / scale, 0.0f);
+    const UnscaleRun gpu_run = run_unscale(gpu_backend(), grads, 1.0 / scale, 0.0f);
+    CHECK(gpu_run.host_syncs == 0);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      INFO("gradient " << i);
+      expect_bits_equal(cpu.grads[i], gpu_run.grads[i]);
+    }
+    expect_bits_equal(cpu.flags, gpu_run.flags);
+    CHECK(gpu_run.flags.to_int_vector() == std::vector<int32_t>(grads.size(), 0));
+    CHECK(gpu_run.found_inf.item() == 0.0);
+  }
+}
+
+TEST_CASE("cuda unscale_and_check flags the tensors that hold Inf or NaN", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(42);
+  std::vector<Tensor> grads = scaled_grads(rng, 1024.0);
+  grads[2].set(3, std::numeric_limits<double>::infinity());  // BF16 [7], in the scalar tail
+  grads[4].set(65537, std::nan(""));                           // F16, in its second chunk
+  const UnscaleRun cpu = run_unscale(cpu_backend(), grads, 1.0 / 1024.0, 0.0f);
+  const UnscaleRun gpu_run = run_unscale(gpu_backend(), grads, 1.0 / 1024.0, 0.0f);
+  CHECK(gpu_run.host_syncs == 0);
+  const std::vector<int32_t> expected_flags = {0, 0, 1, 0, 1, 0, 0};
+  CHECK(gpu_run.flags.to_int_vector() == expected_flags);
+  CHECK(cpu.flags.to_int_vector() == expected_flags);
+  CHECK(gpu_run.found_inf.item() == 1.0);
+  // Finite values are unscaled exactly as on the CPU; the NaN stays a NaN (its payload may
+  // differ) and the infinity an infinity.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    INFO("gradient " << i);
+    expect_close(cpu.grads[i], gpu_run.grads[i], Tolerance{0.0, 0.0});
+  }
+  CHECK(std::isinf(gpu_run.grads[2].get(3)));
+  CHECK(std::isnan(gpu_run.grads[4].get(65537)));
+}
+
+TEST_CASE("cuda unscale_and_check with inv_scale 1 only checks, leaving every bit", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  std::vector<Tensor> grads = scaled_grads(rng, 1.0);
+  set_bits(grads[0], 5, 0x7FA00001u);   // a signalling NaN with a payload
+  set_bits(grads[6], 131074, 0xFF800000u);  // -Inf in the last chunk's tail
+  const UnscaleRun gpu_run = run_unscale(gpu_backend(), grads, 1.0, 0.0f);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    INFO("gradient " << i);
+    expect_bits_equal(grads[i], gpu_run.grads[i]);
+  }
+  CHECK(gpu_run.flags.to_int_vector() == std::vector<int32_t>{1, 0, 0, 0, 0, 0, 1});
+  CHECK(gpu_run.found_inf.item() == 1.0);
+}
+
+TEST_CASE("cuda unscale_and_check never clears found_inf", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(44);
+  const std::vector<Tensor> grads = scaled_grads(rng, 256.0);
+  const UnscaleRun gpu_run = run_unscale(gpu_backend(), grads, 1.0 / 256.0, 1.0f);
+  CHECK(gpu_run.found_inf.item() == 1.0);
+  CHECK(gpu_run.flags.to_int_vector() == std::vector<int32_t>(grads.size(), 0));
+
+  // No gradients: nothing to do, the flag kept.
+  Tensor found = Tensor::full({1}, 0.0, DType::F32, gpu());
+  Tensor flags = Tensor::empty({0}, DType::I32, gpu());
+  gpu_backend().unscale_and_check({}, 0.5, found, flags);
+  CHECK(found.item() == 0.0);
+}
+
+TEST_CASE("cuda squared_norms matches the CPU and repeats its bits", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(45);
+  std::vector<Tensor> xs;
+  for (const Spec& s : kGradSpecs) xs.push_back(random_tensor({s.numel}, s.dtype, rng));
+  const int64_t count = static_cast<int64_t>(xs.size());
+  Tensor expected = Tensor::empty({count}, DType::F32);
+  cpu_backend().squared_norms(xs, expected);
+  const std::vector<Tensor> device_xs = to_gpu(xs);
+  Tensor actual = poisoned({count}, DType::F32);
+  const uint64_t syncs = cuda_host_syncs();
+  gpu_backend().squared_norms(device_xs, actual);
+  CHECK(cuda_host_syncs() == syncs);
+  // Sums of squares are positive, so a relative tolerance covers the different order; the
+  // empty tensor's norm must be exactly 0.
+  expect_close(expected, actual, Tolerance{1e-5, 0.0});
+  CHECK(actual.get(5) == 0.0);
+
+  Tensor again = poisoned({count}, DType::F32);
+  gpu_backend().squared_norms(device_xs, again);
+  expect_bits_equal(actual, again);
+
+  // The same values one element past an aligned address (scalar loads) are summed in the
+  // same order: the same bits.
+  CudaBackend& backend = cuda_backend();
+  std::vector<Tensor> shifted_storage;
+  std::vector<kernels::TensorRef> refs;
+  for (const Tensor& x : xs) {
+    Tensor padded = Tensor::empty({x.numel() + 1}, x.dtype());
+    std::memcpy(static_cast<unsigned char*>(padded.data()) + dtype_size(x.dtype()), x.data(), x.nbytes());
+    shifted_storage.push_back(padded.to(gpu()));
+    refs.push_back({static_cast<unsigned char*>(shifted_storage.back().data()) + dtype_size(x.dtype()),
+                    x.numel(), x.dtype()});
+  }
+  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table("test", refs);
+  void* device_table = backend.allocate(table.bytes.size());
+  backend.copy_from_host(device_table, table.bytes.data(), table.bytes.size());
+  Tensor partials = Tensor::empty({table.chunks}, DType::F32, gpu());
+  Tensor shifted = poisoned({count}, DType::F32);
+  kernels::squared_norms(table, device_table, static_cast<float*>(partials.data()),
+                         static_cast<float*>(shifted.data()), backend.stream());
+  expect_bits_equal(actual, shifted);
+  backend.deallocate(device_table, table.bytes.size());
+}
+
+namespace {
+
+struct SgdCase {
+  const char* name;
+  SgdHyper hyper;
+};
+
+std::vector<SgdCase> sgd_cases() {
+  SgdHyper plain;
+  plain.lr = 0.1f;
+  SgdHyper first;
+  first.lr = 0.05f;
+  first.momentum = 0.9f;
+  first.dampening = 0.1f;
+  first.weight_decay = 1e-2f;
+  first.first_step = true;
+  SgdHyper nesterov;
+  nesterov.lr = 0.02f;
+  nesterov.momentum = 0.8f;
+  nesterov.weight_decay = 5e-3f;
+  nesterov.nesterov = true;
+  return {{"plain", plain}, {"momentum, first step", first}, {"nesterov", nesterov}};
+}
+
+// Working-copy dtypes: none, the two 16-bit ones, and a distinct F32 copy.
+const std::vector<std::pair<bool, DType>> kWorking = {
+    {false, DType::F32}, {true, DType::F16}, {true, DType::BF16}, {true, DType::F32}};
+
+}  // namespace
+
+TEST_CASE("cuda sgd_step matches the CPU and refreshes the working copy in the same pass", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(46);
+  for (const SgdCase& c : sgd_cases()) {
+    const bool has_momentum = c.hyper.momentum != 0.0f;
+    for (const auto& [has_working, working_dtype] : kWorking) {
+      for (int64_t n : kOddSizes) {
+        INFO(c.name << ", working " << (has_working ? std::string(dtype_name(working_dtype)) : "none")
+                    << " [" << n << "]");
+        const Tensor master = random_tensor({n}, DType::F32, rng, -1.0f, 1.0f);
+        const Tensor grad = random_tensor({n}, DType::F32, rng, -1.0f, 1.0f);
+        const Tensor momentum = random_tensor({n}, DType::F32, rng, -0.5f, 0.5f);
+
+        Tensor cpu_master = master.clone(), cpu_momentum = momentum.clone();
+        Tensor cpu_working = Tensor::empty({n}, working_dtype);
+        cpu_backend().sgd_step(c.hyper, cpu_master, grad, has_momentum ? &cpu_momentum : nullptr,
+                               has_working ? &cpu_working : nullptr, nullptr);
+
+        Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
+        Tensor gpu_working = poisoned({n}, working_dtype);
+        Tensor found_inf = Tensor::zeros({1}, DType::F32, gpu());
+        const uint64_t syncs = cuda_host_syncs();
+        gpu_backend().sgd_step(c.hyper, gpu_master, grad.to(gpu()),
+                               has_momentum ? &gpu_momentum : nullptr,
+                               has_working ? &gpu_working : nullptr, &found_inf);
+        CHECK(cuda_host_syncs() == syncs);
+        expect_close(cpu_master, gpu_master);
+        expect_close(cpu_momentum, gpu_momentum);
+        if (has_working) {
+          // The working copy is exactly the new master rounded once.
+          Tensor rounded = Tensor::empty({n}, working_dtype);
+          cpu_backend().cast(gpu_master.to(kCPU), rounded);
+          expect_bits_equal(rounded, gpu_working);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda sgd_step with found_inf set leaves every buffer bit-identical", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(47);
+  const SgdCase c = sgd_cases()[1];
+  for (DType working_dtype : kFloatingTypes) {
+    for (int64_t n : kOddSizes) {
+      INFO(dtype_name(working_dtype) << " [" << n << "]");
+      const Tensor master = random_tensor({n}, DType::F32, rng);
+      const Tensor momentum = random_tensor({n}, DType::F32, rng);
+      const Tensor working = master.to(working_dtype);
+      Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
+      Tensor gpu_working = working.to(gpu());
+      // The flag as unscale_and_check leaves it: written on the device, never read here.
+      Tensor found_inf = Tensor::full({1}, 1.0, DType::F32, gpu());
+      const uint64_t syncs = cuda_host_syncs();
+      gpu_backend().sgd_step(c.hyper, gpu_master, random_tensor({n}, DType::F32, rng).to(gpu()),
+                             &gpu_momentum, &gpu_working, &found_inf);
+      CHECK(cuda_host_syncs() == syncs);
+      expect_bits_equal(master, gpu_master);
+      expect_bits_equal(momentum, gpu_momentum);
+      expect_bits_equal(working, gpu_working);
+    }
+  }
+}
+
+TEST_CASE("cuda overflow in one gradient skips the step end to end on the device", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(48);
+  const int64_t n = 1023;
+  const Tensor master = random_tensor({n}, DType::F32, rng);
+  Tensor gpu_master = master.to(gpu());
+  Tensor scaled = random_tensor({n}, DType::F32, rng, -100.0f, 100.0f);
+  scaled.set(700, std::numeric_limits<double>::infinity());
+  std::vector<Tensor> grads = {random_tensor({5}, DType::F32, rng).to(gpu()), scaled.to(gpu())};
+  Tensor found_inf = Tensor::zeros({1}, DType::F32, gpu());
+  Tensor flags = Tensor::empty({2}, DType::I32, gpu());
+  SgdHyper hyper;
+  hyper.lr = 0.5f;
+  const uint64_t syncs = cuda_host_syncs();
+  gpu_backend().unscale_and_check(grads, 1.0 / 128.0, found_inf, flags);
+  gpu_backend().sgd_step(hyper, gpu_master, grads[1], nullptr, nullptr, &found_inf);
+  CHECK(cuda_host_syncs() == syncs);
+  CHECK(flags.to_int_vector() == std::vector<int32_t>{0, 1});
+  expect_bits_equal(master, gpu_master);
+}
+
+TEST_CASE("cuda sgd_step handles misaligned buffers with scalar loads", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(49);
+  CudaBackend& backend = cuda_backend();
+  const SgdHyper hyper = sgd_cases()[2].hyper;
+  for (int64_t n : kOddSizes) {
+    INFO("[" << n << "]");
+    const Tensor master = random_tensor({n + 1}, DType::F32, rng);
+    const Tensor grad = random_tensor({n + 1}, DType::F32, rng);
+    const Tensor momentum = random_tensor({n + 1}, DType::F32, rng);
+    Tensor cpu_master = master.clone(), cpu_momentum = momentum.clone();
+    Tensor cpu_working = Tensor::empty({n + 1}, DType::F16);
+    cpu_backend().sgd_step(hyper, cpu_master, grad, &cpu_momentum, &cpu_working, nullptr);
+
+    Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
+    const Tensor gpu_grad = grad.to(gpu());
+    Tensor gpu_working = poisoned({n + 1}, DType::F16);
+    kernels::sgd_step(hyper, static_cast<float*>(gpu_master.data()) + 1,
+                      static_cast<const float*>(gpu_grad.data()) + 1,
+                      static_cast<float*>(gpu_momentum.data()) + 1,
+                      static_cast<mixprec::half*>(gpu_working.data()) + 1, DType::F16, n, nullptr,
+                      backend.stream());
+    const std::vector<float> e = cpu_master.to_float_vector(), a = gpu_master.to_float_vector();
+    CHECK(a[0] == master.to_float_vector()[0]);  // outside the range: untouched
+    for (int64_t i = 1; i <= n; ++i) {
+      INFO("element " << i);
+      CHECK(std::fabs(a[static_cast<size_t>(i)] - e[static_cast<size_t>(i)]) <=
+            1e-5 * (1.0 + std::fabs(e[static_cast<size_t>(i)])));
+    }
+    CHECK(element_bits(gpu_working)[0] == poison_bits(DType::F16));
+  }
+}
