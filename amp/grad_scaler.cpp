@@ -24,15 +24,58 @@ std::string label(const Optimizer& optimizer) { return "optimizer '" + optimizer
 // A gradient may only be unscaled by the scale it carries: anything else is a gradient that
 // was never scaled (backward from the bare loss) or one left over from another step.
 void check_grad_carries(const Parameter& param, double scale) {
-  const double carried = param.working().grad_scale();
+  const Tensor& working = param.working();
+  // Zeros from zero_grad() that no backward reached this step are zeros at any scale.
+  if (working.grad_zeroed()) return;
+  const double carried = working.grad_scale();
   if (carried == scale) return;
   if (carried == 1.0)
     MIXPREC_FAIL("GradScaler: the gradient of '", param.name(), "' was never scaled (it is at "
                  "true scale) but this step's loss scale is ", scale, ". Run backward from "
-                 "scaler.scale(loss), not from the loss itself");
+                 "scaler.scale(loss), not from the loss itself; an op applied after scale() "
+                 "(e.g. scaler.scale(loss) / 2) drops the scale's tag, so call scale() last");
   MIXPREC_FAIL("GradScaler: the gradient of '", param.name(), "' carries loss scale ", carried,
                " but this step's loss scale is ", scale, ". Zero the gradients after each "
                "scaler.update() (optimizer.zero_grad()) so that no step mixes scales");
+}
+
+// The version of a tensor's data: in-place writers bump it (Tensor::mark_modified).
+uint64_t data_version(const Tensor& t) { return t.impl()->storage->version(); }
+
+// The parameters of `optimizer` that hold a gradient, in the optimizer's order.
+std::vector<const Parameter*> params_with_grad(const Optimizer& optimizer) {
+  std::vector<const Parameter*> owners;
+  for (const Parameter& param : optimizer.params())
+    if (param.grad().defined()) owners.push_back(&param);
+  return owners;
+}
+
+struct CheckOutcome {
+  bool found_inf = false;
+  std::vector<std::string> nonfinite_tensors;
+};
+
+// One fused unscale-and-check pass over the gradients of `owners` (inv_scale 1: check only).
+// The host reads the flags here; on the CPU this costs nothing.
+CheckOutcome check_grads(const Optimizer& optimizer, const std::vector<const Parameter*>& owners,
+                         double inv_scale) {
+  std::vector<Tensor> grads;
+  for (const Parameter* param : owners) {
+    grads.push_back(param->grad());
+    MIXPREC_CHECK(grads.back().device() == grads.front().device(), "GradScaler: ",
+                  label(optimizer), " has gradients on ", grads.front().device(), " and on ",
+                  grads.back().device(), "; one optimizer's parameters must share a device");
+  }
+  const Device device = grads.front().device();
+  Tensor found_inf = Tensor::zeros({1}, DType::F32, device);
+  Tensor flags = Tensor::empty({static_cast<int64_t>(grads.size())}, DType::I32, device);
+  backend_for(device).unscale_and_check(grads, inv_scale, found_inf, flags);
+  CheckOutcome outcome;
+  const std::vector<int32_t> nonfinite = flags.to_int_vector();
+  for (size_t i = 0; i < nonfinite.size(); ++i)
+    if (nonfinite[i] != 0) outcome.nonfinite_tensors.push_back(owners[i]->name());
+  outcome.found_inf = found_inf.item() != 0.0;
+  return outcome;
 }
 
 }  // namespace
@@ -124,36 +167,46 @@ void GradScaler::unscale_record(Optimizer& optimizer, OptimizerRecord& record) {
                 " were never scaled in this step: run backward from scaler.scale(loss) before "
                 "unscale() or step()");
   const double scale = scaled_this_step_ ? step_scale_ : scale_value();
-  std::vector<Tensor> grads;
-  std::vector<const Parameter*> owners;
-  for (const Parameter& param : optimizer.params()) {
-    const Tensor grad = param.grad();
-    if (!grad.defined()) continue;
-    check_grad_carries(param, scale);
-    MIXPREC_CHECK(grads.empty() || grad.device() == grads.front().device(), "GradScaler: ",
-                  label(optimizer), " has gradients on ", grads.front().device(), " and on ",
-                  grad.device(), "; one optimizer's parameters must share a device");
-    grads.push_back(grad);
-    owners.push_back(&param);
+  const std::vector<const Parameter*> owners = params_with_grad(optimizer);
+  MIXPREC_CHECK(!owners.empty(), "GradScaler: ", label(optimizer), " has no gradients in this "
+                "step, so there is nothing to check or unscale: run backward from "
+                "scaler.scale(loss) before unscale() or step()");
+  for (const Parameter* param : owners) check_grad_carries(*param, scale);
+  const CheckOutcome outcome = check_grads(optimizer, owners, 1.0 / scale);
+  record.checked.clear();
+  for (const Parameter* param : owners) {
+    Tensor grad = param->grad();
+    grad.mark_modified();
+    param->working().set_grad_scale(1.0);
+    record.checked.push_back({grad, data_version(grad)});
   }
-  record.found_inf = false;
-  record.nonfinite_tensors.clear();
-  if (!grads.empty()) {
-    const Device device = grads.front().device();
-    Tensor found_inf = Tensor::zeros({1}, DType::F32, device);
-    Tensor flags = Tensor::empty({static_cast<int64_t>(grads.size())}, DType::I32, device);
-    backend_for(device).unscale_and_check(grads, 1.0 / scale, found_inf, flags);
-    for (size_t i = 0; i < grads.size(); ++i) {
-      grads[i].mark_modified();
-      owners[i]->working().set_grad_scale(1.0);
-    }
-    // The host reads the flags here; on the CPU this costs nothing.
-    const std::vector<int32_t> nonfinite = flags.to_int_vector();
-    for (size_t i = 0; i < nonfinite.size(); ++i)
-      if (nonfinite[i] != 0) record.nonfinite_tensors.push_back(owners[i]->name());
-    record.found_inf = found_inf.item() != 0.0;
-  }
+  record.found_inf = outcome.found_inf;
+  record.nonfinite_tensors = outcome.nonfinite_tensors;
   record.stage = Stage::Unscaled;
+}
+
+bool GradScaler::changed_since_unscale(const Optimizer& optimizer, const OptimizerRecord& record) {
+  const std::vector<const Parameter*> owners = params_with_grad(optimizer);
+  if (owners.size() != record.checked.size()) return true;
+  for (size_t k = 0; k < owners.size(); ++k) {
+    const Tensor grad = owners[k]->grad();
+    if (!record.checked[k].grad.is_same(grad) || record.checked[k].version != data_version(grad))
+      return true;
+  }
+  return false;
+}
+
+void GradScaler::recheck(Optimizer& optimizer, OptimizerRecord& record) {
+  const std::vector<const Parameter*> owners = params_with_grad(optimizer);
+  for (const Parameter* param : owners)
+    MIXPREC_CHECK(param->working().grad_scale() == 1.0 || param->working().grad_zeroed(),
+                  "GradScaler::step: the gradient of '", param->name(), "' changed after "
+                  "unscale() and now carries loss scale ", param->working().grad_scale(),
+                  "; run every backward of the step before unscale()");
+  if (owners.empty()) return;
+  const CheckOutcome outcome = check_grads(optimizer, owners, 1.0);
+  record.found_inf = record.found_inf || outcome.found_inf;
+  if (outcome.found_inf) record.nonfinite_tensors = outcome.nonfinite_tensors;
 }
 
 void GradScaler::unscale(Optimizer& optimizer) {
@@ -180,7 +233,12 @@ StepResult GradScaler::step(Optimizer& optimizer) {
   OptimizerRecord& record = record_for(optimizer);
   MIXPREC_CHECK(record.stage != Stage::Stepped, "GradScaler::step: ", label(optimizer),
                 " already stepped in this step. Call update() before the next step");
-  if (record.stage == Stage::Ready) unscale_record(optimizer, record);
+  if (record.stage == Stage::Ready) {
+    unscale_record(optimizer, record);
+  } else if (changed_since_unscale(optimizer, record)) {
+    // Clipping, or a backward after unscale(): check again what the optimizer will read.
+    recheck(optimizer, record);
+  }
   if (record.found_inf) {
     result.outcome = StepResult::Outcome::Skipped;
     result.nonfinite_tensors = record.nonfinite_tensors;
@@ -189,10 +247,16 @@ StepResult GradScaler::step(Optimizer& optimizer) {
                     spdlog::fmt_lib::format("{}", step_scale_) + ": " +
                     join(record.nonfinite_tensors);
     record.skipped = true;
-  } else {
-    optimizer.step();
+    record.stage = Stage::Stepped;
+    return result;
   }
   record.stage = Stage::Stepped;
+  try {
+    optimizer.step();
+  } catch (const std::exception& e) {
+    record.failure = e.what();
+    throw;
+  }
   return result;
 }
 
@@ -214,6 +278,13 @@ StepTelemetry GradScaler::update() {
   MIXPREC_CHECK(checked, "GradScaler::update: no optimizer was unscaled or stepped since the last "
                 "update, so there is no Inf/NaN check to act on. Call scaler.step(optimizer) "
                 "for each optimizer first");
+  for (const auto& [optimizer, record] : records_) {
+    if (record.failure.empty()) continue;
+    const std::string failure = label(*optimizer) + "'s step failed (" + record.failure + ")";
+    abandon_step();
+    MIXPREC_FAIL("GradScaler::update: ", failure, "; the scale was not moved and the step was "
+                 "not counted. Zero the gradients and start the next step");
+  }
 
   std::vector<std::string> reasons;
   for (const auto& [optimizer, record] : records_) {
@@ -267,11 +338,15 @@ StepTelemetry GradScaler::update() {
   return telemetry;
 }
 
-void GradScaler::finish_step() {
+void GradScaler::abandon_step() {
   records_.clear();
   scaled_this_step_ = false;
   window_total_ = window_seen_ = 0;
   grad_norm_ = -1.0;
+}
+
+void GradScaler::finish_step() {
+  abandon_step();
   ++effective_steps_;
 }
 
@@ -314,13 +389,17 @@ void GradScaler::load_state_dict(const nlohmann::json& state) {
   }
   MIXPREC_CHECK(enabled.get<bool>() == enabled_, "GradScaler::load_state_dict: the state is from a "
                 "scaler with enabled=", enabled.get<bool>(), " but this one has enabled=", enabled_);
-  MIXPREC_CHECK(policy.is_object() && policy.value("kind", "") == policy_->kind(),
-                "GradScaler::load_state_dict: the state's policy is '",
-                policy.is_object() ? policy.value("kind", "?") : std::string("?"),
-                "' but this scaler's is '", policy_->kind(), "'");
+  const bool kind_is_text = policy.is_object() && policy.contains("kind") &&
+                           policy.at("kind").is_string();
+  const std::string kind = kind_is_text ? policy.at("kind").get<std::string>() : "?";
+  MIXPREC_CHECK(kind == policy_->kind(), "GradScaler::load_state_dict: the state's policy is '",
+                kind, "' but this scaler's is '", policy_->kind(), "'");
   for (const auto& [optimizer, record] : records_)
     MIXPREC_CHECK(record.stage == Stage::Ready, "GradScaler::load_state_dict: ", label(*optimizer),
                   " is in the middle of a step; load the state before the step starts");
+  MIXPREC_CHECK(!in_accumulation_window() && !scaled_this_step_, "GradScaler::load_state_dict: "
+                "a step is in progress (a loss was already scaled); load the state before the "
+                "step starts");
   policy_->load_state_dict(policy);  // validates fully and leaves the policy unchanged on error
   effective_steps_ = steps.get<int64_t>();
   skipped_in_a_row_ = in_a_row.get<int64_t>();

@@ -77,7 +77,11 @@ class GradScaler {
   // scaled).
   void unscale(Optimizer& optimizer);
   // Unscales first if unscale() was not called, then runs optimizer.step() unless a
-  // gradient was non-finite. Throws on a second step or inside an unfinished window.
+  // gradient was non-finite. Gradients written since unscale() (clipping, a late backward)
+  // are checked again before the optimizer reads them. Throws on a second step, inside an
+  // unfinished window, or when the optimizer has no gradients (nothing was checked). If
+  // optimizer.step() itself throws, the exception passes through and the next update()
+  // throws too, without moving the scale or counting the step.
   StepResult step(Optimizer& optimizer);
   // Moves the scale once (backing off if any optimizer saw Inf/NaN), returns every optimizer
   // to READY, closes the accumulation window and returns this step's telemetry. Throws when
@@ -99,17 +103,30 @@ class GradScaler {
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };
+  // A gradient as unscale() checked it: the tensor and the version of its data.
+  struct CheckedGrad {
+    Tensor grad;
+    uint64_t version = 0;
+  };
   struct OptimizerRecord {
     Stage stage = Stage::Ready;
     bool found_inf = false;
     std::vector<std::string> nonfinite_tensors;
     bool skipped = false;
+    std::vector<CheckedGrad> checked;
+    std::string failure;  // what optimizer.step() threw, if it did
   };
   OptimizerRecord& record_for(Optimizer& optimizer);
   void require_window_complete(const char* call) const;
   void unscale_record(Optimizer& optimizer, OptimizerRecord& record);
+  // True when a gradient was replaced, written or added after unscale() checked it.
+  static bool changed_since_unscale(const Optimizer& optimizer, const OptimizerRecord& record);
+  // Checks the current gradients again (no unscaling) and merges the result into `record`.
+  void recheck(Optimizer& optimizer, OptimizerRecord& record);
   Tensor scaled_loss(const Tensor& loss, double weight);
-  // Returns every optimizer to READY, closes the window and counts the effective step.
+  // Returns every optimizer to READY and closes the window; finish_step also counts the
+  // effective step.
+  void abandon_step();
   void finish_step();
 
   std::unique_ptr<LossScalePolicy> policy_;

@@ -179,11 +179,12 @@ class Backend {
 
   // ---- mixed precision (per-element math in core/math/amp.h) -----------------------------
   // The unscale pass of one optimizer's gradients, in one call. Every element g of every
-  // tensor in `grads` (floating, any shapes, written in place) becomes unscale_value(g,
-  // inv_scale) rounded once to the tensor's dtype; inv_scale == 1 leaves the values untouched
-  // (a pure check). tensor_flags (I32 [grads.size()]) is overwritten: 1 where that tensor held
-  // a non-finite value before the pass, else 0. found_inf (F32 [1]) is set to 1 when any
-  // tensor did and is never cleared here, so several calls can share one flag.
+  // tensor in `grads` (floating, any shapes, written in place) becomes
+  // unscale_and_check_value(g, inv_scale): the product in double rounded once to the tensor's
+  // dtype; inv_scale == 1 leaves the values untouched (a pure check). tensor_flags (I32
+  // [grads.size()]) is overwritten: 1 where that tensor held a value that was non-finite
+  // before the pass or became non-finite by it (S < 1), else 0. found_inf (F32 [1]) is set
+  // to 1 when any tensor did and is never cleared here, so several calls can share one flag.
   virtual void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
                                  Tensor& found_inf, Tensor& tensor_flags) = 0;
   // out (F32 [xs.size()], overwritten): out[i] = sum of squares of xs[i], FP32 accumulation

@@ -317,6 +317,10 @@ void Tensor::reset_grad() {
   }
 }
 
+bool Tensor::grad_zeroed() const {
+  return defined() && impl_->autograd && impl_->autograd->grad_zeroed;
+}
+
 void Tensor::zero_grad() {
   if (!defined() || !impl_->autograd || !impl_->autograd->grad.defined()) return;
   impl_->autograd->grad.zero_();

@@ -131,6 +131,8 @@ class Tensor {
   // Zeros carry no loss scale: the next backward may use any scale and tags the buffer with
   // it (see loss_scale() below).
   void zero_grad();
+  // True when .grad holds the zeros of zero_grad() and no backward has written it since.
+  bool grad_zeroed() const;
   // Dtype that this leaf's .grad is kept in (default: the tensor's own dtype). Mixed
   // precision keeps FP32 gradient buffers for FP16/BF16 parameters.
   void set_grad_dtype(DType dtype);

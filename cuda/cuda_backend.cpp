@@ -1,12 +1,11 @@
-// The CUDA backend: validation (with the CPU backend's messages), memory and launches. The
-// kernels are in cuda/kernels/, one file per family.
+// The CUDA backend: memory, launches and validation (core/backend_checks.h, shared with the
+// CPU backend). The kernels are in cuda/kernels/, one file per family.
 #include "cuda/cuda_backend.h"
 
-#include <cmath>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 
+#include "core/backend_checks.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -21,35 +20,6 @@
 
 namespace mixprec {
 namespace {
-
-// Every tensor of `ts` (null entries skipped) has the dtype of the first.
-void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    if (t == nullptr) continue;
-    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
-                  describe(*first), " and ", describe(*t));
-  }
-}
-
-void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  MIXPREC_CHECK(a.shape() == b.shape(), op, ": shape mismatch between ", describe(a), " and ",
-                describe(b));
-}
-
-// `in` broadcasts to `out` (right-aligned; each extent 1 or equal).
-bool broadcasts_to(const Shape& in, const Shape& out) {
-  if (in.size() > out.size()) return false;
-  const size_t lead = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] != 1 && in[i] != out[lead + i]) return false;
-  return true;
-}
-
-[[noreturn]] void not_implemented(const char* primitive) {
-  MIXPREC_FAIL(primitive, ": not implemented on the CUDA backend yet; run this op on the CPU "
-               "(move its tensors there with .to(kCPU))");
-}
 
 // The bit pattern that `fill` stores: the value converted as the CPU backend converts it.
 uint32_t fill_pattern(DType dtype, double value) {
@@ -86,9 +56,7 @@ CudaBackend::~CudaBackend() {
 void CudaBackend::use_device() const { CUDA_CHECK(cudaSetDevice(device_index_)); }
 
 void CudaBackend::check_here(const char* op, const char* what, const Tensor& t) const {
-  MIXPREC_CHECK(t.defined(), op, ": ", what, " is undefined; pass a tensor on ", device());
-  MIXPREC_CHECK(t.device() == device(), op, ": ", what, " ", describe(t), " is not on ",
-                device(), "; move it there with .to(", device(), ") first");
+  backend_checks::on_device(op, what, t, device());
 }
 
 cublasLtHandle_t CudaBackend::cublaslt_handle() {
@@ -172,20 +140,14 @@ void CudaBackend::random_normal(Tensor& out, PhiloxKey key, float mean, float st
 }
 
 void CudaBackend::cast(const Tensor& x, Tensor& y) {
-  check_here("cast", "x", x);
-  check_here("cast", "y", y);
-  MIXPREC_CHECK(x.numel() == y.numel(), "cast: ", describe(x), " and ", describe(y),
-                " differ in size");
+  backend_checks::cast(device(), x, y);
   if (x.dtype() == y.dtype()) return copy(x, y);
   use_device();
   kernels::cast(x.data(), x.dtype(), y.data(), y.dtype(), x.numel(), stream_);
 }
 
 void CudaBackend::copy(const Tensor& x, Tensor& y) {
-  check_here("copy", "x", x);
-  check_here("copy", "y", y);
-  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "copy: ", describe(x),
-                " and ", describe(y), " differ");
+  backend_checks::copy(device(), x, y);
   if (x.numel() == 0 || x.data() == y.data()) return;
   use_device();
   CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), x.nbytes(), cudaMemcpyDeviceToDevice, stream_));
@@ -194,45 +156,27 @@ void CudaBackend::copy(const Tensor& x, Tensor& y) {
 // ---- elementwise ----------------------------------------------------------------------------
 
 void CudaBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
-  check_here("unary", "x", x);
-  check_here("unary", "y", y);
-  check_same_dtype("unary", {&x, &y});
-  check_same_shape("unary", x, y);
+  backend_checks::unary(device(), x, y);
   use_device();
   kernels::unary(op, x.dtype(), x.data(), y.data(), x.numel(), stream_);
 }
 
 void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                  Tensor& dx) {
-  check_here("unary_backward", "x", x);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
-    check_here("unary_backward", "operand", *t);
-    check_same_dtype("unary_backward", {&x, t});
-    check_same_shape("unary_backward", x, *t);
-  }
+  backend_checks::unary_backward(device(), x, y, dy, dx);
   use_device();
   kernels::unary_backward(op, x.dtype(), x.data(), y.data(), dy.data(), dx.data(), x.numel(),
                           stream_);
 }
 
 void CudaBackend::affine(const Tensor& x, float alpha, float beta, Tensor& y) {
-  check_here("affine", "x", x);
-  check_here("affine", "y", y);
-  check_same_dtype("affine", {&x, &y});
-  check_same_shape("affine", x, y);
+  backend_checks::affine(device(), x, y);
   use_device();
   kernels::affine(x.dtype(), x.data(), alpha, beta, y.data(), x.numel(), stream_);
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  check_here("binary", "a", a);
-  check_here("binary", "b", b);
-  check_here("binary", "out", out);
-  check_same_dtype("binary", {&a, &out});
-  check_same_dtype("binary", {&b, &out});
-  MIXPREC_CHECK(broadcasts_to(a.shape(), out.shape()) && broadcasts_to(b.shape(), out.shape()),
-                "binary: ", describe(a), " and ", describe(b), " do not broadcast to ",
-                describe(out));
+  backend_checks::binary(device(), a, b, out);
   if (out.numel() == 0) return;
   use_device();
   kernels::binary(op, out.dtype(), a.data(), a.shape(), b.data(), b.shape(), out.data(),
@@ -240,11 +184,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 }
 
 void CudaBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
-  check_here("sum_to", "x", x);
-  check_here("sum_to", "y", y);
-  check_same_dtype("sum_to", {&x, &y});
-  MIXPREC_CHECK(broadcasts_to(y.shape(), x.shape()), "sum_to: ", describe(y),
-                " does not broadcast to ", describe(x));
+  backend_checks::sum_to(device(), x, y);
   if (y.numel() == 0) return;
   if (x.numel() == 0) return fill(y, 0.0);
   use_device();
@@ -259,88 +199,20 @@ void CudaBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
 }
 
 void CudaBackend::expand(const Tensor& x, Tensor& y, float scale) {
-  check_here("expand", "x", x);
-  check_here("expand", "y", y);
-  check_same_dtype("expand", {&x, &y});
-  MIXPREC_CHECK(broadcasts_to(x.shape(), y.shape()), "expand: ", describe(x),
-                " does not broadcast to ", describe(y));
+  backend_checks::expand(device(), x, y);
   if (y.numel() == 0) return;
   use_device();
   kernels::expand(x.dtype(), x.data(), x.shape(), y.data(), y.shape(), scale, stream_);
 }
 
 void CudaBackend::causal_mask(const Tensor& x, float fill, Tensor& y) {
-  check_here("causal_mask", "x", x);
-  check_here("causal_mask", "y", y);
-  check_same_dtype("causal_mask", {&x, &y});
-  check_same_shape("causal_mask", x, y);
-  MIXPREC_CHECK(x.dim() >= 2, "causal_mask: expected at least 2 dimensions, got ", describe(x));
+  const backend_checks::Rows dims = backend_checks::causal_mask(device(), x, y);
   if (x.numel() == 0) return;
-  const int64_t rows = x.size(-2), cols = x.size(-1);
+  const int64_t rows = dims.rows, cols = dims.cols;
   use_device();
   kernels::causal_mask(x.dtype(), x.data(), fill, y.data(), x.numel() / (rows * cols), rows,
                        cols, stream_);
 }
-
-// ---- not implemented yet ----------------------------------------------------------------------
-
-void CudaBackend::permute(const Tensor&, const std::vector<int64_t>&, Tensor&) {
-  not_implemented("permute");
-}
-void CudaBackend::copy_narrow(const Tensor&, int64_t, int64_t, Tensor&, int64_t, int64_t) {
-  not_implemented("copy_narrow");
-}
-void CudaBackend::gemm(const GemmDesc&, const Tensor&, const Tensor&, Tensor&) {
-  not_implemented("gemm");
-}
-void CudaBackend::softmax(const Tensor&, Tensor&, bool) { not_implemented("softmax"); }
-void CudaBackend::softmax_backward(const Tensor&, const Tensor&, Tensor&, bool) {
-  not_implemented("softmax_backward");
-}
-void CudaBackend::cross_entropy(const Tensor&, const Tensor&, Tensor&, Tensor&) {
-  not_implemented("cross_entropy");
-}
-void CudaBackend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, Tensor&) {
-  not_implemented("cross_entropy_backward");
-}
-void CudaBackend::layer_norm(const Tensor&, const Tensor*, const Tensor*, float, Tensor&, Tensor&,
-                             Tensor&) {
-  not_implemented("layer_norm");
-}
-void CudaBackend::layer_norm_backward(const Tensor&, const Tensor*, const Tensor&, const Tensor&,
-                                      const Tensor&, Tensor&, Tensor*, Tensor*) {
-  not_implemented("layer_norm_backward");
-}
-void CudaBackend::batch_norm(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, bool,
-                             float, float, Tensor&, Tensor&, Tensor&) {
-  not_implemented("batch_norm");
-}
-void CudaBackend::batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, bool, Tensor&, Tensor&, Tensor&) {
-  not_implemented("batch_norm_backward");
-}
-void CudaBackend::conv2d(const Tensor&, const Tensor&, const Tensor*, const Conv2dDesc&, Tensor&) {
-  not_implemented("conv2d");
-}
-void CudaBackend::conv2d_backward_data(const Tensor&, const Tensor&, const Conv2dDesc&, Tensor&) {
-  not_implemented("conv2d_backward_data");
-}
-void CudaBackend::conv2d_backward_filter(const Tensor&, const Tensor&, const Conv2dDesc&, Tensor&,
-                                         Tensor*) {
-  not_implemented("conv2d_backward_filter");
-}
-void CudaBackend::pool2d(const Pool2dDesc&, const Tensor&, Tensor&, Tensor*) {
-  not_implemented("pool2d");
-}
-void CudaBackend::pool2d_backward(const Pool2dDesc&, const Tensor&, const Tensor*, Tensor&) {
-  not_implemented("pool2d_backward");
-}
-void CudaBackend::embedding(const Tensor&, const Tensor&, Tensor&) { not_implemented("embedding"); }
-void CudaBackend::embedding_backward(const Tensor&, const Tensor&, Tensor&) {
-  not_implemented("embedding_backward");
-}
-void CudaBackend::dropout(const Tensor&, float, PhiloxKey, Tensor&) { not_implemented("dropout"); }
 
 // ---- checks -----------------------------------------------------------------------------------
 
@@ -372,39 +244,13 @@ int64_t CudaBackend::find_out_of_range(const Tensor& ids, int64_t upper) {
 
 // ---- mixed precision ---------------------------------------------------------------------------
 
-namespace {
-
-// `t` is an F32 flag tensor of one element: the shared found_inf of the amp primitives.
-void check_found_inf(const char* op, const Tensor& t) {
-  MIXPREC_CHECK(t.defined(), op, ": found_inf is undefined; pass an F32 [1] tensor");
-  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == 1, op, ": found_inf must be F32 [1], got ",
-                describe(t));
-}
-
-}  // namespace
-
 void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
                                     Tensor& found_inf, Tensor& tensor_flags) {
   constexpr const char* kOp = "unscale_and_check";
-  MIXPREC_CHECK(std::isfinite(inv_scale) && inv_scale > 0, kOp,
-                ": inv_scale must be finite and positive, got ", inv_scale);
-  check_found_inf(kOp, found_inf);
-  check_here(kOp, "found_inf", found_inf);
-  MIXPREC_CHECK(tensor_flags.defined(), kOp, ": tensor_flags is undefined; pass an I32 [",
-                grads.size(), "] tensor");
-  check_here(kOp, "tensor_flags", tensor_flags);
-  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
-                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
-                kOp, ": tensor_flags must be I32 [", grads.size(), "] (one flag per gradient), got ",
-                describe(tensor_flags));
+  backend_checks::unscale_and_check(device(), grads, inv_scale, found_inf, tensor_flags);
   std::vector<kernels::TensorRef> refs;
   refs.reserve(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
-    check_here(kOp, "gradient", g);
-    MIXPREC_CHECK(is_floating(g.dtype()), kOp, ": gradient ", i, " is ", describe(g),
-                  "; gradients must be F32, F16 or BF16");
+  for (const Tensor& g : grads) {
     // The kernel writes through the pointer: gradients are updated in place by contract.
     refs.push_back({const_cast<void*>(g.data()), g.numel(), g.dtype()});
   }
@@ -423,21 +269,10 @@ void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv
 
 void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   constexpr const char* kOp = "squared_norms";
-  MIXPREC_CHECK(out.defined(), kOp, ": out is undefined; pass an F32 [", xs.size(), "] tensor");
-  check_here(kOp, "out", out);
-  MIXPREC_CHECK(out.dtype() == DType::F32 && out.shape() == Shape{static_cast<int64_t>(xs.size())},
-                kOp, ": out must be F32 [", xs.size(), "] (one value per tensor), got ",
-                describe(out));
+  backend_checks::squared_norms(device(), xs, out);
   std::vector<kernels::TensorRef> refs;
   refs.reserve(xs.size());
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const Tensor& x = xs[i];
-    MIXPREC_CHECK(x.defined(), kOp, ": tensor ", i, " is undefined");
-    check_here(kOp, "tensor", x);
-    MIXPREC_CHECK(is_floating(x.dtype()), kOp, ": tensor ", i, " is ", describe(x),
-                  "; only F32, F16 and BF16 tensors are supported");
-    refs.push_back({const_cast<void*>(x.data()), x.numel(), x.dtype()});
-  }
+  for (const Tensor& x : xs) refs.push_back({const_cast<void*>(x.data()), x.numel(), x.dtype()});
   if (xs.empty()) return;
 
   use_device();
@@ -449,44 +284,10 @@ void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
                          static_cast<float*>(out.data()), stream_);
 }
 
-// As on the CPU, `working` may be F16, BF16 or an F32 tensor distinct from the master; a
-// working copy that shares the master's storage is rejected (the caller passes null when the
-// master is its own working copy).
 void CudaBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                            Tensor* momentum, Tensor* working, const Tensor* found_inf) {
-  constexpr const char* kOp = "sgd_step";
-  MIXPREC_CHECK(master.defined() && grad.defined(), kOp, ": master and grad must be defined");
-  check_here(kOp, "master", master);
-  check_here(kOp, "grad", grad);
-  MIXPREC_CHECK(master.dtype() == DType::F32, kOp, ": the master must be F32, got ",
-                describe(master));
-  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), kOp,
-                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
-                describe(master));
+  backend_checks::sgd_step(device(), hyper, master, grad, momentum, working, found_inf);
   const bool use_momentum = hyper.momentum != 0.0f;
-  MIXPREC_CHECK(!use_momentum || momentum != nullptr, kOp, ": momentum ", hyper.momentum,
-                " needs a momentum buffer (F32, ", describe(master), "); pass one");
-  if (momentum != nullptr) {
-    MIXPREC_CHECK(momentum->defined(), kOp, ": the momentum buffer is undefined");
-    check_here(kOp, "momentum buffer", *momentum);
-    MIXPREC_CHECK(momentum->dtype() == DType::F32 && momentum->shape() == master.shape(), kOp,
-                  ": the momentum buffer ", describe(*momentum), " must be F32 with the master's "
-                  "shape ", describe(master));
-  }
-  if (working != nullptr) {
-    MIXPREC_CHECK(working->defined(), kOp, ": the working copy is undefined; pass null for none");
-    check_here(kOp, "working copy", *working);
-    MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), kOp,
-                  ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
-                  "master's shape ", describe(master));
-    MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, kOp,
-                  ": the working copy shares the master's storage; pass null when the master is "
-                  "its own working copy");
-  }
-  if (found_inf != nullptr) {
-    check_found_inf(kOp, *found_inf);
-    check_here(kOp, "found_inf", *found_inf);
-  }
   if (master.numel() == 0) return;
 
   use_device();

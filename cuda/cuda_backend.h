@@ -13,8 +13,6 @@
 //   that returns a value to the host: all_finite, find_out_of_range) add one each, so a
 //   training loop can report syncs per step. Launches and copy_from_host do not wait for the
 //   device and are not counted.
-// - Primitives that have no CUDA implementation yet throw mixprec::Error
-//   "<primitive>: not implemented on the CUDA backend yet".
 #pragma once
 
 #include <atomic>
@@ -80,12 +78,12 @@ class CudaBackend final : public Backend {
   void expand(const Tensor& x, Tensor& y, float scale) override;
   void causal_mask(const Tensor& x, float fill, Tensor& y) override;
 
-  // ---- layout (not implemented yet) -------------------------------------------------------
+  // ---- layout -----------------------------------------------------------------------------
   void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) override;
   void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
                    int64_t dst_start, int64_t length) override;
 
-  // ---- GEMM and neural-network primitives (not implemented yet) ---------------------------
+  // ---- GEMM and neural-network primitives ------------------------------------------------------
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
   void softmax(const Tensor& x, Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;

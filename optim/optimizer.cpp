@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
@@ -32,6 +33,13 @@ void Optimizer::step() {
     MIXPREC_CHECK(scale == 1.0, "optimizer '", name_, "': the gradient of '", p.name(),
                   "' still carries a loss scale of ", scale, "; call scaler.step(optimizer) "
                   "(or scaler.unscale(optimizer) first) instead of optimizer.step()");
+    const Tensor grad = p.grad();
+    const Tensor master = p.master();
+    MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape() &&
+                      grad.device() == master.device(),
+                  "optimizer '", name_, "': the gradient of '", p.name(), "' is ", describe(grad),
+                  " but the optimizer needs an F32 gradient shaped like its master ",
+                  describe(master));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = params_[i];
@@ -48,8 +56,10 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 void Optimizer::set_lr(double lr) {
-  MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0, "optimizer '", name_,
-                "': the learning rate must be finite and non-negative, got ", lr);
+  // The update runs in FP32: a rate beyond its range would turn every weight into Inf/NaN.
+  MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
+                "optimizer '", name_, "': the learning rate must be finite, non-negative and "
+                "within FP32's range, got ", lr);
   lr_ = lr;
 }
 

@@ -138,7 +138,11 @@ nlohmann::json json_numbers(const std::vector<float>& values) {
 
 std::string lesson_text(const std::string& title, const std::vector<std::string>& steps) {
   std::string out = title + "\n" + std::string(title.size(), '=') + "\n";
-  for (const std::string& step : steps) out += "\n" + wrap_text(step) + "\n";
+  for (const std::string& step : steps) {
+    out += '\n';
+    out += wrap_text(step);
+    out += '\n';
+  }
   return out;
 }
 

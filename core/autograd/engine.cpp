@@ -50,7 +50,7 @@ void check_grad_scale(Node& node, double loss_scale, GradMode mode) {
   if (sink == nullptr || mode == GradMode::Overwrite) return;
   const Tensor leaf = sink->leaf();
   if (!leaf.defined() || !leaf.grad().defined() || leaf.grad_scale() == loss_scale) return;
-  if (leaf.autograd_meta().grad_zeroed) return;
+  if (leaf.grad_zeroed()) return;
   const std::string name = leaf.name().empty() ? describe(leaf) : "'" + leaf.name() + "'";
   MIXPREC_FAIL("backward: the .grad of ", name, " holds gradients scaled by ", leaf.grad_scale(),
                " and this backward's loss is scaled by ", loss_scale,

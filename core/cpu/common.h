@@ -1,12 +1,8 @@
 // What the CPU kernels share besides index arithmetic (strided.h) and FP32 block conversion
-// (blocks.h): when a loop goes parallel, and the dtype check of a primitive's operands.
+// (blocks.h): when a loop goes parallel. Argument validation is core/backend_checks.h's.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
-
-#include "core/error.h"
-#include "core/tensor.h"
 
 namespace mixprec::cpu {
 
@@ -17,16 +13,5 @@ inline constexpr int64_t kParallelWork = int64_t{1} << 15;
 // break even only at twice the size; a Philox draw per element breaks even at half of it.
 inline constexpr int64_t kParallelWorkCheap = kParallelWork * 2;
 inline constexpr int64_t kParallelWorkCostly = kParallelWork / 2;
-
-// Every tensor of `ts` (null entries skipped) has the dtype of the first; the message names
-// `op` and the first mismatching pair.
-inline void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    if (t == nullptr) continue;
-    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
-                  describe(*first), " and ", describe(*t));
-  }
-}
 
 }  // namespace mixprec::cpu

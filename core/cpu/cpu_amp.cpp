@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -35,47 +35,10 @@ constexpr int64_t kReduceChunk = int64_t{1} << 13;
 // Elements per block inside one partial sum (see sum_squares_run).
 constexpr int64_t kRunBlock = 256;
 
-void check_on_cpu(const char* op, const char* what, const Tensor& t) {
-  MIXPREC_CHECK(t.device().is_cpu(), op, ": ", what, " ", describe(t),
-                " is not on the CPU; pass tensors that live on the backend's device");
-}
-
-// `t` is an F32 flag tensor of one element: the shared found_inf of the amp primitives.
-void check_found_inf(const char* op, const Tensor& t) {
-  MIXPREC_CHECK(t.defined(), op, ": found_inf is undefined; pass an F32 [1] tensor");
-  check_on_cpu(op, "found_inf", t);
-  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == 1, op, ": found_inf must be F32 [1], got ",
-                describe(t));
-}
-
 // ---- unscale ---------------------------------------------------------------------------
 
-// The narrowing of the unscaled product. The contract is one rounding of unscale_value's
-// double to the gradient's dtype. double -> float -> F16/BF16 with round-to-nearest in
-// both steps could round twice (a float result landing exactly on a 16-bit midpoint), so
-// the first step rounds to odd instead: truncate toward zero and set the last bit when
-// inexact. A float has at least two more significand bits than F16 or BF16 in every binade
-// those can reach, and with that margin round-to-odd followed by round-to-nearest-even equals
-// one round-to-nearest-even of the double.
-float round_to_odd_float(double value) {
-  float f = static_cast<float>(value);
-  if (!std::isfinite(value) || static_cast<double>(f) == value) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(value)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits |= 1u;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-template <class T>
-T round_unscaled(double value) {
-  if constexpr (std::is_same_v<T, float>) return static_cast<float>(value);
-  else return from_float<T>(round_to_odd_float(value));
-}
-
 // Unscales n elements in place (unless `write` is false) and returns how many were
-// non-finite as they arrived.
+// non-finite as they arrived or after unscaling.
 template <class T>
 int64_t unscale_elements(T* p, int64_t n, double inv_scale, bool write) {
   int64_t bad = 0;
@@ -86,9 +49,9 @@ int64_t unscale_elements(T* p, int64_t n, double inv_scale, bool write) {
   }
 #pragma omp parallel for schedule(static) reduction(+ : bad) if (n > kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = to_float(p[i]);
-    bad += is_finite_value(g) ? 0 : 1;
-    p[i] = round_unscaled<T>(unscale_value(g, inv_scale));
+    bool element_bad = false;
+    p[i] = unscale_and_check_value(p[i], inv_scale, element_bad);
+    bad += element_bad ? 1 : 0;
   }
   return bad;
 }
@@ -154,23 +117,7 @@ void sgd_elements(const SgdHyper& hyper, float* w, const float* g, float* buf, W
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
                                    Tensor& found_inf, Tensor& tensor_flags) {
   constexpr const char* kOp = "unscale_and_check";
-  MIXPREC_CHECK(std::isfinite(inv_scale) && inv_scale > 0, kOp,
-                ": inv_scale must be finite and positive, got ", inv_scale);
-  check_found_inf(kOp, found_inf);
-  MIXPREC_CHECK(tensor_flags.defined(), kOp, ": tensor_flags is undefined; pass an I32 [",
-                grads.size(), "] tensor");
-  check_on_cpu(kOp, "tensor_flags", tensor_flags);
-  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
-                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
-                kOp, ": tensor_flags must be I32 [", grads.size(),
-                "] (one flag per gradient), got ", describe(tensor_flags));
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
-    check_on_cpu(kOp, "gradient", g);
-    MIXPREC_CHECK(is_floating(g.dtype()), kOp, ": gradient ", i, " is ", describe(g),
-                  "; gradients must be F32, F16 or BF16");
-  }
+  backend_checks::unscale_and_check(kCPU, grads, inv_scale, found_inf, tensor_flags);
 
   // inv_scale == 1 is a pure check: no store at all, so the bits (NaN payloads included)
   // stay exactly as they were.
@@ -190,19 +137,13 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_
 
 void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   constexpr const char* kOp = "squared_norms";
-  MIXPREC_CHECK(out.defined(), kOp, ": out is undefined; pass an F32 [", xs.size(), "] tensor");
-  check_on_cpu(kOp, "out", out);
-  MIXPREC_CHECK(out.dtype() == DType::F32 && out.shape() == Shape{static_cast<int64_t>(xs.size())},
-                kOp, ": out must be F32 [", xs.size(), "] (one value per tensor), got ",
-                describe(out));
+  backend_checks::squared_norms(kCPU, xs, out);
 
   std::vector<SumSquaresFn> fns(xs.size());
   std::vector<NormTask> tasks;
   int64_t total = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
-    MIXPREC_CHECK(x.defined(), kOp, ": tensor ", i, " is undefined");
-    check_on_cpu(kOp, "tensor", x);
     fns[i] = MIXPREC_DISPATCH_FLOATING(x.dtype(), kOp, [&] {
       return static_cast<SumSquaresFn>(&sum_squares_run<scalar_t>);
     });
@@ -222,52 +163,21 @@ void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
     partial[static_cast<size_t>(t)] = fns[task.index](xs[task.index].data(), task.begin, task.len);
   }
 
+  // Chunk sums are combined in double and rounded once, so a tensor of many chunks does not
+  // add one FP32 rounding per chunk.
+  std::vector<double> sums(xs.size(), 0.0);
+  for (size_t t = 0; t < tasks.size(); ++t) sums[tasks[t].index] += partial[t];
   float* o = out.data_as<float>();
-  std::fill(o, o + xs.size(), 0.0f);
-  for (size_t t = 0; t < tasks.size(); ++t) o[tasks[t].index] += partial[t];
+  for (size_t i = 0; i < xs.size(); ++i) o[i] = static_cast<float>(sums[i]);
 }
 
-// `working` may be F16 or BF16 (the usual case), or F32 when it is a tensor distinct from
-// the master (a plain copy, e.g. a replica). A working pointer that refers to the master's own
-// storage is rejected: under an F32 policy the master is its own working copy, and the
-// caller passes null.
 void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                           Tensor* momentum, Tensor* working, const Tensor* found_inf) {
   constexpr const char* kOp = "sgd_step";
-  MIXPREC_CHECK(master.defined() && grad.defined(), kOp, ": master and grad must be defined");
-  check_on_cpu(kOp, "master", master);
-  check_on_cpu(kOp, "grad", grad);
-  MIXPREC_CHECK(master.dtype() == DType::F32, kOp, ": the master must be F32, got ",
-                describe(master));
-  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), kOp,
-                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
-                describe(master));
-  const bool use_momentum = hyper.momentum != 0.0f;
-  MIXPREC_CHECK(!use_momentum || momentum != nullptr, kOp,
-                ": momentum ", hyper.momentum, " needs a momentum buffer (F32, ",
-                describe(master), "); pass one");
-  if (momentum != nullptr) {
-    MIXPREC_CHECK(momentum->defined(), kOp, ": the momentum buffer is undefined");
-    check_on_cpu(kOp, "momentum buffer", *momentum);
-    MIXPREC_CHECK(momentum->dtype() == DType::F32 && momentum->shape() == master.shape(), kOp,
-                  ": the momentum buffer ", describe(*momentum), " must be F32 with the master's "
-                  "shape ", describe(master));
-  }
-  if (working != nullptr) {
-    MIXPREC_CHECK(working->defined(), kOp, ": the working copy is undefined; pass null for none");
-    check_on_cpu(kOp, "working copy", *working);
-    MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), kOp,
-                  ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
-                  "master's shape ", describe(master));
-    MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, kOp,
-                  ": the working copy shares the master's storage; pass null when the master is "
-                  "its own working copy");
-  }
-  if (found_inf != nullptr) {
-    check_found_inf(kOp, *found_inf);
-    if (found_inf->data_as<float>()[0] != 0.0f) return;
-  }
+  backend_checks::sgd_step(kCPU, hyper, master, grad, momentum, working, found_inf);
+  if (found_inf != nullptr && found_inf->data_as<float>()[0] != 0.0f) return;
 
+  const bool use_momentum = hyper.momentum != 0.0f;
   const int64_t n = master.numel();
   float* w = master.data_as<float>();
   const float* g = grad.data_as<float>();

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -225,7 +226,7 @@ void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGe
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                         const Conv2dDesc& desc, Tensor& y) {
   const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), y.shape(), desc);
-  cpu::check_same_dtype("conv2d", {&x, &w, bias, &y});
+  backend_checks::same_dtype("conv2d", {&x, &w, bias, &y});
   MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
                 g.o, " elements");
   if (y.numel() == 0) return;
@@ -240,7 +241,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const C
                                       Tensor& dx) {
   const ConvGeometry g =
       conv_geometry("conv2d_backward_data", dx.shape(), w.shape(), dy.shape(), desc);
-  cpu::check_same_dtype("conv2d_backward_data", {&dy, &w, &dx});
+  backend_checks::same_dtype("conv2d_backward_data", {&dy, &w, &dx});
   if (dx.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_data", [&] {
     conv_backward_data(static_cast<const scalar_t*>(dy.data()),
@@ -253,7 +254,7 @@ void CpuBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const
                                         Tensor& dw, Tensor* dbias) {
   const ConvGeometry g =
       conv_geometry("conv2d_backward_filter", x.shape(), dw.shape(), dy.shape(), desc);
-  cpu::check_same_dtype("conv2d_backward_filter", {&x, &dy, &dw, dbias});
+  backend_checks::same_dtype("conv2d_backward_filter", {&x, &dy, &dw, dbias});
   MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ", describe(*dbias),
                 " does not have ", g.o, " elements");
   if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;

@@ -1,35 +1,35 @@
 // Elementwise maps, broadcasting and broadcast-reductions of the CPU backend. The per-element
 // math is in core/math/elementwise.h (shared with the CUDA backend); this file adds loops.
 //
-// Broadcasting is planned once per call: extent-1 output dims are dropped and adjacent dims
-// that every operand walks in step are merged, so the common cases (equal shapes, a bias
-// over the last dims, a [N, 1] column) become one or two dims whose innermost run is
-// contiguous or constant. A single-element operand of binary is read once as a constant.
-// Work is split into fixed-size chunks of the output, so the parallel split (and hence
-// every result) does not depend on the thread count.
+// Broadcasting is planned once per call (core/math/broadcast.h, the CUDA backend's plan too):
+// extent-1 output dims are dropped and adjacent dims that every operand walks in step are
+// merged, so the common cases (equal shapes, a bias over the last dims, a [N, 1] column)
+// become one or two dims whose innermost run is contiguous or constant. A single-element
+// operand of binary is read once as a constant. Work is split into fixed-size chunks of the
+// output, so the parallel split (and hence every result) does not depend on the thread count.
 //
 // F16/BF16 data moves through FP32 scratch blocks (core/cpu/blocks.h), so the math loops run
 // on floats and vectorise; F32 data is read and written in place.
 #include <algorithm>
 #include <array>
-#include <initializer_list>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/cpu/strided.h"
 #include "core/error.h"
+#include "core/math/broadcast.h"
 #include "core/math/elementwise.h"
+#include "core/op_dispatch.h"
 #include "core/tensor.h"
 
 namespace mixprec {
 namespace {
 
-using cpu::check_same_dtype;
 using cpu::f32_target;
 using cpu::kParallelWork;
 using cpu::load_f32;
@@ -102,61 +102,6 @@ void map_run(const std::array<const T*, N>& in, const std::array<bool, N>& step,
   }
 }
 
-// `in` broadcasts to `out` (right-aligned; each extent 1 or equal).
-bool broadcasts_to(const Shape& in, const Shape& out) {
-  if (in.size() > out.size()) return false;
-  const size_t lead = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] != 1 && in[i] != out[lead + i]) return false;
-  return true;
-}
-
-void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  MIXPREC_CHECK(a.shape() == b.shape(), op, ": shape mismatch between ", describe(a), " and ",
-                describe(b));
-}
-
-// Coalesced iteration space of an output and N inputs that broadcast to it.
-template <int N>
-struct BroadcastPlan {
-  std::vector<int64_t> extents;                 // outermost first; never empty
-  std::array<std::vector<int64_t>, N> strides;  // per input, in elements; 0 where broadcast
-};
-
-template <int N>
-BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins) {
-  const size_t rank = out.size();
-  std::array<std::vector<int64_t>, N> aligned;
-  for (int k = 0; k < N; ++k) {
-    const Shape& s = *ins[k];
-    aligned[k].assign(rank, 0);
-    int64_t stride = 1;
-    for (size_t i = s.size(); i-- > 0;) {
-      aligned[k][i + rank - s.size()] = s[i] == 1 ? 0 : stride;
-      stride *= s[i];
-    }
-  }
-  BroadcastPlan<N> plan;
-  for (size_t d = 0; d < rank; ++d) {
-    if (out[d] == 1) continue;
-    bool merge = !plan.extents.empty();
-    for (int k = 0; k < N && merge; ++k)
-      merge = plan.strides[k].back() == aligned[k][d] * out[d];
-    if (merge) {
-      plan.extents.back() *= out[d];
-      for (int k = 0; k < N; ++k) plan.strides[k].back() = aligned[k][d];
-    } else {
-      plan.extents.push_back(out[d]);
-      for (int k = 0; k < N; ++k) plan.strides[k].push_back(aligned[k][d]);
-    }
-  }
-  if (plan.extents.empty()) {
-    plan.extents.push_back(1);
-    for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
-  }
-  return plan;
-}
-
 // Calls run(out_offset, in_offsets, length) for maximal runs of consecutive output elements
 // along the innermost planned dim; within a run input k advances by its innermost stride
 // (1, or 0 when broadcast there).
@@ -192,34 +137,6 @@ void for_each_run(const BroadcastPlan<N>& plan, int64_t numel, const Run& run) {
       }
     }
   }
-}
-
-template <class F>
-void with_unary_op(UnaryOp op, const F& f) {
-  using U = UnaryOp;
-  switch (op) {
-    case U::Exp: return f(std::integral_constant<U, U::Exp>{});
-    case U::Log: return f(std::integral_constant<U, U::Log>{});
-    case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
-    case U::Square: return f(std::integral_constant<U, U::Square>{});
-    case U::Relu: return f(std::integral_constant<U, U::Relu>{});
-    case U::Gelu: return f(std::integral_constant<U, U::Gelu>{});
-    case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
-    case U::Tanh: return f(std::integral_constant<U, U::Tanh>{});
-  }
-  MIXPREC_FAIL("unary: unknown UnaryOp ", static_cast<int>(op));
-}
-
-template <class F>
-void with_binary_op(BinaryOp op, const F& f) {
-  using B = BinaryOp;
-  switch (op) {
-    case B::Add: return f(std::integral_constant<B, B::Add>{});
-    case B::Sub: return f(std::integral_constant<B, B::Sub>{});
-    case B::Mul: return f(std::integral_constant<B, B::Mul>{});
-    case B::Div: return f(std::integral_constant<B, B::Div>{});
-  }
-  MIXPREC_FAIL("binary: unknown BinaryOp ", static_cast<int>(op));
 }
 
 template <UnaryOp Op, class T>
@@ -460,8 +377,7 @@ void causal_mask_kernel(const T* x, T* y, int64_t batch, int64_t rows, int64_t c
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
-  check_same_dtype("unary", {&x, &y});
-  check_same_shape("unary", x, y);
+  backend_checks::unary(kCPU, x, y);
   const int64_t n = x.numel();
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "unary", [&] {
     with_unary_op(op, [&](auto op_tag) {
@@ -472,10 +388,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y) {
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                 Tensor& dx) {
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
-    check_same_dtype("unary_backward", {&x, t});
-    check_same_shape("unary_backward", x, *t);
-  }
+  backend_checks::unary_backward(kCPU, x, y, dy, dx);
   const int64_t n = x.numel();
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "unary_backward", [&] {
     with_unary_op(op, [&](auto op_tag) {
@@ -487,19 +400,14 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
 }
 
 void CpuBackend::affine(const Tensor& x, float alpha, float beta, Tensor& y) {
-  check_same_dtype("affine", {&x, &y});
-  check_same_shape("affine", x, y);
+  backend_checks::affine(kCPU, x, y);
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "affine", [&] {
     affine_kernel(cdata<scalar_t>(x), alpha, beta, mdata<scalar_t>(y), x.numel());
   });
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  check_same_dtype("binary", {&a, &out});
-  check_same_dtype("binary", {&b, &out});
-  MIXPREC_CHECK(broadcasts_to(a.shape(), out.shape()) && broadcasts_to(b.shape(), out.shape()),
-                "binary: ", describe(a), " and ", describe(b), " do not broadcast to ",
-                describe(out));
+  backend_checks::binary(kCPU, a, b, out);
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool a_full = a.numel() == n, b_full = b.numel() == n;
@@ -521,9 +429,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
 }
 
 void CpuBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
-  check_same_dtype("sum_to", {&x, &y});
-  MIXPREC_CHECK(broadcasts_to(y.shape(), x.shape()), "sum_to: ", describe(y),
-                " does not broadcast to ", describe(x));
+  backend_checks::sum_to(kCPU, x, y);
   if (y.numel() == 0) return;
   if (x.numel() == 0) {
     fill(y, 0.0);
@@ -535,9 +441,7 @@ void CpuBackend::sum_to(const Tensor& x, Tensor& y, float scale) {
 }
 
 void CpuBackend::expand(const Tensor& x, Tensor& y, float scale) {
-  check_same_dtype("expand", {&x, &y});
-  MIXPREC_CHECK(broadcasts_to(x.shape(), y.shape()), "expand: ", describe(x),
-                " does not broadcast to ", describe(y));
+  backend_checks::expand(kCPU, x, y);
   if (y.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "expand", [&] {
     expand_kernel(cdata<scalar_t>(x), mdata<scalar_t>(y), x.shape(), y.shape(), scale);
@@ -545,10 +449,8 @@ void CpuBackend::expand(const Tensor& x, Tensor& y, float scale) {
 }
 
 void CpuBackend::causal_mask(const Tensor& x, float fill, Tensor& y) {
-  check_same_dtype("causal_mask", {&x, &y});
-  check_same_shape("causal_mask", x, y);
-  MIXPREC_CHECK(x.dim() >= 2, "causal_mask: expected at least 2 dimensions, got ", describe(x));
-  const int64_t rows = x.size(-2), cols = x.size(-1);
+  const backend_checks::Rows dims = backend_checks::causal_mask(kCPU, x, y);
+  const int64_t rows = dims.rows, cols = dims.cols;
   if (x.numel() == 0) return;
   const int64_t batch = x.numel() / (rows * cols);
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "causal_mask", [&] {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -56,10 +57,8 @@ void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* 
 }  // namespace
 
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& y) {
-  const int64_t dim = weight.size(1);
-  const int64_t count = ids.numel();
-  MIXPREC_CHECK(y.dtype() == weight.dtype() && y.numel() == count * dim, "embedding: output ",
-                describe(y), " does not match ", count, " ids of ", describe(weight));
+  const backend_checks::Rows dims = backend_checks::embedding(kCPU, weight, ids, y);
+  const int64_t count = dims.rows, dim = dims.cols;
   const int32_t* id = ids.data_as<int32_t>();
   const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(weight.dtype());
   const char* src = static_cast<const char*>(weight.data());
@@ -70,10 +69,8 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& y) {
 }
 
 void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) {
-  const int64_t vocab = dweight.size(0), dim = dweight.size(1);
-  MIXPREC_CHECK(dy.dtype() == dweight.dtype() && dy.numel() == ids.numel() * dim,
-                "embedding_backward: dy ", describe(dy), " does not match ", ids.numel(),
-                " ids and dweight ", describe(dweight));
+  const int64_t dim = backend_checks::embedding_backward(kCPU, ids, dy, dweight).cols;
+  const int64_t vocab = dweight.size(0);
   MIXPREC_DISPATCH_FLOATING(dweight.dtype(), "embedding_backward", [&] {
     embedding_backward_rows(ids.data_as<int32_t>(), ids.numel(),
                             static_cast<const scalar_t*>(dy.data()),
@@ -82,9 +79,7 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dy, Tensor&
 }
 
 void CpuBackend::dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) {
-  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "dropout: ", describe(x),
-                " and ", describe(y), " differ");
-  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
+  backend_checks::dropout(kCPU, x, p, y);
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "dropout", [&] {
     dropout_elements(static_cast<const scalar_t*>(x.data()), p, key,
                      static_cast<scalar_t*>(y.data()), x.numel());

@@ -5,10 +5,11 @@
 #include <cstring>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/strided.h"
-#include "core/error.h"
+#include "core/math/broadcast.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -19,39 +20,6 @@ using cpu::kParallelWork;
 // Square tile of a transpose whose innermost output dim is strided in the input: both the
 // reads and the writes of one tile then stay within a few cache lines per row.
 constexpr int64_t kTile = 32;
-
-// y's dims (extent > 1) with the stride each has in x and in y, adjacent dims merged when
-// they are adjacent and in order in x too.
-struct PermutePlan {
-  std::vector<int64_t> extents;
-  std::vector<int64_t> xstrides;
-  std::vector<int64_t> ystrides;
-};
-
-PermutePlan plan_permute(const Shape& xshape, const std::vector<int64_t>& perm) {
-  const std::vector<int64_t> xs = contiguous_strides(xshape);
-  PermutePlan plan;
-  for (size_t i = 0; i < perm.size(); ++i) {
-    const int64_t extent = xshape[perm[i]];
-    if (extent == 1) continue;
-    const int64_t stride = xs[perm[i]];
-    if (!plan.extents.empty() && plan.xstrides.back() == stride * extent) {
-      plan.extents.back() *= extent;
-      plan.xstrides.back() = stride;
-    } else {
-      plan.extents.push_back(extent);
-      plan.xstrides.push_back(stride);
-    }
-  }
-  if (plan.extents.empty()) {
-    plan.extents.push_back(1);
-    plan.xstrides.push_back(1);
-  }
-  plan.ystrides.assign(plan.extents.size(), 1);
-  for (size_t d = plan.extents.size() - 1; d-- > 0;)
-    plan.ystrides[d] = plan.ystrides[d + 1] * plan.extents[d + 1];
-  return plan;
-}
 
 template <class Word>
 void permute_words(const Word* x, Word* y, const PermutePlan& plan, int64_t n) {
@@ -106,20 +74,7 @@ void copy_rows(const char* src, char* dst, int64_t outer, int64_t src_row, int64
 }  // namespace
 
 void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) {
-  cpu::check_same_dtype("permute", {&x, &y});
-  const int64_t rank = x.dim();
-  MIXPREC_CHECK(static_cast<int64_t>(perm.size()) == rank && y.dim() == rank, "permute: ",
-                describe(x), " -> ", describe(y), " needs a permutation of ", rank,
-                " dimensions, got ", perm.size());
-  std::vector<bool> seen(rank, false);
-  for (int64_t i = 0; i < rank; ++i) {
-    const int64_t p = perm[i];
-    MIXPREC_CHECK(p >= 0 && p < rank && !seen[p], "permute: ", shape_str(perm),
-                  " is not a permutation of the dimensions of ", describe(x));
-    seen[p] = true;
-    MIXPREC_CHECK(y.shape()[i] == x.shape()[p], "permute: output ", describe(y),
-                  " does not match ", describe(x), " permuted by ", shape_str(perm));
-  }
+  backend_checks::permute(kCPU, x, perm, y);
   const int64_t n = x.numel();
   if (n == 0) return;
   const PermutePlan plan = plan_permute(x.shape(), perm);
@@ -131,19 +86,9 @@ void CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& perm, Tens
 
 void CpuBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
                              int64_t dst_start, int64_t length) {
-  cpu::check_same_dtype("copy_narrow", {&src, &dst});
+  backend_checks::copy_narrow(kCPU, src, dim, src_start, dst, dst_start, length);
   const int64_t rank = src.dim();
-  MIXPREC_CHECK(dst.dim() == rank && dim >= 0 && dim < rank, "copy_narrow: dimension ", dim,
-                " is invalid for ", describe(src), " -> ", describe(dst));
-  for (int64_t d = 0; d < rank; ++d)
-    MIXPREC_CHECK(d == dim || src.shape()[d] == dst.shape()[d], "copy_narrow: ", describe(src),
-                  " and ", describe(dst), " differ outside dimension ", dim);
   const int64_t src_extent = src.shape()[dim], dst_extent = dst.shape()[dim];
-  MIXPREC_CHECK(length >= 0 && src_start >= 0 && src_start + length <= src_extent &&
-                    dst_start >= 0 && dst_start + length <= dst_extent,
-                "copy_narrow: range [", src_start, ", ", src_start + length, ") of ",
-                describe(src), " -> [", dst_start, ", ", dst_start + length, ") of ",
-                describe(dst), " along dimension ", dim, " is out of bounds");
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= src.shape()[d];
   for (int64_t d = dim + 1; d < rank; ++d) inner *= src.shape()[d];

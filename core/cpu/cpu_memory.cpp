@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -109,8 +110,7 @@ void CpuBackend::random_normal(Tensor& out, PhiloxKey key, float mean, float std
 }
 
 void CpuBackend::cast(const Tensor& x, Tensor& y) {
-  MIXPREC_CHECK(x.numel() == y.numel(), "cast: ", describe(x), " and ", describe(y),
-                " differ in size");
+  backend_checks::cast(kCPU, x, y);
   const int64_t n = x.numel();
   if (x.dtype() == y.dtype()) return copy(x, y);
   // Between F32 and F16/BF16 the bulk paths (core/cpu/blocks.h) are vectorised and
@@ -147,8 +147,7 @@ void CpuBackend::cast(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::copy(const Tensor& x, Tensor& y) {
-  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "copy: ", describe(x),
-                " and ", describe(y), " differ");
+  backend_checks::copy(kCPU, x, y);
   if (x.data() != y.data()) std::memcpy(y.data(), x.data(), x.nbytes());
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -198,12 +199,9 @@ T* data_or_null(Tensor* t) {
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps,
                             Tensor& y, Tensor& mean, Tensor& rstd) {
-  const int64_t cols = x.size(-1);
-  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  MIXPREC_CHECK(mean.dtype() == DType::F32 && rstd.dtype() == DType::F32 &&
-                    mean.numel() == rows && rstd.numel() == rows,
-                "layer_norm: mean ", describe(mean), " and rstd ", describe(rstd),
-                " must be F32 [", rows, "]");
+  const backend_checks::Rows dims =
+      backend_checks::layer_norm(kCPU, x, weight, bias, y, mean, rstd);
+  const int64_t rows = dims.rows, cols = dims.cols;
   if (rows == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "layer_norm", [&] {
     layer_norm_rows(static_cast<const scalar_t*>(x.data()), data_or_null<scalar_t>(weight),
@@ -215,8 +213,9 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor* weight, const Tensor*
 void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& dy, Tensor& dx,
                                      Tensor* dweight, Tensor* dbias) {
-  const int64_t cols = x.size(-1);
-  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const backend_checks::Rows dims =
+      backend_checks::layer_norm_backward(kCPU, x, weight, mean, rstd, dy, dx, dweight, dbias);
+  const int64_t rows = dims.rows, cols = dims.cols;
   if (rows == 0) {
     if (dweight) fill(*dweight, 0.0);
     if (dbias) fill(*dbias, 0.0);

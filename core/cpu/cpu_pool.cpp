@@ -2,10 +2,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
-#include "core/math/pool.h"
+#include "core/math/pool_geometry.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -13,79 +14,41 @@ namespace {
 
 using cpu::kParallelWork;
 
-// Rows and columns of one input plane.
-struct Window {
-  PoolSpan rows, cols;
-};
-
-struct PoolGeometry {
-  int64_t planes, h, w, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw;
-  // The window of output (y, x), clipped to the input.
-  Window window(int64_t y, int64_t x) const {
-    return {pool_span(y, h, kh, sh, ph), pool_span(x, w, kw, sw, pw)};
-  }
-  int64_t work() const { return planes * oh * ow * kh * kw; }
-};
-
-PoolGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, const Shape& y) {
-  MIXPREC_CHECK(x.size() == 4 && y.size() == 4, op, ": expected 4-D input and output, got ",
-                shape_str(x), " and ", shape_str(y));
-  MIXPREC_CHECK(d.kernel_h >= 1 && d.kernel_w >= 1 && d.stride_h >= 1 && d.stride_w >= 1 &&
-                    d.pad_h >= 0 && d.pad_w >= 0,
-                op, ": invalid kernel, stride or padding");
-  PoolGeometry g{.planes = x[0] * x[1], .h = x[2], .w = x[3], .oh = y[2], .ow = y[3],
-                 .kh = d.kernel_h, .kw = d.kernel_w,
-                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
-  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": window ", g.kh, "x", g.kw,
-                " is larger than the padded input ", shape_str(x));
-  MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] &&
-                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
-                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
-                op, ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
-  return g;
-}
-
-// Calls pool(in, win, out) for every output of every plane: `in` is the plane of x, `win`
-// the output's clipped window in it, `out` the output's flat index. Parallel over the planes.
+// Calls pool(plane, oy, ox, out) for every output of every plane: `plane` is the plane's
+// input, (oy, ox) the output's position in it and `out` its flat index. Parallel over the
+// planes.
 template <class T, class Pool>
-void for_each_window(const T* x, const PoolGeometry& g, const Pool& pool) {
+void for_each_output(const T* x, const Pool2dGeometry& g, const Pool& pool) {
 #pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
   for (int64_t p = 0; p < g.planes; ++p) {
-    const T* in = x + p * g.h * g.w;
+    const T* plane = x + p * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox)
-        pool(in, g.window(oy, ox), (p * g.oh + oy) * g.ow + ox);
+      for (int64_t ox = 0; ox < g.ow; ++ox) pool(plane, oy, ox, (p * g.oh + oy) * g.ow + ox);
   }
 }
 
 template <class T>
-void max_pool(const T* x, T* y, int32_t* argmax, const PoolGeometry& g) {
-  for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
-    MaxPoolArg best;
-    for (int64_t iy = win.rows.begin; iy < win.rows.end && !best.settled(); ++iy)
-      for (int64_t ix = win.cols.begin; ix < win.cols.end && !best.settled(); ++ix)
-        best.offer(to_float(in[iy * g.w + ix]), iy * g.w + ix);
+void max_pool(const T* x, T* y, int32_t* argmax, const Pool2dGeometry& g) {
+  for_each_output(x, g, [&](const T* plane, int64_t oy, int64_t ox, int64_t out) {
+    const MaxPoolArg best = max_pool_window(plane, g, oy, ox);
     y[out] = from_float<T>(best.value);
     if (argmax) argmax[out] = static_cast<int32_t>(best.index);
   });
 }
 
 template <class T>
-void avg_pool(const T* x, T* y, const PoolGeometry& g) {
+void avg_pool(const T* x, T* y, const Pool2dGeometry& g) {
   const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
-  for_each_window(x, g, [&](const T* in, const Window& win, int64_t out) {
-    float sum = 0.0f;
-    for (int64_t iy = win.rows.begin; iy < win.rows.end; ++iy)
-      for (int64_t ix = win.cols.begin; ix < win.cols.end; ++ix) sum += to_float(in[iy * g.w + ix]);
-    y[out] = from_float<T>(sum * inv_divisor);
+  for_each_output(x, g, [&](const T* plane, int64_t oy, int64_t ox, int64_t out) {
+    y[out] = from_float<T>(avg_pool_window_sum(plane, g, oy, ox) * inv_divisor);
   });
 }
 
 // Windows may overlap (stride < kernel), so each input plane is summed in FP32 and rounded
 // once at the end.
 template <class T>
-void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_t* argmax, T* dx) {
+void pool_backward(const Pool2dGeometry& g, bool is_max, const T* dy, const int32_t* argmax,
+                   T* dx) {
   const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
   const int64_t plane = g.h * g.w;
 #pragma omp parallel if (g.work() > kParallelWork)
@@ -102,7 +65,7 @@ void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_
             if (argmax[out] >= 0) acc[argmax[out]] += grad;
             continue;
           }
-          const Window win = g.window(oy, ox);
+          const Pool2dWindow win = g.window(oy, ox);
           const float share = grad * inv_divisor;
           for (int64_t iy = win.rows.begin; iy < win.rows.end; ++iy)
             for (int64_t ix = win.cols.begin; ix < win.cols.end; ++ix) acc[iy * g.w + ix] += share;
@@ -117,13 +80,8 @@ void pool_backward(const PoolGeometry& g, bool is_max, const T* dy, const int32_
 }  // namespace
 
 void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tensor* argmax) {
-  const PoolGeometry g = pool_geometry("pool2d", desc, x.shape(), y.shape());
-  cpu::check_same_dtype("pool2d", {&x, &y});
+  const Pool2dGeometry g = backend_checks::pool2d(kCPU, desc, x, y, argmax);
   const bool is_max = desc.kind == PoolKind::Max;
-  if (is_max && argmax) {
-    MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(), "pool2d: argmax ",
-                  describe(*argmax), " must be I32 of the output's shape ", shape_str(y.shape()));
-  }
   if (y.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "pool2d", [&] {
     const auto* in = static_cast<const scalar_t*>(x.data());
@@ -138,14 +96,8 @@ void CpuBackend::pool2d(const Pool2dDesc& desc, const Tensor& x, Tensor& y, Tens
 
 void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const Tensor* argmax,
                                  Tensor& dx) {
-  const PoolGeometry g = pool_geometry("pool2d_backward", desc, dx.shape(), dy.shape());
-  cpu::check_same_dtype("pool2d_backward", {&dy, &dx});
+  const Pool2dGeometry g = backend_checks::pool2d_backward(kCPU, desc, dy, argmax, dx);
   const bool is_max = desc.kind == PoolKind::Max;
-  if (is_max) {
-    MIXPREC_CHECK(argmax && argmax->dtype() == DType::I32 && argmax->shape() == dy.shape(),
-                  "pool2d_backward: max pooling needs the I32 argmax of the forward, shaped ",
-                  shape_str(dy.shape()));
-  }
   if (dx.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(dx.dtype(), "pool2d_backward", [&] {
     pool_backward(g, is_max, static_cast<const scalar_t*>(dy.data()),

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/backend_checks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -101,17 +102,12 @@ void cross_entropy_backward_rows(const T* logits, const int32_t* labels,
   }
 }
 
-int64_t last_dim(const Tensor& x) { return x.dim() == 0 ? 1 : x.size(-1); }
-
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log) {
-  MIXPREC_CHECK(x.numel() == y.numel(), "softmax: ", describe(x), " and ", describe(y),
-                " differ in size");
-  const int64_t cols = last_dim(x);
-  if (x.numel() == 0 || cols == 0) return;
-  const int64_t rows = x.numel() / cols;
-  MIXPREC_CHECK(y.dtype() == x.dtype(), "softmax: output ", describe(y), " must be ", x.dtype());
+  const backend_checks::Rows dims = backend_checks::softmax(kCPU, x, y);
+  const int64_t rows = dims.rows, cols = dims.cols;
+  if (rows == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "softmax", [&] {
     softmax_rows(static_cast<const scalar_t*>(x.data()), static_cast<scalar_t*>(y.data()), rows,
                  cols, log);
@@ -119,13 +115,9 @@ void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log) {
 }
 
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
-  MIXPREC_CHECK(y.dtype() == dy.dtype() && y.dtype() == dx.dtype() && y.numel() == dy.numel() &&
-                    y.numel() == dx.numel(),
-                "softmax_backward: y ", describe(y), ", dy ", describe(dy), " and dx ",
-                describe(dx), " must match");
-  const int64_t cols = last_dim(y);
-  if (y.numel() == 0 || cols == 0) return;
-  const int64_t rows = y.numel() / cols;
+  const backend_checks::Rows dims = backend_checks::softmax_backward(kCPU, y, dy, dx);
+  const int64_t rows = dims.rows, cols = dims.cols;
+  if (rows == 0) return;
   MIXPREC_DISPATCH_FLOATING(y.dtype(), "softmax_backward", [&] {
     softmax_backward_rows(static_cast<const scalar_t*>(y.data()),
                           static_cast<const scalar_t*>(dy.data()),
@@ -135,11 +127,9 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
                                Tensor& row_stats) {
-  const int64_t rows = logits.size(0), cols = logits.size(1);
-  MIXPREC_CHECK(loss.dtype() == DType::F32 && row_stats.dtype() == DType::F32 &&
-                    row_stats.numel() == 2 * rows,
-                "cross_entropy: loss ", describe(loss), " and row statistics ",
-                describe(row_stats), " must be F32 (a scalar and [", rows, ", 2])");
+  const backend_checks::Rows dims =
+      backend_checks::cross_entropy(kCPU, logits, labels, loss, row_stats);
+  const int64_t rows = dims.rows, cols = dims.cols;
   const int32_t* lab = labels.data_as<int32_t>();
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     loss.data_as<float>()[0] = cross_entropy_rows(static_cast<const scalar_t*>(logits.data()),
@@ -150,10 +140,9 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& labels, Tenso
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& labels,
                                         const Tensor& row_stats, const Tensor& dloss,
                                         Tensor& dlogits) {
-  const int64_t rows = logits.size(0), cols = logits.size(1);
-  MIXPREC_CHECK(dlogits.dtype() == logits.dtype() && dlogits.numel() == logits.numel(),
-                "cross_entropy_backward: dlogits ", describe(dlogits), " must match logits ",
-                describe(logits));
+  const backend_checks::Rows dims =
+      backend_checks::cross_entropy_backward(kCPU, logits, labels, row_stats, dloss, dlogits);
+  const int64_t rows = dims.rows, cols = dims.cols;
   const float scale = cross_entropy_grad_scale(dloss.data_as<float>()[0], rows);
   MIXPREC_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
     cross_entropy_backward_rows(static_cast<const scalar_t*>(logits.data()),

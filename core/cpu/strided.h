@@ -1,8 +1,11 @@
-// Index arithmetic over strided views that the CPU kernels share.
+// Index arithmetic over strided views that the CPU kernels share: core/math/broadcast.h's
+// offset_of over the plans' std::vector extents and strides.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "core/math/broadcast.h"
 
 namespace mixprec::cpu {
 
@@ -11,12 +14,8 @@ namespace mixprec::cpu {
 // have one length; a stride may be 0 (a broadcast dim).
 inline int64_t offset_of(int64_t index, const std::vector<int64_t>& extents,
                          const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (size_t d = extents.size(); d-- > 0;) {
-    off += (index % extents[d]) * strides[d];
-    index /= extents[d];
-  }
-  return off;
+  return mixprec::offset_of<int64_t>(index, static_cast<int>(extents.size()), extents.data(),
+                                     strides.data());
 }
 
 }  // namespace mixprec::cpu

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/half.h"
 #include "core/hd.h"
 
 namespace mixprec {
@@ -20,8 +21,39 @@ MIXPREC_HD double unscale_value(float scaled_grad, double inv_scale) {
   return static_cast<double>(scaled_grad) * inv_scale;
 }
 
-// The finiteness test of the unscale pass, on the value as it arrived (still scaled).
 MIXPREC_HD bool is_finite_value(float value) { return isfinite(value) != 0; }
+
+// The narrowing of a double to float that keeps one later rounding exact: round to odd
+// (truncate toward zero, then set the last bit when inexact). double -> float -> F16/BF16
+// with round-to-nearest in both steps could round twice (a float landing exactly on a
+// 16-bit midpoint); a float has at least two more significand bits than F16 or BF16 in every
+// binade they reach, so round-to-odd followed by round-to-nearest-even equals one
+// round-to-nearest-even of the double. Values beyond FLT_MAX narrow to FLT_MAX, which every
+// 16-bit format then rounds to infinity, as a direct rounding would.
+MIXPREC_HD float narrow_round_to_odd(double value) {
+  float f = static_cast<float>(value);
+  if (!isfinite(value) || static_cast<double>(f) == value) return f;
+  if (fabs(static_cast<double>(f)) > fabs(value)) {
+    // Rounded away from zero (possibly to infinity): step one unit back toward zero.
+    f = detail::f32_from_bits(detail::f32_to_bits(f) - 1u);
+  }
+  return detail::f32_from_bits(detail::f32_to_bits(f) | 1u);
+}
+
+// The unscale of one gradient value of storage type T: the product in double rounded once
+// to T. `bad` is set when the value is non-finite as it arrived (still scaled) or becomes
+// non-finite when unscaled (possible when S < 1 pushes a large finite value past the range
+// of T), so neither can reach a weight.
+template <class T>
+MIXPREC_HD T unscale_and_check_value(T scaled, double inv_scale, bool& bad) {
+  const float g = to_float(scaled);
+  const double u = unscale_value(g, inv_scale);
+  T result;
+  if constexpr (sizeof(T) == sizeof(float)) result = static_cast<float>(u);
+  else result = from_float<T>(narrow_round_to_odd(u));
+  bad = !is_finite_value(g) || !is_finite_value(to_float(result));
+  return result;
+}
 
 // ---- SGD -------------------------------------------------------------------------------
 

@@ -39,28 +39,12 @@ constexpr int32_t kBF16 = static_cast<int32_t>(DType::BF16);
 
 // ---- unscale and check ------------------------------------------------------------------------
 
-// The one rounding of the unscaled product to T. For F16/BF16 the double is first narrowed
-// to float rounding to odd (truncate, then set the last bit when inexact), which makes the
-// following round-to-nearest-even of from_float<T> equal to one rounding of the double: the
-// CPU backend does the same, so both give the same bits.
-template <class T>
-__device__ __forceinline__ T round_unscaled(double value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return __double2float_rn(value);
-  } else {
-    float f = __double2float_rz(value);
-    if (isfinite(value) && static_cast<double>(f) != value) {
-      f = __uint_as_float(__float_as_uint(f) | 1u);
-    }
-    return from_float<T>(f);
-  }
-}
-
 template <class T>
 __device__ __forceinline__ bool unscale_one(T& slot, double inv_scale, bool write) {
-  const float g = to_float(slot);
-  if (write) slot = round_unscaled<T>(unscale_value(g, inv_scale));
-  return !is_finite_value(g);
+  if (!write) return !is_finite_value(to_float(slot));
+  bool bad = false;
+  slot = unscale_and_check_value(slot, inv_scale, bad);
+  return bad;
 }
 
 // One chunk by one block; true when this thread saw a non-finite value.

@@ -4,53 +4,15 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/math/broadcast.h"
 #include "core/math/elementwise.h"
+#include "core/op_dispatch.h"
 #include "cuda/kernels/common.cuh"
 
 namespace mixprec::kernels {
 namespace {
 
 // ---- planning (host) ------------------------------------------------------------------------
-
-// Merged iteration space of an output and N inputs that broadcast to it (as the CPU's).
-template <int N>
-struct HostPlan {
-  std::vector<int64_t> extents;                 // outermost first; never empty
-  std::array<std::vector<int64_t>, N> strides;  // per input, in elements; 0 where broadcast
-};
-
-template <int N>
-HostPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*, N>& ins) {
-  const size_t rank = out.size();
-  std::array<std::vector<int64_t>, N> aligned;
-  for (int k = 0; k < N; ++k) {
-    const Shape& s = *ins[k];
-    aligned[k].assign(rank, 0);
-    int64_t stride = 1;
-    for (size_t i = s.size(); i-- > 0;) {
-      aligned[k][i + rank - s.size()] = s[i] == 1 ? 0 : stride;
-      stride *= s[i];
-    }
-  }
-  HostPlan<N> plan;
-  for (size_t d = 0; d < rank; ++d) {
-    if (out[d] == 1) continue;
-    bool merge = !plan.extents.empty();
-    for (int k = 0; k < N && merge; ++k) merge = plan.strides[k].back() == aligned[k][d] * out[d];
-    if (merge) {
-      plan.extents.back() *= out[d];
-      for (int k = 0; k < N; ++k) plan.strides[k].back() = aligned[k][d];
-    } else {
-      plan.extents.push_back(out[d]);
-      for (int k = 0; k < N; ++k) plan.strides[k].push_back(aligned[k][d]);
-    }
-  }
-  if (plan.extents.empty()) {
-    plan.extents.push_back(1);
-    for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
-  }
-  return plan;
-}
 
 void check_dims(const char* op, size_t ndim) {
   MIXPREC_CHECK(ndim <= static_cast<size_t>(kMaxDims), op, ": the shapes need ", ndim,
@@ -68,6 +30,10 @@ struct Dims {
   int ndim = 0;
   Index extents[kMaxDims] = {};
   Index strides[kMaxDims] = {};
+  // Offset of the `index`-th point of the walk over the first `dims` dims.
+  __device__ __forceinline__ Index offset(Index index, int dims) const {
+    return offset_of(index, dims, extents, strides);
+  }
 };
 
 template <class Index>
@@ -80,18 +46,6 @@ Dims<Index> make_dims(const std::vector<int64_t>& extents, const std::vector<int
     d.strides[i] = static_cast<Index>(strides[i]);
   }
   return d;
-}
-
-// Element offset of the `index`-th point of a row-major walk over the first `ndim` dims.
-template <class Index>
-__device__ __forceinline__ Index offset_of(Index index, int ndim, const Dims<Index>& d) {
-  Index off = 0;
-  for (int i = ndim - 1; i >= 0; --i) {
-    const Index e = d.extents[i];
-    off += (index % e) * d.strides[i];
-    index /= e;
-  }
-  return off;
 }
 
 template <int N, class Index>
@@ -148,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) broadcast_kernel(Inputs<T, N> in, T*
 }
 
 template <class T, int N, class Index, class F>
-void launch_broadcast_as(const HostPlan<N>& plan, const Inputs<T, N>& in, T* out, int64_t n,
+void launch_broadcast_as(const BroadcastPlan<N>& plan, const Inputs<T, N>& in, T* out, int64_t n,
                          const F& f, cudaStream_t stream) {
   BroadcastArgs<N, Index> args;
   args.ndim = static_cast<int>(plan.extents.size());
@@ -167,23 +121,11 @@ void launch_broadcast(const char* op, const Shape& out_shape,
                       const F& f, cudaStream_t stream) {
   const int64_t n = shape_numel(out_shape);
   if (n <= 0) return;
-  const HostPlan<N> plan = plan_broadcast<N>(out_shape, in_shapes);
+  const BroadcastPlan<N> plan = plan_broadcast<N>(out_shape, in_shapes);
   check_dims(op, plan.extents.size());
   // Inputs broadcast to the output, so no input offset exceeds n.
   if (fits_32_bits(n)) launch_broadcast_as<T, N, uint32_t>(plan, in, out, n, f, stream);
   else launch_broadcast_as<T, N, uint64_t>(plan, in, out, n, f, stream);
-}
-
-template <class F>
-void with_binary_op(BinaryOp op, const F& f) {
-  using B = BinaryOp;
-  switch (op) {
-    case B::Add: return f(std::integral_constant<B, B::Add>{});
-    case B::Sub: return f(std::integral_constant<B, B::Sub>{});
-    case B::Mul: return f(std::integral_constant<B, B::Mul>{});
-    case B::Div: return f(std::integral_constant<B, B::Div>{});
-  }
-  MIXPREC_FAIL("binary: unknown BinaryOp ", static_cast<int>(op));
 }
 
 // ---- sum_to -----------------------------------------------------------------------------------
@@ -227,10 +169,10 @@ __global__ void __launch_bounds__(kThreads) sum_inner_kernel(const T* x, T* y, f
   const Index begin = static_cast<Index>(blockIdx.y) * a.per_split;
   const Index end = begin + a.per_split < a.reduced_count ? begin + a.per_split : a.reduced_count;
   for (Index o = blockIdx.x; o < a.outputs; o += gridDim.x) {
-    const Index base = offset_of(o, a.kept.ndim, a.kept);
+    const Index base = a.kept.offset(o, a.kept.ndim);
     float acc = 0.0f;
     for (Index r = begin + threadIdx.x; r < end; r += kThreads) {
-      acc += to_float(x[base + offset_of(r, a.reduced.ndim, a.reduced)]);
+      acc += to_float(x[base + a.reduced.offset(r, a.reduced.ndim)]);
     }
     const float total = block_sum(acc, shared);
     if (threadIdx.x == 0) store_sum(y, scratch, a, o, total, scale);
@@ -258,9 +200,9 @@ __global__ void __launch_bounds__(kThreads) sum_outer_kernel(const T* x, T* y, f
     const Index col = task % tiles * kTileColumns + tx;
     float acc = 0.0f;
     if (col < inner) {
-      const Index base = offset_of(row, last, a.kept) + col;
+      const Index base = a.kept.offset(row, last) + col;
       for (Index r = begin + ty; r < end; r += kRowLanes) {
-        acc += to_float(x[base + offset_of(r, a.reduced.ndim, a.reduced)]);
+        acc += to_float(x[base + a.reduced.offset(r, a.reduced.ndim)]);
       }
     }
     shared[ty][tx] = acc;
@@ -377,7 +319,7 @@ SumToPlan plan_sum_to(const Shape& x_shape, const Shape& y_shape) {
 
   // Planned over x's shape, the dims where y's stride is 0 are the summed ones. Merging
   // never joins a summed dim with a kept one (their y strides differ).
-  const HostPlan<1> walk = plan_broadcast<1>(x_shape, {&y_shape});
+  const BroadcastPlan<1> walk = plan_broadcast<1>(x_shape, {&y_shape});
   const std::vector<int64_t>& extents = walk.extents;
   const std::vector<int64_t>& y_strides = walk.strides[0];
   const size_t ndim = extents.size();

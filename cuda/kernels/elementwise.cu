@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "core/math/elementwise.h"
+#include "core/op_dispatch.h"
 #include "cuda/kernels/common.cuh"
 
 namespace mixprec::kernels {
@@ -27,22 +28,6 @@ struct ScaleFn {
   float scale;
   __device__ float operator()(float x) const { return scale * x; }
 };
-
-template <class F>
-void with_unary_op(UnaryOp op, const F& f) {
-  using U = UnaryOp;
-  switch (op) {
-    case U::Exp: return f(std::integral_constant<U, U::Exp>{});
-    case U::Log: return f(std::integral_constant<U, U::Log>{});
-    case U::Sqrt: return f(std::integral_constant<U, U::Sqrt>{});
-    case U::Square: return f(std::integral_constant<U, U::Square>{});
-    case U::Relu: return f(std::integral_constant<U, U::Relu>{});
-    case U::Gelu: return f(std::integral_constant<U, U::Gelu>{});
-    case U::Sigmoid: return f(std::integral_constant<U, U::Sigmoid>{});
-    case U::Tanh: return f(std::integral_constant<U, U::Tanh>{});
-  }
-  MIXPREC_FAIL("unary: unknown UnaryOp ", static_cast<int>(op));
-}
 
 // One thread per element; the row index comes from the flat index, so any batch, row and
 // column counts share one launch shape.

@@ -16,7 +16,11 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
+#include "optim/clip_grad_norm.h"
 #include "optim/sgd.h"
+
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 namespace mixprec {
 namespace {
@@ -418,7 +422,23 @@ TEST_CASE("GradScaler: floor_policy error stops with the tensors that keep overf
   CHECK(scaler.policy().state_dict() == before["policy"]);
 }
 
-TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale", "[grad_scaler]") {
+// Collects what spdlog's default logger writes while it is alive.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64)),
+                  previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink_));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::vector<std::string> lines() const { return sink_->last_formatted(); }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale; only warn logs",
+          "[grad_scaler]") {
   for (FloorPolicy floor : {FloorPolicy::Warn, FloorPolicy::Clamp}) {
     DynamicLossScaleOptions options;
     options.init_scale = 1.0;
@@ -427,6 +447,7 @@ TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale", 
     const Batch batch = make_batch(4, 11);
     SGD sgd(toy.params(), {.lr = 0.1});
     GradScaler scaler(std::make_unique<DynamicLossScale>(options));
+    CapturedLog log;
     for (int i = 1; i <= 3; ++i) {
       sgd.zero_grad();
       scaler.scale(toy.loss(batch.x, batch.y)).backward();
@@ -437,7 +458,115 @@ TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale", 
       CHECK(t.next_scale == 1.0);
       CHECK(t.skipped_in_a_row == i);
     }
+    const std::vector<std::string> lines = log.lines();
+    if (floor == FloorPolicy::Warn) {
+      REQUIRE(lines.size() == 3);
+      CHECK_THAT(lines[2], Contains("warning") && Contains("fc.weight (3x)") &&
+                               Contains("3 overflowing step(s) in a row"));
+    } else {
+      CHECK(lines.empty());
+    }
   }
+}
+
+TEST_CASE("GradScaler: a zero-filled gradient that no backward reached is fine at any scale",
+          "[grad_scaler]") {
+  Parameter used("used", Tensor::ones({3}));
+  Parameter unused("unused", Tensor::ones({2}));
+  SGD sgd({used, unused}, {.lr = 0.5});
+  GradScaler scaler(dynamic(8.0));
+  auto run_step = [&](bool touch_unused) {
+    sgd.zero_grad(/*set_to_none=*/false);
+    Tensor loss = ops::sum(used.working());
+    if (touch_unused) loss = loss + ops::sum(unused.working());
+    scaler.scale(loss).backward();
+    const StepResult result = scaler.step(sgd);
+    scaler.update();
+    return result;
+  };
+  CHECK(run_step(true).stepped());
+  const std::vector<float> unused_before = unused.master().to_float_vector();
+  CHECK(run_step(false).stepped());  // unused holds zeros tagged 1 while S is 8
+  CHECK(unused.master().to_float_vector() == unused_before);
+  CHECK(used.master().get(0) == 0.0);  // 1 - 0.5 - 0.5
+}
+
+TEST_CASE("GradScaler: a scale below 1 that makes an unscaled gradient overflow skips the step",
+          "[grad_scaler]") {
+  Parameter w("w", Tensor::ones({2}));
+  SGD sgd({w}, {.lr = 1.0});
+  GradScaler scaler(std::make_unique<StaticLossScale>(0.25));
+  // dL/dw = 1e38 * 10 = 1e39, beyond FP32; scaled by 0.25 it is 2.5e38, still finite.
+  scaler.scale(ops::sum(ops::mul_scalar(ops::mul_scalar(w.working(), 1e38), 10.0))).backward();
+  CHECK(std::isfinite(w.grad().get(0)));
+  const StepResult result = scaler.step(sgd);
+  CHECK(result.skipped());
+  CHECK(result.nonfinite_tensors == std::vector<std::string>{"w"});
+  CHECK(w.master().to_float_vector() == std::vector<float>{1.f, 1.f});
+}
+
+TEST_CASE("GradScaler: gradients written after unscale are checked again before the step",
+          "[grad_scaler]") {
+  Parameter w("w", Tensor::ones({2}));
+  SGD sgd({w}, {.lr = 0.1});
+  GradScaler scaler(dynamic(16.0));
+  scaler.scale(ops::sum(w.working())).backward();
+  scaler.unscale(sgd);
+  // A late backward from an unscaled loss: its tag (1) matches the unscaled buffer.
+  ops::sum(ops::mul_scalar(w.working(), std::numeric_limits<double>::infinity())).backward();
+  const StepResult result = scaler.step(sgd);
+  CHECK(result.skipped());
+  CHECK(result.nonfinite_tensors == std::vector<std::string>{"w"});
+  CHECK(w.master().to_float_vector() == std::vector<float>{1.f, 1.f});
+  CHECK(scaler.update().next_scale == 8.0);
+}
+
+TEST_CASE("GradScaler: clipping after unscale is rechecked and still steps", "[grad_scaler]") {
+  Toy toy;
+  const Batch batch = make_batch(4, 14);
+  SGD sgd(toy.params(), {.lr = 0.1});
+  GradScaler scaler(dynamic(16.0));
+  scaler.scale(toy.loss(batch.x, batch.y)).backward();
+  scaler.unscale(sgd);
+  clip_grad_norm(toy.params(), 1e-3);
+  CHECK(scaler.step(sgd).stepped());
+  CHECK(sgd.steps_taken() == 1);
+}
+
+TEST_CASE("GradScaler: step with no gradients at all throws", "[grad_scaler]") {
+  Toy toy;
+  const Batch batch = make_batch(4, 15);
+  SGD sgd(toy.params(), {.lr = 0.1});
+  GradScaler scaler(dynamic(16.0));
+  (void)scaler.scale(toy.loss(batch.x, batch.y));  // backward forgotten
+  CHECK_THROWS_WITH(scaler.step(sgd), Contains("has no gradients"));
+  CHECK(sgd.steps_taken() == 0);
+}
+
+TEST_CASE("GradScaler: an optimizer step that throws is neither counted nor moves the scale",
+          "[grad_scaler]") {
+  Parameter a("a", Tensor::ones({2}));
+  Parameter b("b", Tensor::ones({2}));
+  SGD sgd({a, b}, {.lr = 0.5});
+  DynamicLossScaleOptions options;
+  options.init_scale = 8.0;
+  options.growth_interval = 1;
+  GradScaler scaler(std::make_unique<DynamicLossScale>(options));
+  scaler.scale(ops::sum(a.working())).backward();
+  // An F16 gradient: the optimizer needs F32 and refuses before touching any master.
+  b.master().set_grad(Tensor::ones({2}, DType::F16));
+  b.master().set_grad_scale(8.0);  // as if a scaled backward had written it
+  CHECK_THROWS_WITH(scaler.step(sgd), Contains("'b'") && Contains("F32"));
+  CHECK(a.master().to_float_vector() == std::vector<float>{1.f, 1.f});
+  CHECK(sgd.steps_taken() == 0);
+  CHECK_THROWS_WITH(scaler.update(), Contains("step failed") && Contains("not counted"));
+  CHECK(scaler.scale_value() == 8.0);
+  CHECK(scaler.effective_steps() == 0);
+  // The scaler is usable again.
+  sgd.zero_grad();
+  scaler.scale(ops::sum(a.working())).backward();
+  CHECK(scaler.step(sgd).stepped());
+  CHECK(scaler.update().next_scale == 16.0);
 }
 
 TEST_CASE("GradScaler: state round trip continues the exact scale trajectory", "[grad_scaler]") {
@@ -494,9 +623,15 @@ TEST_CASE("GradScaler: a malformed or mismatched state is refused and changes no
   nlohmann::json negative = good;
   negative["skipped_in_a_row"] = -1;
   CHECK_THROWS_WITH(scaler.load_state_dict(negative), Contains("skipped_in_a_row"));
+  nlohmann::json numeric_kind = good;
+  numeric_kind["policy"]["kind"] = 7;
+  CHECK_THROWS_AS(scaler.load_state_dict(numeric_kind), Error);
   GradScaler disabled(dynamic(512.0), false);
   CHECK_THROWS_WITH(disabled.load_state_dict(good), Contains("enabled"));
   CHECK(scaler.state_dict() == good);
+  Tensor loss = Tensor::scalar(1.0).set_requires_grad(true);
+  (void)scaler.scale(loss);  // a step has started: the scale may not change under it
+  CHECK_THROWS_WITH(scaler.load_state_dict(good), Contains("a step is in progress"));
 }
 
 TEST_CASE("StepTelemetry: one JSON object with every field, non-finite numbers as strings",

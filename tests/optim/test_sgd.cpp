@@ -204,5 +204,6 @@ TEST_CASE("SGD and the optimizer base reject invalid options", "[sgd]") {
   SGD sgd({p});
   CHECK_THROWS_WITH(sgd.set_lr(-1.0), Catch::Contains("learning rate"));
   CHECK_THROWS(sgd.set_lr(nan));
+  CHECK_THROWS_WITH(sgd.set_lr(1e39), Catch::Contains("FP32"));  // inf as an FP32 rate
   CHECK(sgd.lr() == 0.01);
 }

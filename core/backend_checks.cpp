@@ -1,0 +1,438 @@
+#include "core/backend_checks.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "core/math/window.h"
+#include "core/tensor.h"
+
+namespace mixprec::backend_checks {
+namespace {
+
+void all_on_device(const char* op, Device device,
+                   std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
+  for (const auto& [what, t] : operands)
+    if (t != nullptr) on_device(op, what, *t, device);
+}
+
+void same_numel(const char* op, const Tensor& a, const Tensor& b) {
+  MIXPREC_CHECK(a.numel() == b.numel(), op, ": ", describe(a), " and ", describe(b),
+                " differ in size");
+}
+
+// `t` is an F32 flag tensor of one element: the shared found_inf of the amp primitives.
+void found_inf_flag(const char* op, const Tensor& t, Device device) {
+  MIXPREC_CHECK(t.defined(), op, ": found_inf is undefined; pass an F32 [1] tensor");
+  on_device(op, "found_inf", t, device);
+  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == 1, op, ": found_inf must be F32 [1], got ",
+                describe(t));
+}
+
+// The F32 [rows] statistics of layer norm.
+void row_statistics(const char* op, const Tensor& mean, const Tensor& rstd, int64_t rows) {
+  MIXPREC_CHECK(mean.dtype() == DType::F32 && rstd.dtype() == DType::F32 &&
+                    mean.numel() == rows && rstd.numel() == rows,
+                op, ": mean ", describe(mean), " and rstd ", describe(rstd), " must be F32 [",
+                rows, "]");
+}
+
+// A per-column parameter (or its gradient) of layer norm: x's dtype, `cols` elements.
+void column_parameter(const char* op, const char* what, const Tensor* p, const Tensor& x,
+                      int64_t cols) {
+  if (p == nullptr) return;
+  MIXPREC_CHECK(p->dtype() == x.dtype() && p->numel() == cols, op, ": ", what, " ",
+                describe(*p), " must be [", cols, "] of the input's dtype (input ", describe(x),
+                ")");
+}
+
+Rows last_dim_rows(const Tensor& x) {
+  const int64_t cols = x.dim() == 0 ? 1 : x.size(-1);
+  return {cols == 0 ? 0 : x.numel() / cols, cols};
+}
+
+// The [N, C] logits and their I32 [N] labels.
+Rows logits_rows(const char* op, const Tensor& logits, const Tensor& labels) {
+  MIXPREC_CHECK(logits.dim() == 2, op, ": logits must be [N, C], got ", describe(logits));
+  const Rows r{logits.size(0), logits.size(1)};
+  MIXPREC_CHECK(labels.dtype() == DType::I32 && labels.numel() == r.rows, op, ": labels ",
+                describe(labels), " must be I32 [", r.rows, "] for logits ", describe(logits));
+  return r;
+}
+
+Pool2dGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x, const Shape& y) {
+  MIXPREC_CHECK(x.size() == 4 && y.size() == 4, op, ": expected 4-D input and output, got ",
+                shape_str(x), " and ", shape_str(y));
+  MIXPREC_CHECK(d.kernel_h >= 1 && d.kernel_w >= 1 && d.stride_h >= 1 && d.stride_w >= 1 &&
+                    d.pad_h >= 0 && d.pad_w >= 0,
+                op, ": invalid kernel, stride or padding");
+  Pool2dGeometry g{.planes = x[0] * x[1], .h = x[2], .w = x[3], .oh = y[2], .ow = y[3],
+                   .kh = d.kernel_h, .kw = d.kernel_w,
+                   .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
+  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": window ", g.kh, "x",
+                g.kw, " is larger than the padded input ", shape_str(x));
+  MIXPREC_CHECK(y[0] == x[0] && y[1] == x[1] &&
+                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
+                op, ": inconsistent shapes: input ", shape_str(x), ", output ", shape_str(y));
+  // The argmax is a flat index into one plane, stored as I32.
+  MIXPREC_CHECK(g.h * g.w <= INT32_MAX, op, ": input planes of ", g.h, "x", g.w,
+                " elements are too large for an I32 argmax; pool smaller planes");
+  return g;
+}
+
+}  // namespace
+
+// ---- building blocks --------------------------------------------------------------------------
+
+void on_device(const char* op, const char* what, const Tensor& t, Device device) {
+  MIXPREC_CHECK(t.defined(), op, ": ", what, " is undefined; pass a tensor on ", device);
+  MIXPREC_CHECK(t.device() == device, op, ": ", what, " ", describe(t), " is not on ", device,
+                "; move it there with .to(", device, ") first");
+}
+
+void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    if (t == nullptr) continue;
+    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
+                  describe(*first), " and ", describe(*t));
+  }
+}
+
+void same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  MIXPREC_CHECK(a.shape() == b.shape(), op, ": shape mismatch between ", describe(a), " and ",
+                describe(b));
+}
+
+bool broadcasts_to(const Shape& in, const Shape& out) {
+  if (in.size() > out.size()) return false;
+  const size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1 && in[i] != out[lead + i]) return false;
+  return true;
+}
+
+// ---- fills, casts, copies -----------------------------------------------------------------
+
+void cast(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("cast", device, {{"x", &x}, {"y", &y}});
+  same_numel("cast", x, y);
+}
+
+void copy(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("copy", device, {{"x", &x}, {"y", &y}});
+  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "copy: ", describe(x), " and ",
+                describe(y), " differ");
+}
+
+// ---- elementwise --------------------------------------------------------------------------
+
+void unary(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("unary", device, {{"x", &x}, {"y", &y}});
+  same_dtype("unary", {&x, &y});
+  same_shape("unary", x, y);
+}
+
+void unary_backward(Device device, const Tensor& x, const Tensor& y, const Tensor& dy,
+                    const Tensor& dx) {
+  constexpr const char* kOp = "unary_backward";
+  all_on_device(kOp, device, {{"x", &x}, {"y", &y}, {"dy", &dy}, {"dx", &dx}});
+  for (const Tensor* t : {&y, &dy, &dx}) {
+    same_dtype(kOp, {&x, t});
+    same_shape(kOp, x, *t);
+  }
+}
+
+void affine(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("affine", device, {{"x", &x}, {"y", &y}});
+  same_dtype("affine", {&x, &y});
+  same_shape("affine", x, y);
+}
+
+void binary(Device device, const Tensor& a, const Tensor& b, const Tensor& out) {
+  all_on_device("binary", device, {{"a", &a}, {"b", &b}, {"out", &out}});
+  same_dtype("binary", {&a, &out});
+  same_dtype("binary", {&b, &out});
+  MIXPREC_CHECK(broadcasts_to(a.shape(), out.shape()) && broadcasts_to(b.shape(), out.shape()),
+                "binary: ", describe(a), " and ", describe(b), " do not broadcast to ",
+                describe(out));
+}
+
+void sum_to(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("sum_to", device, {{"x", &x}, {"y", &y}});
+  same_dtype("sum_to", {&x, &y});
+  MIXPREC_CHECK(broadcasts_to(y.shape(), x.shape()), "sum_to: ", describe(y),
+                " does not broadcast to ", describe(x));
+}
+
+void expand(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("expand", device, {{"x", &x}, {"y", &y}});
+  same_dtype("expand", {&x, &y});
+  MIXPREC_CHECK(broadcasts_to(x.shape(), y.shape()), "expand: ", describe(x),
+                " does not broadcast to ", describe(y));
+}
+
+Rows causal_mask(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("causal_mask", device, {{"x", &x}, {"y", &y}});
+  same_dtype("causal_mask", {&x, &y});
+  same_shape("causal_mask", x, y);
+  MIXPREC_CHECK(x.dim() >= 2, "causal_mask: expected at least 2 dimensions, got ", describe(x));
+  return {x.size(-2), x.size(-1)};
+}
+
+// ---- layout -----------------------------------------------------------------------------
+
+void permute(Device device, const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) {
+  all_on_device("permute", device, {{"x", &x}, {"y", &y}});
+  same_dtype("permute", {&x, &y});
+  const int64_t rank = x.dim();
+  MIXPREC_CHECK(static_cast<int64_t>(perm.size()) == rank && y.dim() == rank, "permute: ",
+                describe(x), " -> ", describe(y), " needs a permutation of ", rank,
+                " dimensions, got ", perm.size());
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t p = perm[static_cast<size_t>(i)];
+    MIXPREC_CHECK(p >= 0 && p < rank && !seen[static_cast<size_t>(p)], "permute: ",
+                  shape_str(perm), " is not a permutation of the dimensions of ", describe(x));
+    seen[static_cast<size_t>(p)] = true;
+    MIXPREC_CHECK(y.shape()[i] == x.shape()[p], "permute: output ", describe(y),
+                  " does not match ", describe(x), " permuted by ", shape_str(perm));
+  }
+}
+
+void copy_narrow(Device device, const Tensor& src, int64_t dim, int64_t src_start,
+                 const Tensor& dst, int64_t dst_start, int64_t length) {
+  all_on_device("copy_narrow", device, {{"src", &src}, {"dst", &dst}});
+  same_dtype("copy_narrow", {&src, &dst});
+  const int64_t rank = src.dim();
+  MIXPREC_CHECK(dst.dim() == rank && dim >= 0 && dim < rank, "copy_narrow: dimension ", dim,
+                " is invalid for ", describe(src), " -> ", describe(dst));
+  for (int64_t d = 0; d < rank; ++d)
+    MIXPREC_CHECK(d == dim || src.shape()[d] == dst.shape()[d], "copy_narrow: ", describe(src),
+                  " and ", describe(dst), " differ outside dimension ", dim);
+  const int64_t src_extent = src.shape()[dim], dst_extent = dst.shape()[dim];
+  MIXPREC_CHECK(length >= 0 && src_start >= 0 && src_start + length <= src_extent &&
+                    dst_start >= 0 && dst_start + length <= dst_extent,
+                "copy_narrow: range [", src_start, ", ", src_start + length, ") of ",
+                describe(src), " -> [", dst_start, ", ", dst_start + length, ") of ",
+                describe(dst), " along dimension ", dim, " is out of bounds");
+}
+
+// ---- neural-network primitives ----------------------------------------------------------
+
+Rows softmax(Device device, const Tensor& x, const Tensor& y) {
+  all_on_device("softmax", device, {{"x", &x}, {"y", &y}});
+  same_numel("softmax", x, y);
+  MIXPREC_CHECK(y.dtype() == x.dtype(), "softmax: output ", describe(y), " must be ", x.dtype());
+  return last_dim_rows(x);
+}
+
+Rows softmax_backward(Device device, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  all_on_device("softmax_backward", device, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
+  MIXPREC_CHECK(y.dtype() == dy.dtype() && y.dtype() == dx.dtype() && y.numel() == dy.numel() &&
+                    y.numel() == dx.numel(),
+                "softmax_backward: y ", describe(y), ", dy ", describe(dy), " and dx ",
+                describe(dx), " must match");
+  return last_dim_rows(y);
+}
+
+Rows cross_entropy(Device device, const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                   const Tensor& row_stats) {
+  constexpr const char* kOp = "cross_entropy";
+  all_on_device(kOp, device, {{"logits", &logits}, {"labels", &labels}, {"loss", &loss},
+                              {"row statistics", &row_stats}});
+  const Rows r = logits_rows(kOp, logits, labels);
+  MIXPREC_CHECK(loss.dtype() == DType::F32 && loss.numel() == 1 &&
+                    row_stats.dtype() == DType::F32 && row_stats.numel() == 2 * r.rows,
+                "cross_entropy: loss ", describe(loss), " and row statistics ",
+                describe(row_stats), " must be F32 (a scalar and [", r.rows, ", 2])");
+  return r;
+}
+
+Rows cross_entropy_backward(Device device, const Tensor& logits, const Tensor& labels,
+                            const Tensor& row_stats, const Tensor& dloss, const Tensor& dlogits) {
+  constexpr const char* kOp = "cross_entropy_backward";
+  all_on_device(kOp, device, {{"logits", &logits}, {"labels", &labels},
+                              {"row statistics", &row_stats}, {"dloss", &dloss},
+                              {"dlogits", &dlogits}});
+  const Rows r = logits_rows(kOp, logits, labels);
+  MIXPREC_CHECK(row_stats.dtype() == DType::F32 && row_stats.numel() == 2 * r.rows &&
+                    dloss.dtype() == DType::F32 && dloss.numel() == 1,
+                "cross_entropy_backward: row statistics ", describe(row_stats), " and dloss ",
+                describe(dloss), " must be F32 ([", r.rows, ", 2] and a scalar)");
+  MIXPREC_CHECK(dlogits.dtype() == logits.dtype() && dlogits.numel() == logits.numel(),
+                "cross_entropy_backward: dlogits ", describe(dlogits), " must match logits ",
+                describe(logits));
+  return r;
+}
+
+Rows layer_norm(Device device, const Tensor& x, const Tensor* weight, const Tensor* bias,
+                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  constexpr const char* kOp = "layer_norm";
+  all_on_device(kOp, device, {{"x", &x}, {"weight", weight}, {"bias", bias}, {"y", &y},
+                              {"mean", &mean}, {"rstd", &rstd}});
+  MIXPREC_CHECK(x.dim() >= 1, kOp, ": expected at least one dimension, got ", describe(x));
+  const Rows r = last_dim_rows(x);
+  MIXPREC_CHECK(y.dtype() == x.dtype() && y.numel() == x.numel(), kOp, ": output ", describe(y),
+                " must match the input ", describe(x));
+  column_parameter(kOp, "weight", weight, x, r.cols);
+  column_parameter(kOp, "bias", bias, x, r.cols);
+  row_statistics(kOp, mean, rstd, r.rows);
+  return r;
+}
+
+Rows layer_norm_backward(Device device, const Tensor& x, const Tensor* weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                         const Tensor& dx, const Tensor* dweight, const Tensor* dbias) {
+  constexpr const char* kOp = "layer_norm_backward";
+  all_on_device(kOp, device, {{"x", &x}, {"weight", weight}, {"mean", &mean}, {"rstd", &rstd},
+                              {"dy", &dy}, {"dx", &dx}, {"dweight", dweight}, {"dbias", dbias}});
+  MIXPREC_CHECK(x.dim() >= 1, kOp, ": expected at least one dimension, got ", describe(x));
+  const Rows r = last_dim_rows(x);
+  MIXPREC_CHECK(dy.dtype() == x.dtype() && dy.numel() == x.numel() && dx.dtype() == x.dtype() &&
+                    dx.numel() == x.numel(),
+                kOp, ": dy ", describe(dy), " and dx ", describe(dx), " must match the input ",
+                describe(x));
+  column_parameter(kOp, "weight", weight, x, r.cols);
+  column_parameter(kOp, "dweight", dweight, x, r.cols);
+  column_parameter(kOp, "dbias", dbias, x, r.cols);
+  row_statistics(kOp, mean, rstd, r.rows);
+  return r;
+}
+
+Rows embedding(Device device, const Tensor& weight, const Tensor& ids, const Tensor& y) {
+  all_on_device("embedding", device, {{"weight", &weight}, {"ids", &ids}, {"y", &y}});
+  MIXPREC_CHECK(weight.dim() == 2 && ids.dtype() == DType::I32, "embedding: weight ",
+                describe(weight), " must be [V, D] and ids ", describe(ids), " I32");
+  const Rows r{ids.numel(), weight.size(1)};
+  MIXPREC_CHECK(y.dtype() == weight.dtype() && y.numel() == r.rows * r.cols, "embedding: output ",
+                describe(y), " does not match ", r.rows, " ids of ", describe(weight));
+  return r;
+}
+
+Rows embedding_backward(Device device, const Tensor& ids, const Tensor& dy,
+                        const Tensor& dweight) {
+  all_on_device("embedding_backward", device, {{"ids", &ids}, {"dy", &dy}, {"dweight", &dweight}});
+  MIXPREC_CHECK(dweight.dim() == 2 && ids.dtype() == DType::I32, "embedding_backward: dweight ",
+                describe(dweight), " must be [V, D] and ids ", describe(ids), " I32");
+  const Rows r{ids.numel(), dweight.size(1)};
+  MIXPREC_CHECK(dy.dtype() == dweight.dtype() && dy.numel() == r.rows * r.cols,
+                "embedding_backward: dy ", describe(dy), " does not match ", r.rows,
+                " ids and dweight ", describe(dweight));
+  return r;
+}
+
+void dropout(Device device, const Tensor& x, float p, const Tensor& y) {
+  all_on_device("dropout", device, {{"x", &x}, {"y", &y}});
+  MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "dropout: ", describe(x),
+                " and ", describe(y), " differ");
+  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
+}
+
+Pool2dGeometry pool2d(Device device, const Pool2dDesc& desc, const Tensor& x, const Tensor& y,
+                      const Tensor* argmax) {
+  all_on_device("pool2d", device, {{"x", &x}, {"y", &y}, {"argmax", argmax}});
+  const Pool2dGeometry g = pool_geometry("pool2d", desc, x.shape(), y.shape());
+  same_dtype("pool2d", {&x, &y});
+  if (desc.kind == PoolKind::Max && argmax) {
+    MIXPREC_CHECK(argmax->dtype() == DType::I32 && argmax->shape() == y.shape(), "pool2d: argmax ",
+                  describe(*argmax), " must be I32 of the output's shape ", shape_str(y.shape()));
+  }
+  return g;
+}
+
+Pool2dGeometry pool2d_backward(Device device, const Pool2dDesc& desc, const Tensor& dy,
+                               const Tensor* argmax, const Tensor& dx) {
+  all_on_device("pool2d_backward", device, {{"dy", &dy}, {"argmax", argmax}, {"dx", &dx}});
+  const Pool2dGeometry g = pool_geometry("pool2d_backward", desc, dx.shape(), dy.shape());
+  same_dtype("pool2d_backward", {&dy, &dx});
+  if (desc.kind == PoolKind::Max) {
+    MIXPREC_CHECK(argmax && argmax->dtype() == DType::I32 && argmax->shape() == dy.shape(),
+                  "pool2d_backward: max pooling needs the I32 argmax of the forward, shaped ",
+                  shape_str(dy.shape()));
+  }
+  return g;
+}
+
+// ---- mixed precision --------------------------------------------------------------------
+
+void unscale_and_check(Device device, const std::vector<Tensor>& grads, double inv_scale,
+                       const Tensor& found_inf, const Tensor& tensor_flags) {
+  constexpr const char* kOp = "unscale_and_check";
+  MIXPREC_CHECK(std::isfinite(inv_scale) && inv_scale > 0, kOp,
+                ": inv_scale must be finite and positive, got ", inv_scale);
+  found_inf_flag(kOp, found_inf, device);
+  MIXPREC_CHECK(tensor_flags.defined(), kOp, ": tensor_flags is undefined; pass an I32 [",
+                grads.size(), "] tensor");
+  on_device(kOp, "tensor_flags", tensor_flags, device);
+  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
+                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
+                kOp, ": tensor_flags must be I32 [", grads.size(),
+                "] (one flag per gradient), got ", describe(tensor_flags));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
+    on_device(kOp, "gradient", g, device);
+    MIXPREC_CHECK(is_floating(g.dtype()), kOp, ": gradient ", i, " is ", describe(g),
+                  "; gradients must be F32, F16 or BF16");
+  }
+}
+
+void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out) {
+  constexpr const char* kOp = "squared_norms";
+  MIXPREC_CHECK(out.defined(), kOp, ": out is undefined; pass an F32 [", xs.size(), "] tensor");
+  on_device(kOp, "out", out, device);
+  MIXPREC_CHECK(out.dtype() == DType::F32 && out.shape() == Shape{static_cast<int64_t>(xs.size())},
+                kOp, ": out must be F32 [", xs.size(), "] (one value per tensor), got ",
+                describe(out));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    MIXPREC_CHECK(x.defined(), kOp, ": tensor ", i, " is undefined");
+    on_device(kOp, "tensor", x, device);
+    MIXPREC_CHECK(is_floating(x.dtype()), kOp, ": tensor ", i, " is ", describe(x),
+                  "; only F32, F16 and BF16 tensors are supported");
+  }
+}
+
+// `working` may be F16 or BF16 (the usual case), or F32 when it is a tensor distinct from the
+// master (a plain copy, e.g. a replica). A working copy that shares the master's storage is
+// rejected: under an F32 policy the master is its own working copy, and the caller passes
+// null.
+void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
+              const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
+  constexpr const char* kOp = "sgd_step";
+  MIXPREC_CHECK(master.defined() && grad.defined(), kOp, ": master and grad must be defined");
+  on_device(kOp, "master", master, device);
+  on_device(kOp, "grad", grad, device);
+  MIXPREC_CHECK(master.dtype() == DType::F32, kOp, ": the master must be F32, got ",
+                describe(master));
+  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), kOp,
+                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
+                describe(master));
+  MIXPREC_CHECK(hyper.momentum == 0.0f || momentum != nullptr, kOp, ": momentum ",
+                hyper.momentum, " needs a momentum buffer (F32, ", describe(master),
+                "); pass one");
+  if (momentum != nullptr) {
+    MIXPREC_CHECK(momentum->defined(), kOp, ": the momentum buffer is undefined");
+    on_device(kOp, "momentum buffer", *momentum, device);
+    MIXPREC_CHECK(momentum->dtype() == DType::F32 && momentum->shape() == master.shape(), kOp,
+                  ": the momentum buffer ", describe(*momentum), " must be F32 with the master's "
+                  "shape ", describe(master));
+  }
+  if (working != nullptr) {
+    MIXPREC_CHECK(working->defined(), kOp, ": the working copy is undefined; pass null for none");
+    on_device(kOp, "working copy", *working, device);
+    MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), kOp,
+                  ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
+                  "master's shape ", describe(master));
+    MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, kOp,
+                  ": the working copy shares the master's storage; pass null when the master is "
+                  "its own working copy");
+  }
+  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+}
+
+}  // namespace mixprec::backend_checks

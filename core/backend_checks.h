@@ -1,0 +1,93 @@
+// Argument validation of the Backend primitives (core/backend.h), shared by every backend so
+// that the CPU and CUDA backends accept the same calls and refuse the others with the same
+// messages. Each function throws mixprec::Error naming the primitive and the offending
+// operand; the per-primitive ones also check that every tensor is defined and lives on
+// `device`, the calling backend's device. Dtypes a primitive does not compute are refused
+// later, by the backend's dispatch.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/device.h"
+#include "core/math/pool_geometry.h"
+#include "core/shape.h"
+
+namespace mixprec {
+
+class Tensor;
+
+namespace backend_checks {
+
+// ---- building blocks --------------------------------------------------------------------
+
+// `t` is defined and lives on `device`; the message names `op` and `what` the tensor is.
+void on_device(const char* op, const char* what, const Tensor& t, Device device);
+// Every tensor of `ts` (null entries skipped) has the dtype of the first.
+void same_dtype(const char* op, std::initializer_list<const Tensor*> ts);
+void same_shape(const char* op, const Tensor& a, const Tensor& b);
+// `in` broadcasts to `out` (right-aligned; each extent 1 or equal).
+bool broadcasts_to(const Shape& in, const Shape& out);
+
+// The row layout of a primitive that works on the last dimension: `cols` values per row.
+struct Rows {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// ---- fills, casts, copies -----------------------------------------------------------------
+void cast(Device device, const Tensor& x, const Tensor& y);
+void copy(Device device, const Tensor& x, const Tensor& y);
+
+// ---- elementwise --------------------------------------------------------------------------
+void unary(Device device, const Tensor& x, const Tensor& y);
+void unary_backward(Device device, const Tensor& x, const Tensor& y, const Tensor& dy,
+                    const Tensor& dx);
+void affine(Device device, const Tensor& x, const Tensor& y);
+void binary(Device device, const Tensor& a, const Tensor& b, const Tensor& out);
+void sum_to(Device device, const Tensor& x, const Tensor& y);
+void expand(Device device, const Tensor& x, const Tensor& y);
+// Returns the rows and columns of the last two dims (x has at least two).
+Rows causal_mask(Device device, const Tensor& x, const Tensor& y);
+
+// ---- layout -----------------------------------------------------------------------------
+void permute(Device device, const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y);
+void copy_narrow(Device device, const Tensor& src, int64_t dim, int64_t src_start,
+                 const Tensor& dst, int64_t dst_start, int64_t length);
+
+// ---- neural-network primitives ----------------------------------------------------------
+// Softmax rows are the last dim (a 0-d tensor is one row of one value).
+Rows softmax(Device device, const Tensor& x, const Tensor& y);
+Rows softmax_backward(Device device, const Tensor& y, const Tensor& dy, const Tensor& dx);
+// Rows and classes of the [N, C] logits.
+Rows cross_entropy(Device device, const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                   const Tensor& row_stats);
+Rows cross_entropy_backward(Device device, const Tensor& logits, const Tensor& labels,
+                            const Tensor& row_stats, const Tensor& dloss, const Tensor& dlogits);
+Rows layer_norm(Device device, const Tensor& x, const Tensor* weight, const Tensor* bias,
+                const Tensor& y, const Tensor& mean, const Tensor& rstd);
+Rows layer_norm_backward(Device device, const Tensor& x, const Tensor* weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                         const Tensor& dx, const Tensor* dweight, const Tensor* dbias);
+// The number of ids and the row length of the [V, D] table.
+Rows embedding(Device device, const Tensor& weight, const Tensor& ids, const Tensor& y);
+Rows embedding_backward(Device device, const Tensor& ids, const Tensor& dy,
+                        const Tensor& dweight);
+void dropout(Device device, const Tensor& x, float p, const Tensor& y);
+// The geometry of x [N, C, H, W] pooled into y [N, C, OH, OW].
+Pool2dGeometry pool2d(Device device, const Pool2dDesc& desc, const Tensor& x, const Tensor& y,
+                      const Tensor* argmax);
+Pool2dGeometry pool2d_backward(Device device, const Pool2dDesc& desc, const Tensor& dy,
+                               const Tensor* argmax, const Tensor& dx);
+
+// ---- mixed precision --------------------------------------------------------------------
+void unscale_and_check(Device device, const std::vector<Tensor>& grads, double inv_scale,
+                       const Tensor& found_inf, const Tensor& tensor_flags);
+void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out);
+void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
+              const Tensor* momentum, const Tensor* working, const Tensor* found_inf);
+
+}  // namespace backend_checks
+}  // namespace mixprec

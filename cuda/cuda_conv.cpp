@@ -1,0 +1,440 @@
+// 2-D convolution of the CUDA backend through cuDNN's convolution API (cudnnConvolution*,
+// deprecated in cuDNN 9 in favour of the graph API but complete and supported throughout
+// 9.x).
+//
+// Numerics (the CPU backend's, core/backend.h): NCHW tensors of one dtype; F16 and BF16 are
+// convolved with FP32 accumulation (compute type CUDNN_DATA_FLOAT, cuDNN's "pseudo half"
+// configuration) and rounded once on store. F32 convolutions run with CUDNN_FMA_MATH, which
+// excludes TF32 tensor cores, unless tf32_allowed().
+//
+// - Bias: y is first filled with the bias broadcast over N, H and W (an exact copy: the bias
+//   has y's dtype), then the convolution blends into it with beta = 1, so conv + bias is
+//   summed in FP32 and rounded once, as the CPU backend does; a separate add after the
+//   convolution would round a 16-bit y twice.
+// - dbias: the sum of dy over N, H and W by the backend's sum_to kernel, in FP32 and in an
+//   order fixed by the shape (cuda/kernels/broadcast.h).
+// - Algorithms: one plan per pass and problem (shape, stride, padding, dtype, TF32 switch,
+//   device) holds the cuDNN descriptors and the algorithm, chosen on first use from
+//   cudnnGet*Algorithm_v7's ranking: the fastest that is deterministic and needs at most
+//   kMaxWorkspace bytes of workspace. Determinism rules out backward-data ALGO_0 and
+//   backward-filter ALGO_0 and ALGO_3, which sum with atomics in an order that changes from
+//   run to run. Only when no deterministic algorithm is offered within the workspace limit
+//   is the heuristic's best non-deterministic one taken (cuDNN's deterministic ALGO_1 of
+//   both passes is documented for plain NCHW cross-correlation, so this is not expected).
+//   The heuristic is used rather than cudnnFind*, which times every algorithm: the choice
+//   would then depend on timing noise and could differ between runs.
+// - Workspace: from the backend's caching allocator for the duration of the call.
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+#include "core/math/window.h"
+#include "core/math_mode.h"
+#include "core/tensor.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels/broadcast.h"
+
+namespace mixprec {
+namespace {
+
+// Largest workspace an algorithm may use. Beyond it the next-ranked algorithm is taken
+// (FFT-based ones can ask for gigabytes on large images).
+constexpr size_t kMaxWorkspace = size_t{512} << 20;
+
+struct ConvGeometry {
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // filter
+  int64_t oh, ow;      // output
+  int64_t sh, sw, ph, pw;
+};
+
+// The CPU backend's shape checks, with its messages.
+ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
+                           const Conv2dDesc& d) {
+  MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
+                ": expected 4-D input, filter and output, got ", shape_str(x), ", ", shape_str(w),
+                " and ", shape_str(y));
+  MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
+                ": invalid stride or padding");
+  ConvGeometry g{.n = x[0], .c = x[1], .h = x[2], .w = x[3],
+                 .o = w[0], .kh = w[2], .kw = w[3],
+                 .oh = y[2], .ow = y[3],
+                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
+  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
+                " is larger than the padded input ", shape_str(x));
+  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o &&
+                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
+                op, ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
+                ", output ", shape_str(y));
+  return g;
+}
+
+void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    if (t == nullptr) continue;
+    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
+                  describe(*first), " and ", describe(*t));
+  }
+}
+
+// F32, F16 and BF16 only: the I32 refusal comes before any device work.
+void check_floating(const char* op, const Tensor& t) {
+  MIXPREC_CHECK(is_floating(t.dtype()), op, ": unsupported dtype ", t.dtype(),
+                " on the CUDA backend; convolutions take F32, F16 or BF16");
+}
+
+cudnnDataType_t cudnn_type(const char* op, DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::F16: return CUDNN_DATA_HALF;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    default: MIXPREC_FAIL(op, ": unsupported dtype ", dtype, " on the CUDA backend");
+  }
+}
+
+// cuDNN's descriptors take int extents, and its convolutions index with 32 bits.
+void check_cudnn_limits(const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
+                        const Conv2dDesc& d) {
+  for (const Tensor* t : {&x, &w, &y}) {
+    MIXPREC_CHECK(t->numel() <= INT32_MAX, op, ": ", describe(*t), " has 2^31 elements or more, "
+                  "beyond cuDNN's convolutions; split the batch");
+  }
+  MIXPREC_CHECK(d.stride_h <= INT32_MAX && d.stride_w <= INT32_MAX && d.pad_h <= INT32_MAX &&
+                    d.pad_w <= INT32_MAX,
+                op, ": stride or padding beyond cuDNN's int range");
+}
+
+enum class ConvPass { Forward, BackwardData, BackwardFilter };
+
+const char* pass_name(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::Forward: return "conv2d";
+    case ConvPass::BackwardData: return "conv2d_backward_data";
+    case ConvPass::BackwardFilter: return "conv2d_backward_filter";
+  }
+  return "conv2d";
+}
+
+struct ConvKey {
+  int device;
+  ConvPass pass;
+  DType dtype;
+  bool tf32;
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
+  auto operator<=>(const ConvKey&) const = default;
+};
+
+class TensorDesc {
+ public:
+  TensorDesc(cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, type, static_cast<int>(n),
+                                           static_cast<int>(c), static_cast<int>(h),
+                                           static_cast<int>(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  cudnnTensorDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+class FilterDesc {
+ public:
+  FilterDesc(cudnnDataType_t type, int64_t o, int64_t c, int64_t kh, int64_t kw) {
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, type, CUDNN_TENSOR_NCHW, static_cast<int>(o),
+                                           static_cast<int>(c), static_cast<int>(kh),
+                                           static_cast<int>(kw)));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(desc_); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+  cudnnFilterDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnFilterDescriptor_t desc_ = nullptr;
+};
+
+class ConvDesc {
+ public:
+  explicit ConvDesc(const ConvKey& key) {
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_));
+    // Cross-correlation (no filter flip) is what conv2d computes; the compute type is FP32
+    // for every data type.
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        desc_, static_cast<int>(key.ph), static_cast<int>(key.pw), static_cast<int>(key.sh),
+        static_cast<int>(key.sw), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    set_math(initial_math(key));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(desc_); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+  cudnnConvolutionDescriptor_t get() const { return desc_; }
+  void set_math(cudnnMathType_t math) { CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, math)); }
+
+  // The math type the heuristic is asked with (it then ranks algorithms for it): tensor
+  // cores for 16-bit data; for F32, TF32 tensor cores only when allowed.
+  static cudnnMathType_t initial_math(const ConvKey& key) {
+    if (key.dtype != DType::F32) return CUDNN_TENSOR_OP_MATH;
+    return key.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  }
+
+ private:
+  cudnnConvolutionDescriptor_t desc_ = nullptr;
+};
+
+// The descriptors and algorithm of one pass of one problem. The algorithm is stored as an
+// int and cast back to the pass's enum.
+struct ConvPlan {
+  explicit ConvPlan(const ConvKey& key)
+      : x(cudnn_type(pass_name(key.pass), key.dtype), key.n, key.c, key.h, key.w),
+        y(cudnn_type(pass_name(key.pass), key.dtype), key.n, key.o,
+          window_output_size(key.h, key.kh, key.sh, key.ph),
+          window_output_size(key.w, key.kw, key.sw, key.pw)),
+        w(cudnn_type(pass_name(key.pass), key.dtype), key.o, key.c, key.kh, key.kw),
+        conv(key) {}
+
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+std::string problem_str(const ConvKey& k) {
+  return std::string(pass_name(k.pass)) + " of input [" + std::to_string(k.n) + ", " +
+         std::to_string(k.c) + ", " + std::to_string(k.h) + ", " + std::to_string(k.w) +
+         "] with filter [" + std::to_string(k.o) + ", " + std::to_string(k.c) + ", " +
+         std::to_string(k.kh) + ", " + std::to_string(k.kw) + "], stride " +
+         std::to_string(k.sh) + "x" + std::to_string(k.sw) + ", padding " +
+         std::to_string(k.ph) + "x" + std::to_string(k.pw);
+}
+
+// Picks plan.algo from the heuristic's ranking `perfs` (best first): the first candidate
+// that succeeded, is deterministic (unless none is) and whose workspace, asked again with the
+// math type it will run with, fits kMaxWorkspace. `workspace_of(algo, &bytes)` is the
+// pass's cudnnGet*WorkspaceSize.
+template <class Perf, class WorkspaceOf>
+void pick_algorithm(const ConvKey& key, ConvPlan& plan, const Perf* perfs, int count,
+                    const WorkspaceOf& workspace_of) {
+  for (const bool deterministic_only : {true, false}) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = perfs[i];
+      if (p.status != CUDNN_STATUS_SUCCESS) continue;
+      if (deterministic_only && p.determinism != CUDNN_DETERMINISTIC) continue;
+      // The heuristic names the math type that goes with the algorithm; an F32 problem keeps
+      // FMA math whatever it says, so TF32 stays off unless allowed.
+      const cudnnMathType_t math =
+          key.dtype == DType::F32 && !key.tf32 ? CUDNN_FMA_MATH : p.mathType;
+      plan.conv.set_math(math);
+      size_t bytes = 0;
+      if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
+      plan.algo = static_cast<int>(p.algo);
+      plan.workspace = bytes;
+      return;
+    }
+  }
+  MIXPREC_FAIL(problem_str(key), ", ", key.dtype, ": cuDNN offers no algorithm within ",
+               kMaxWorkspace >> 20, " MiB of workspace; reduce the batch or the image size");
+}
+
+void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan) {
+  int count = 0;
+  switch (key.pass) {
+    case ConvPass::Forward: {
+      cudnnConvolutionFwdAlgoPerf_t perfs[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan.x.get(), plan.w.get(),
+                                                         plan.conv.get(), plan.y.get(),
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
+                                                         perfs));
+      pick_algorithm(key, plan, perfs, count, [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, plan.x.get(), plan.w.get(),
+                                                       plan.conv.get(), plan.y.get(), algo, bytes);
+      });
+      return;
+    }
+    case ConvPass::BackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          handle, plan.w.get(), plan.y.get(), plan.conv.get(), plan.x.get(),
+          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perfs));
+      pick_algorithm(key, plan, perfs, count,
+                     [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+                       return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                           handle, plan.w.get(), plan.y.get(), plan.conv.get(), plan.x.get(),
+                           algo, bytes);
+                     });
+      return;
+    }
+    case ConvPass::BackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          handle, plan.x.get(), plan.y.get(), plan.conv.get(), plan.w.get(),
+          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perfs));
+      pick_algorithm(key, plan, perfs, count,
+                     [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+                       return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                           handle, plan.x.get(), plan.y.get(), plan.conv.get(), plan.w.get(),
+                           algo, bytes);
+                     });
+      return;
+    }
+  }
+}
+
+// Plans of every problem met so far, never evicted (a training run has a fixed set of
+// shapes); a plan stays at its address once inserted.
+class PlanCache {
+ public:
+  const ConvPlan& get(cudnnHandle_t handle, const ConvKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<ConvPlan>& slot = plans_[key];
+    if (!slot) {
+      auto plan = std::make_unique<ConvPlan>(key);
+      choose_algorithm(handle, key, *plan);
+      slot = std::move(plan);
+    }
+    return *slot;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+ConvKey conv_key(int device, ConvPass pass, DType dtype, const ConvGeometry& g) {
+  return {.device = device, .pass = pass, .dtype = dtype,
+          .tf32 = dtype == DType::F32 && tf32_allowed(),
+          .n = g.n, .c = g.c, .h = g.h, .w = g.w, .o = g.o, .kh = g.kh, .kw = g.kw,
+          .sh = g.sh, .sw = g.sw, .ph = g.ph, .pw = g.pw};
+}
+
+// cuDNN cannot describe a tensor with a zero extent; such problems are finished without it.
+bool degenerate(const Tensor& x, const Tensor& w, const Tensor& y) {
+  return x.numel() == 0 || w.numel() == 0 || y.numel() == 0;
+}
+
+}  // namespace
+
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
+                         const Conv2dDesc& desc, Tensor& y) {
+  constexpr const char* kOp = "conv2d";
+  check_here(kOp, "input", x);
+  check_here(kOp, "filter", w);
+  check_here(kOp, "output", y);
+  if (bias) check_here(kOp, "bias", *bias);
+  const ConvGeometry g = conv_geometry(kOp, x.shape(), w.shape(), y.shape(), desc);
+  check_same_dtype(kOp, {&x, &w, bias, &y});
+  MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
+                g.o, " elements");
+  check_floating(kOp, x);
+  if (y.numel() == 0) return;
+  check_cudnn_limits(kOp, x, w, y, desc);
+  use_device();
+  float beta = 0.0f;
+  if (bias) {
+    kernels::expand(y.dtype(), bias->data(), Shape{g.o, 1, 1}, y.data(), y.shape(), 1.0f, stream_);
+    beta = 1.0f;
+  }
+  if (degenerate(x, w, y)) {
+    // An empty sum per output: y is the bias, or zero.
+    if (!bias) fill(y, 0.0);
+    return;
+  }
+  cudnnHandle_t handle = cudnn_handle();
+  const ConvPlan& plan = plan_cache().get(handle, conv_key(device_index_, ConvPass::Forward,
+                                                           x.dtype(), g));
+  Scratch workspace(allocator_, plan.workspace);
+  const float alpha = 1.0f;
+  CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, plan.x.get(), x.data(), plan.w.get(),
+                                      w.data(), plan.conv.get(),
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
+                                      workspace.get(), plan.workspace, &beta, plan.y.get(),
+                                      y.data()));
+}
+
+void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
+                                       Tensor& dx) {
+  constexpr const char* kOp = "conv2d_backward_data";
+  check_here(kOp, "output gradient", dy);
+  check_here(kOp, "filter", w);
+  check_here(kOp, "input gradient", dx);
+  const ConvGeometry g = conv_geometry(kOp, dx.shape(), w.shape(), dy.shape(), desc);
+  check_same_dtype(kOp, {&dy, &w, &dx});
+  check_floating(kOp, dy);
+  if (dx.numel() == 0) return;
+  check_cudnn_limits(kOp, dx, w, dy, desc);
+  use_device();
+  if (degenerate(dx, w, dy)) return fill(dx, 0.0);
+  cudnnHandle_t handle = cudnn_handle();
+  const ConvPlan& plan = plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardData,
+                                                           dy.dtype(), g));
+  Scratch workspace(allocator_, plan.workspace);
+  const float alpha = 1.0f, beta = 0.0f;
+  CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, plan.w.get(), w.data(), plan.y.get(),
+                                           dy.data(), plan.conv.get(),
+                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
+                                           workspace.get(), plan.workspace, &beta, plan.x.get(),
+                                           dx.data()));
+}
+
+void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
+                                         Tensor& dw, Tensor* dbias) {
+  constexpr const char* kOp = "conv2d_backward_filter";
+  check_here(kOp, "input", x);
+  check_here(kOp, "output gradient", dy);
+  check_here(kOp, "filter gradient", dw);
+  if (dbias) check_here(kOp, "bias gradient", *dbias);
+  const ConvGeometry g = conv_geometry(kOp, x.shape(), dw.shape(), dy.shape(), desc);
+  check_same_dtype(kOp, {&x, &dy, &dw, dbias});
+  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ",
+                describe(*dbias), " does not have ", g.o, " elements");
+  check_floating(kOp, x);
+  if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;
+  check_cudnn_limits(kOp, x, dw, dy, desc);
+  use_device();
+
+  if (dbias && dbias->numel() > 0) {
+    if (dy.numel() == 0) {
+      fill(*dbias, 0.0);
+    } else if (dy.numel() == g.o) {
+      // One value per channel: the sum is the value itself.
+      CUDA_CHECK(cudaMemcpyAsync(dbias->data(), dy.data(), dy.nbytes(), cudaMemcpyDeviceToDevice,
+                                 stream_));
+    } else {
+      const kernels::SumToPlan reduce = kernels::plan_sum_to(dy.shape(), Shape{g.o, 1, 1});
+      Scratch partials(allocator_, reduce.scratch_floats() * sizeof(float));
+      kernels::sum_to(reduce, dy.dtype(), dy.data(), dbias->data(), 1.0f,
+                      static_cast<float*>(partials.get()), stream_);
+    }
+  }
+  if (dw.numel() == 0) return;
+  if (degenerate(x, dw, dy)) return fill(dw, 0.0);
+  cudnnHandle_t handle = cudnn_handle();
+  const ConvPlan& plan = plan_cache().get(
+      handle, conv_key(device_index_, ConvPass::BackwardFilter, x.dtype(), g));
+  Scratch workspace(allocator_, plan.workspace);
+  const float alpha = 1.0f, beta = 0.0f;
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      handle, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv.get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), workspace.get(), plan.workspace,
+      &beta, plan.w.get(), dw.data()));
+}
+
+}  // namespace mixprec

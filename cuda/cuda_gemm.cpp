@@ -1,0 +1,304 @@
+// GEMM of the CUDA backend through cuBLASLt.
+//
+// Row-major onto column-major: a row-major R x C matrix is the column-major C x R matrix
+// of the same bytes, so row-major C = op(A) @ op(B) is computed as the column-major
+// C^T = op(B)^T @ op(A)^T: cuBLASLt's first operand is B, its second is A, each keeping
+// its own transpose flag, and the output is n x m with leading dimension n.
+//
+// Numerics (the CPU backend's, core/backend.h): 16-bit operands are multiplied with FP32
+// accumulation (CUBLAS_COMPUTE_32F, tensor cores), alpha and beta are FP32 (scale type
+// CUDA_R_32F), and D is rounded once on store. FP32 operands use CUBLAS_COMPUTE_32F, which
+// never rounds inputs to TF32; CUBLAS_COMPUTE_32F_FAST_TF32 only while tf32_allowed(). For
+// a 16-bit D, split-K algorithms that keep partial sums in D's type (the in-place and
+// output-type reduction schemes) are excluded, as they would round the sum more than once.
+//
+// One plan per problem (dtypes, flags, sizes, strides, operand alignments, TF32 switch,
+// device): the cuBLASLt descriptors and the heuristic's first algorithm, built on first
+// use and then reused, so a training step repeats no heuristic query. An algorithm's
+// workspace (at most kMaxWorkspace) comes from the backend's caching allocator for the
+// duration of the call, so after warm-up no call reaches cudaMalloc.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/error.h"
+#include "core/math_mode.h"
+#include "core/tensor.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels/elementwise.h"
+
+namespace mixprec {
+namespace {
+
+// Largest workspace the heuristic may pick an algorithm for. cuBLAS recommends 32 MiB on
+// Hopper; larger buys nothing measurable for the shapes here.
+constexpr uint64_t kMaxWorkspace = uint64_t{32} << 20;
+// cuBLASLt's default (and largest useful) operand alignment.
+constexpr uint32_t kMaxAlignment = 256;
+
+// Elements of a batched operand that the descriptor touches.
+int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
+  return (batch - 1) * stride + matrix;
+}
+
+// The CPU backend's validation, with its messages.
+void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
+  MIXPREC_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()),
+                "gemm: unsupported dtype among A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " on the CUDA backend");
+  const bool wide_c = c.dtype() == DType::F32 && a.dtype() != DType::F32;
+  MIXPREC_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || wide_c),
+                "gemm: dtype mismatch between A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " (A and B share one dtype; C has it too, or is F32 for F16/BF16 "
+                "A and B)");
+  MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
+                ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
+  MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
+                "gemm: negative batch stride");
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  MIXPREC_CHECK(d.batch == 1 || d.stride_c >= d.m * d.n, "gemm: batch stride of C (", d.stride_c,
+                ") is below m * n = ", d.m * d.n, ", so outputs of the batch would overlap");
+  MIXPREC_CHECK(span(d.batch, d.stride_a, d.m * d.k) <= a.numel(), "gemm: A ", describe(a),
+                " is too small for batch ", d.batch, " of ", d.trans_a ? d.k : d.m, "x",
+                d.trans_a ? d.m : d.k, " with stride ", d.stride_a);
+  MIXPREC_CHECK(span(d.batch, d.stride_b, d.k * d.n) <= b.numel(), "gemm: B ", describe(b),
+                " is too small for batch ", d.batch, " of ", d.trans_b ? d.n : d.k, "x",
+                d.trans_b ? d.k : d.n, " with stride ", d.stride_b);
+  MIXPREC_CHECK(span(d.batch, d.stride_c, d.m * d.n) <= c.numel(), "gemm: C ", describe(c),
+                " is too small for batch ", d.batch, " of ", d.m, "x", d.n, " with stride ",
+                d.stride_c);
+  MIXPREC_CHECK(d.batch <= INT32_MAX, "gemm: batch ", d.batch, " exceeds cuBLASLt's limit of ",
+                INT32_MAX, "; split the batch");
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: MIXPREC_FAIL("gemm: unsupported dtype ", dtype, " on the CUDA backend");
+  }
+}
+
+// The alignment in bytes (a power of two, at most kMaxAlignment) that every matrix of a
+// batched operand starts on.
+uint32_t alignment(const void* base, int64_t batch, int64_t stride, size_t element_size) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(base);
+  if (batch > 1) bits |= static_cast<uint64_t>(stride) * element_size;
+  bits |= kMaxAlignment;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+struct GemmKey {
+  int device;
+  DType ab, c;
+  bool trans_a, trans_b, tf32;
+  int64_t m, n, k, batch, stride_a, stride_b, stride_c;
+  uint32_t align_a, align_b, align_c;
+  auto operator<=>(const GemmKey&) const = default;
+};
+
+// cuBLASLt descriptors of one problem, each destroyed with its owner.
+class MatmulDesc {
+ public:
+  MatmulDesc(cublasComputeType_t compute, cudaDataType_t scale) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, scale));
+  }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc_); }
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+  template <class V>
+  void set(cublasLtMatmulDescAttributes_t attribute, V value) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof value));
+  }
+  cublasLtMatmulDesc_t get() const { return desc_; }
+
+ private:
+  cublasLtMatmulDesc_t desc_ = nullptr;
+};
+
+// A column-major rows x cols matrix with leading dimension ld, `batch` of them `stride`
+// elements apart.
+class MatrixLayout {
+ public:
+  MatrixLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+               int64_t stride) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<uint64_t>(rows),
+                                            static_cast<uint64_t>(cols), ld));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout_, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof count));
+      CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout_, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+  }
+  ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout_); }
+  MatrixLayout(const MatrixLayout&) = delete;
+  MatrixLayout& operator=(const MatrixLayout&) = delete;
+  cublasLtMatrixLayout_t get() const { return layout_; }
+
+ private:
+  cublasLtMatrixLayout_t layout_ = nullptr;
+};
+
+class MatmulPreference {
+ public:
+  MatmulPreference() { CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_)); }
+  ~MatmulPreference() { cublasLtMatmulPreferenceDestroy(pref_); }
+  MatmulPreference(const MatmulPreference&) = delete;
+  MatmulPreference& operator=(const MatmulPreference&) = delete;
+  template <class V>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, V value) {
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, attribute, &value, sizeof value));
+  }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+// Everything a call of one problem needs besides pointers and alpha/beta. C and D share
+// one layout (cuBLASLt requires that when they are the same memory).
+struct GemmPlan {
+  explicit GemmPlan(const GemmKey& key)
+      : desc(key.ab == DType::F32 && key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+             CUDA_R_32F),
+        // cuBLASLt's A: B's bytes, (k x n)^T when not transposed in the row-major view.
+        lt_a(cuda_type(key.ab), key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k,
+             key.trans_b ? key.k : key.n, key.batch, key.stride_b),
+        // cuBLASLt's B: A's bytes.
+        lt_b(cuda_type(key.ab), key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m,
+             key.trans_a ? key.m : key.k, key.batch, key.stride_a),
+        lt_c(cuda_type(key.c), key.n, key.m, key.n, key.batch, key.stride_c) {
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  }
+
+  MatmulDesc desc;
+  MatrixLayout lt_a, lt_b, lt_c;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+std::string problem_str(const GemmKey& k) {
+  std::string s = "gemm " + std::to_string(k.m) + "x" + std::to_string(k.n) + "x" +
+                  std::to_string(k.k) + " (batch " + std::to_string(k.batch) + ", trans_a " +
+                  (k.trans_a ? "1" : "0") + ", trans_b " + (k.trans_b ? "1" : "0") + ")";
+  return s;
+}
+
+// Chooses the plan's algorithm: the heuristic's first choice among those that fit
+// kMaxWorkspace, the operands' alignments and, for a 16-bit D, keep split-K partial sums in
+// FP32.
+void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& plan) {
+  MatmulPreference pref;
+  pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxWorkspace);
+  // B's bytes are cuBLASLt's A and the reverse.
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+  if (key.c != DType::F32) {
+    pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+             static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, plan.desc.get(), plan.lt_a.get(), plan.lt_b.get(), plan.lt_c.get(), plan.lt_c.get(),
+      pref.get(), 1, &result, &found);
+  MIXPREC_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                    result.state == CUBLAS_STATUS_SUCCESS,
+                problem_str(key), ": cuBLASLt has no algorithm for ", key.ab, " operands into ",
+                key.c, " with operand alignments ", key.align_a, "/", key.align_b, "/",
+                key.align_c, " bytes (status ", cublasGetStatusName(status),
+                "); pass tensors whose data is at least 16-byte aligned");
+  plan.algo = result.algo;
+  plan.workspace = result.workspaceSize;
+}
+
+// The plans of every problem met so far, never evicted (a training run has a fixed set of
+// shapes). Plans stay at their address once inserted.
+class PlanCache {
+ public:
+  const GemmPlan& get(cublasLtHandle_t handle, const GemmKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<GemmPlan>& slot = plans_[key];
+    if (!slot) {
+      auto plan = std::make_unique<GemmPlan>(key);
+      choose_algorithm(handle, key, *plan);
+      slot = std::move(plan);
+    }
+    return *slot;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
+  check_here("gemm", "A", a);
+  check_here("gemm", "B", b);
+  check_here("gemm", "C", c);
+  check_gemm(desc, a, b, c);
+  if (desc.batch == 0 || desc.m == 0 || desc.n == 0) return;
+  use_device();
+
+  const size_t c_size = dtype_size(c.dtype());
+  if (desc.k == 0) {
+    // An empty sum: C = beta * C (zeros when beta == 0, without reading C), as on the CPU.
+    const int64_t mn = desc.m * desc.n;
+    const bool dense = desc.batch == 1 || desc.stride_c == mn;
+    const int64_t items = dense ? 1 : desc.batch;
+    const int64_t count = dense ? span(desc.batch, desc.stride_c, mn) : mn;
+    for (int64_t i = 0; i < items; ++i) {
+      void* ci = static_cast<char*>(c.data()) + i * desc.stride_c * c_size;
+      if (desc.beta == 0.0f) {
+        CUDA_CHECK(cudaMemsetAsync(ci, 0, static_cast<size_t>(count) * c_size, stream_));
+      } else {
+        kernels::scale(c.dtype(), ci, desc.beta, ci, count, stream_);
+      }
+    }
+    return;
+  }
+
+  const size_t ab_size = dtype_size(a.dtype());
+  const GemmKey key{.device = device_index_,
+                    .ab = a.dtype(),
+                    .c = c.dtype(),
+                    .trans_a = desc.trans_a,
+                    .trans_b = desc.trans_b,
+                    .tf32 = a.dtype() == DType::F32 && tf32_allowed(),
+                    .m = desc.m,
+                    .n = desc.n,
+                    .k = desc.k,
+                    .batch = desc.batch,
+                    .stride_a = desc.batch > 1 ? desc.stride_a : 0,
+                    .stride_b = desc.batch > 1 ? desc.stride_b : 0,
+                    .stride_c = desc.batch > 1 ? desc.stride_c : 0,
+                    .align_a = alignment(a.data(), desc.batch, desc.stride_a, ab_size),
+                    .align_b = alignment(b.data(), desc.batch, desc.stride_b, ab_size),
+                    .align_c = alignment(c.data(), desc.batch, desc.stride_c, c_size)};
+  cublasLtHandle_t handle = cublaslt_handle();
+  const GemmPlan& plan = plan_cache().get(handle, key);
+  Scratch workspace(allocator_, plan.workspace);
+  const float alpha = desc.alpha, beta = desc.beta;
+  CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc.get(), &alpha, b.data(), plan.lt_a.get(),
+                              a.data(), plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
+                              c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),
+                              plan.workspace, stream_));
+}
+
+}  // namespace mixprec

@@ -1,0 +1,20 @@
+// Dropout on the CUDA backend: element i keeps its value when the Philox draw for counter
+// key.offset + i is at least p (core/math/dropout.h), so the mask is the CPU backend's for
+// the same key and the backward replays it with the same call on dy. Internal to cuda/;
+// asynchronous on `stream`; nothing is launched for n == 0.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
+#include "core/philox.h"
+
+namespace mixprec::kernels {
+
+// y = x * keep / (1 - p), p in [0, 1); y may alias x.
+void dropout(DType dtype, const void* x, float p, PhiloxKey key, void* y, int64_t n,
+             cudaStream_t stream);
+
+}  // namespace mixprec::kernels

@@ -1,0 +1,179 @@
+#include "cuda/kernels/layout.h"
+
+#include "core/error.h"
+#include "cuda/kernels/common.cuh"
+
+namespace mixprec::kernels {
+namespace {
+
+// 32-bit index arithmetic (much cheaper division on the GPU) whenever every offset fits.
+bool fits_32_bits(int64_t n) { return n < (int64_t{1} << 31); }
+
+template <class Index>
+struct PermuteArgs {
+  int ndim = 0;
+  Index extents[kMaxDims] = {};
+  Index xstrides[kMaxDims] = {};
+};
+
+// One output element per thread, in output order: writes are coalesced, and so are reads
+// wherever the innermost output dim is contiguous in x.
+template <class Word, class Index>
+__global__ void __launch_bounds__(kThreads) permute_kernel(const Word* x, Word* y, Index n,
+                                                          PermuteArgs<Index> a) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = x[offset_of(i, a.ndim, a.extents, a.xstrides)];
+}
+
+// Square tile of a transpose: the output's innermost dim is strided in x, and output dim
+// `j` is the one contiguous in x.
+constexpr int kTile = 32;
+constexpr int kTileRows = kThreads / kTile;
+
+template <class Index>
+struct TransposeArgs {
+  int outer_ndim = 0;
+  Index outer_extents[kMaxDims] = {};
+  Index outer_xstrides[kMaxDims] = {};
+  Index outer_ystrides[kMaxDims] = {};
+  Index rows = 0, cols = 0;   // output dim j (contiguous in x) and the innermost output dim
+  Index ys_row = 0, xs_col = 0;
+  Index row_tiles = 0, col_tiles = 0;
+};
+
+// Block per (outer index, 32 x 32 tile): reads the tile along x's contiguous dim and writes
+// it along y's, through shared memory.
+template <class Word, class Index>
+__global__ void __launch_bounds__(kThreads) transpose_kernel(const Word* x, Word* y, Index tasks,
+                                                            TransposeArgs<Index> a) {
+  __shared__ Word tile[kTile][kTile + 1];
+  const int tx = static_cast<int>(threadIdx.x) % kTile;
+  const int ty = static_cast<int>(threadIdx.x) / kTile;
+  const Index tiles = a.row_tiles * a.col_tiles;
+  for (Index task = blockIdx.x; task < tasks; task += gridDim.x) {
+    const Index o = task / tiles;
+    const Index r0 = task % tiles / a.col_tiles * kTile;
+    const Index c0 = task % a.col_tiles * kTile;
+    const Index xo = offset_of(o, a.outer_ndim, a.outer_extents, a.outer_xstrides);
+    const Index yo = offset_of(o, a.outer_ndim, a.outer_extents, a.outer_ystrides);
+    // Read: consecutive threads take consecutive rows r (contiguous in x).
+    for (int k = ty; k < kTile; k += kTileRows) {
+      const Index r = r0 + tx, c = c0 + k;
+      if (r < a.rows && c < a.cols) tile[k][tx] = x[xo + r + c * a.xs_col];
+    }
+    __syncthreads();
+    // Write: consecutive threads take consecutive columns c (contiguous in y).
+    for (int k = ty; k < kTile; k += kTileRows) {
+      const Index r = r0 + k, c = c0 + tx;
+      if (r < a.rows && c < a.cols) y[yo + r * a.ys_row + c] = tile[tx][k];
+    }
+    __syncthreads();
+  }
+}
+
+template <class Word, class Index>
+void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
+                    cudaStream_t stream) {
+  const size_t ndim = plan.extents.size();
+  const size_t last = ndim - 1;
+  const auto* px = static_cast<const Word*>(x);
+  auto* py = static_cast<Word*>(y);
+  if (plan.xstrides[last] == 1) {
+    PermuteArgs<Index> a;
+    a.ndim = static_cast<int>(ndim);
+    for (size_t d = 0; d < ndim; ++d) {
+      a.extents[d] = static_cast<Index>(plan.extents[d]);
+      a.xstrides[d] = static_cast<Index>(plan.xstrides[d]);
+    }
+    permute_kernel<Word, Index>
+        <<<grid_for(n), kThreads, 0, stream>>>(px, py, static_cast<Index>(n), a);
+    CUDA_CHECK_LAST();
+    return;
+  }
+  size_t j = 0;
+  while (plan.xstrides[j] != 1) ++j;
+  TransposeArgs<Index> a;
+  int64_t outer = 1;
+  for (size_t d = 0; d < last; ++d) {
+    if (d == j) continue;
+    a.outer_extents[a.outer_ndim] = static_cast<Index>(plan.extents[d]);
+    a.outer_xstrides[a.outer_ndim] = static_cast<Index>(plan.xstrides[d]);
+    a.outer_ystrides[a.outer_ndim] = static_cast<Index>(plan.ystrides[d]);
+    ++a.outer_ndim;
+    outer *= plan.extents[d];
+  }
+  a.rows = static_cast<Index>(plan.extents[j]);
+  a.cols = static_cast<Index>(plan.extents[last]);
+  a.ys_row = static_cast<Index>(plan.ystrides[j]);
+  a.xs_col = static_cast<Index>(plan.xstrides[last]);
+  a.row_tiles = (a.rows + kTile - 1) / kTile;
+  a.col_tiles = (a.cols + kTile - 1) / kTile;
+  const int64_t tasks = outer * static_cast<int64_t>(a.row_tiles) * a.col_tiles;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks));
+  transpose_kernel<Word, Index>
+      <<<blocks, kThreads, 0, stream>>>(px, py, static_cast<Index>(tasks), a);
+  CUDA_CHECK_LAST();
+}
+
+template <class Word>
+__global__ void __launch_bounds__(kThreads) copy_rows_kernel(const Word* src, int64_t src_pitch,
+                                                            const int32_t* row_ids, Word* dst,
+                                                            int64_t dst_pitch, int64_t row_words,
+                                                            int64_t words) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = first_thread(); i < words; i += stride) {
+    const int64_t r = i / row_words, c = i % row_words;
+    const int64_t from = row_ids != nullptr ? row_ids[r] : r;
+    dst[r * dst_pitch + c] = src[from * src_pitch + c];
+  }
+}
+
+template <class Word>
+void launch_copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
+                      size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream) {
+  const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(Word));
+  const int64_t words = rows * row_words;
+  copy_rows_kernel<Word><<<grid_for(words), kThreads, 0, stream>>>(
+      static_cast<const Word*>(src), static_cast<int64_t>(src_pitch / sizeof(Word)), row_ids,
+      static_cast<Word*>(dst), static_cast<int64_t>(dst_pitch / sizeof(Word)), row_words, words);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
+             cudaStream_t stream) {
+  if (n <= 0) return;
+  MIXPREC_CHECK(plan.extents.size() <= static_cast<size_t>(kMaxDims), "permute: the permutation "
+                "needs ", plan.extents.size(), " dimensions after merging, more than the CUDA "
+                "backend's ", kMaxDims, "; reshape the tensor to fewer dimensions");
+  // The largest input offset is below n, so 32-bit indices do whenever n fits.
+  if (element_size == 2) {
+    if (fits_32_bits(n)) launch_permute<uint16_t, uint32_t>(plan, x, y, n, stream);
+    else launch_permute<uint16_t, uint64_t>(plan, x, y, n, stream);
+  } else {
+    MIXPREC_CHECK(element_size == 4, "permute: unsupported element size ", element_size);
+    if (fits_32_bits(n)) launch_permute<uint32_t, uint32_t>(plan, x, y, n, stream);
+    else launch_permute<uint32_t, uint64_t>(plan, x, y, n, stream);
+  }
+}
+
+void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
+               size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream) {
+  if (rows <= 0 || row_bytes == 0) return;
+  const auto fits = [&](size_t word) {
+    return src_pitch % word == 0 && dst_pitch % word == 0 && row_bytes % word == 0 &&
+           aligned_to(src, word) && aligned_to(dst, word);
+  };
+  const auto launch = [&](auto word) {
+    launch_copy_rows<decltype(word)>(src, src_pitch, row_ids, dst, dst_pitch, row_bytes, rows,
+                                     stream);
+  };
+  if (fits(16)) launch(uint4{});
+  else if (fits(8)) launch(uint2{});
+  else if (fits(4)) launch(uint32_t{});
+  else launch(uint16_t{});
+}
+
+}  // namespace mixprec::kernels

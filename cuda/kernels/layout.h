@@ -1,0 +1,28 @@
+// Layout kernels of the CUDA backend: permute, copy_narrow and the row gather that the
+// embedding lookup uses. They move whole elements without arithmetic, so they serve every
+// dtype (I32 included) and are bit-exact. Internal to cuda/; pointers are device memory,
+// launches are asynchronous on `stream`, and nothing is launched for empty work.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/math/broadcast.h"
+
+namespace mixprec::kernels {
+
+// y = x permuted by `plan` (core/math/broadcast.h's plan_permute of x's shape): y is
+// contiguous in the plan's order. element_size: 2 or 4 bytes. At most 8 planned dims.
+void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
+             cudaStream_t stream);
+
+// For r < rows: copies `row_bytes` bytes from src + index(r) * src_pitch to dst + r * dst_pitch,
+// where index(r) = row_ids[r] when row_ids is not null, else r. Moves the widest words (up
+// to 16 bytes) that the pitches, the row length and both pointers allow.
+void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
+               size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream);
+
+}  // namespace mixprec::kernels
