@@ -12,6 +12,7 @@
 #include "core/error.h"
 
 #if MIXPREC_WITH_CUDA
+#include "core/backend.h"
 #include "cuda/device_query.h"
 #endif
 
@@ -80,9 +81,20 @@ std::string stray_argument_message(CLI::App& app) {
   return "unexpected argument '" + first + "' for `" + command_path(command) + "`";
 }
 
+// The devices and libraries, then whether the CUDA backend is registered (the `mixprec`
+// program registers it at start-up when a device is present), so that a run on a GPU machine
+// shows at once whether tensors can go to cuda:0.
 std::string device_text() {
 #if MIXPREC_WITH_CUDA
-  return cuda_status_line();
+  std::string text = cuda_status_line() + "\n";
+  if (has_backend(DeviceType::CUDA)) {
+    text += "CUDA backend: registered for cuda:0";
+  } else if (cuda_device_count() == 0) {
+    text += "CUDA backend: not registered (no usable CUDA device)";
+  } else {
+    text += "CUDA backend: not registered (a device is present but was not set up)";
+  }
+  return text;
 #else
   return "built without CUDA";
 #endif

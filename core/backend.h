@@ -197,6 +197,23 @@ class Backend {
   // so a device-resident overflow flag can skip the step without a host round-trip.
   virtual void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                         Tensor* momentum, Tensor* working, const Tensor* found_inf) = 0;
+  // One Adam or AdamW update per element (adam_update) of the F32 master from the F32
+  // true-scale `grad`; exp_avg and exp_avg_sq are the F32 moment buffers of the master's
+  // shape, updated in place. hyper.set_step(t) must have been called for the step being
+  // applied. working and found_inf as in sgd_step: the working copy (F16/BF16, or a distinct
+  // F32 tensor) is rewritten from the new master in the same pass, and a non-zero found_inf
+  // writes nothing, not even the moments.
+  virtual void adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
+                         Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                         const Tensor* found_inf) = 0;
+  // One run of update_dynamic_scale(rule, state, found_inf[0] != 0) on the backend's device,
+  // without a host round-trip: `state` (I32 [kDynamicScaleStateWords]) holds the bytes of a
+  // DynamicScaleState (layout in core/math/amp.h) and is updated in place; found_inf is the
+  // F32 [1] flag of the step's unscale_and_check (a NaN counts as set). The scale trajectory
+  // thus stays on the device; the host reads the state back only when it logs it. The rule
+  // is validated here; the state is not (on a device that would cost a read-back).
+  virtual void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
+                                 const Tensor& found_inf) = 0;
 };
 
 // The backend that owns `device`; throws when none is registered (e.g. CUDA not built, or

@@ -83,6 +83,60 @@ Pool2dGeometry pool_geometry(const char* op, const Pool2dDesc& d, const Shape& x
   return g;
 }
 
+// Elements of a batched GEMM operand that the descriptor touches.
+int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
+  return (batch - 1) * stride + matrix;
+}
+
+const char* backend_name(Device device) { return device.is_cpu() ? "CPU" : "CUDA"; }
+
+Conv2dGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
+                             const Conv2dDesc& d) {
+  MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
+                ": expected 4-D input, filter and output, got ", shape_str(x), ", ", shape_str(w),
+                " and ", shape_str(y));
+  MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
+                ": invalid stride or padding");
+  Conv2dGeometry g{.n = x[0], .c = x[1], .h = x[2], .w = x[3],
+                   .o = w[0], .kh = w[2], .kw = w[3],
+                   .oh = y[2], .ow = y[3],
+                   .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
+  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
+                " is larger than the padded input ", shape_str(x));
+  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o &&
+                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
+                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
+                op, ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
+                ", output ", shape_str(y));
+  return g;
+}
+
+// The per-channel bias of conv2d, or its gradient: `channels` elements.
+void channel_bias(const char* op, const char* what, const Tensor* t, int64_t channels) {
+  MIXPREC_CHECK(!t || t->numel() == channels, op, ": ", what, " ", describe(*t),
+                " does not have ", channels, " elements");
+}
+
+Channels channel_layout(const char* op, const Tensor& x) {
+  MIXPREC_CHECK(x.dim() >= 2, op, ": expected an input of at least 2 dimensions [N, C, ...], got ",
+                describe(x));
+  const int64_t n = x.size(0), c = x.size(1);
+  return {n, c, n * c == 0 ? 0 : x.numel() / (n * c)};
+}
+
+// A per-channel parameter of batch norm (or its gradient) in x's dtype.
+void channel_parameter(const char* op, const char* what, const Tensor& t, const Tensor& x,
+                       int64_t channels) {
+  MIXPREC_CHECK(t.dtype() == x.dtype() && t.numel() == channels, op, ": ", what, " ", describe(t),
+                " must have ", channels, " elements of the input's dtype ", x.dtype());
+}
+
+// A per-channel F32 statistic of batch norm.
+void channel_statistic(const char* op, const char* what, const Tensor& t, int64_t channels) {
+  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == channels, op, ": ", what, " ",
+                describe(t), " must be F32 [", channels, "]");
+}
+
 }  // namespace
 
 // ---- building blocks --------------------------------------------------------------------------
@@ -221,6 +275,67 @@ void copy_narrow(Device device, const Tensor& src, int64_t dim, int64_t src_star
                 describe(dst), " along dimension ", dim, " is out of bounds");
 }
 
+// ---- GEMM and convolution ----------------------------------------------------------------
+
+void gemm(Device device, const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
+  all_on_device("gemm", device, {{"A", &a}, {"B", &b}, {"C", &c}});
+  MIXPREC_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()),
+                "gemm: unsupported dtype among A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " on the ", backend_name(device), " backend");
+  const bool wide_c = c.dtype() == DType::F32 && a.dtype() != DType::F32;
+  MIXPREC_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || wide_c),
+                "gemm: dtype mismatch between A ", describe(a), ", B ", describe(b), " and C ",
+                describe(c), " (A and B share one dtype; C has it too, or is F32 for F16/BF16 "
+                "A and B)");
+  MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
+                ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
+  MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
+                "gemm: negative batch stride");
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  MIXPREC_CHECK(d.batch == 1 || d.stride_c >= d.m * d.n, "gemm: batch stride of C (", d.stride_c,
+                ") is below m * n = ", d.m * d.n, ", so outputs of the batch would overlap");
+  MIXPREC_CHECK(span(d.batch, d.stride_a, d.m * d.k) <= a.numel(), "gemm: A ", describe(a),
+                " is too small for batch ", d.batch, " of ", d.trans_a ? d.k : d.m, "x",
+                d.trans_a ? d.m : d.k, " with stride ", d.stride_a);
+  MIXPREC_CHECK(span(d.batch, d.stride_b, d.k * d.n) <= b.numel(), "gemm: B ", describe(b),
+                " is too small for batch ", d.batch, " of ", d.trans_b ? d.n : d.k, "x",
+                d.trans_b ? d.k : d.n, " with stride ", d.stride_b);
+  MIXPREC_CHECK(span(d.batch, d.stride_c, d.m * d.n) <= c.numel(), "gemm: C ", describe(c),
+                " is too small for batch ", d.batch, " of ", d.m, "x", d.n, " with stride ",
+                d.stride_c);
+}
+
+Conv2dGeometry conv2d(Device device, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Conv2dDesc& desc, const Tensor& y) {
+  constexpr const char* kOp = "conv2d";
+  all_on_device(kOp, device, {{"input", &x}, {"filter", &w}, {"output", &y}, {"bias", bias}});
+  const Conv2dGeometry g = conv_geometry(kOp, x.shape(), w.shape(), y.shape(), desc);
+  same_dtype(kOp, {&x, &w, bias, &y});
+  channel_bias(kOp, "bias", bias, g.o);
+  return g;
+}
+
+Conv2dGeometry conv2d_backward_data(Device device, const Tensor& dy, const Tensor& w,
+                                    const Conv2dDesc& desc, const Tensor& dx) {
+  constexpr const char* kOp = "conv2d_backward_data";
+  all_on_device(kOp, device, {{"output gradient", &dy}, {"filter", &w}, {"input gradient", &dx}});
+  const Conv2dGeometry g = conv_geometry(kOp, dx.shape(), w.shape(), dy.shape(), desc);
+  same_dtype(kOp, {&dy, &w, &dx});
+  return g;
+}
+
+Conv2dGeometry conv2d_backward_filter(Device device, const Tensor& x, const Tensor& dy,
+                                      const Conv2dDesc& desc, const Tensor& dw,
+                                      const Tensor* dbias) {
+  constexpr const char* kOp = "conv2d_backward_filter";
+  all_on_device(kOp, device, {{"input", &x}, {"output gradient", &dy}, {"filter gradient", &dw},
+                              {"bias gradient", dbias}});
+  const Conv2dGeometry g = conv_geometry(kOp, x.shape(), dw.shape(), dy.shape(), desc);
+  same_dtype(kOp, {&x, &dy, &dw, dbias});
+  channel_bias(kOp, "dbias", dbias, g.o);
+  return g;
+}
+
 // ---- neural-network primitives ----------------------------------------------------------
 
 Rows softmax(Device device, const Tensor& x, const Tensor& y) {
@@ -332,6 +447,50 @@ void dropout(Device device, const Tensor& x, float p, const Tensor& y) {
   MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
 }
 
+Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                    const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
+  constexpr const char* kOp = "batch_norm";
+  all_on_device(kOp, device, {{"input", &x}, {"weight", &weight}, {"bias", &bias},
+                              {"running_mean", &running_mean}, {"running_var", &running_var},
+                              {"output", &y}, {"save_mean", &save_mean},
+                              {"save_invstd", &save_invstd}});
+  const Channels l = channel_layout(kOp, x);
+  MIXPREC_CHECK(y.dtype() == x.dtype() && y.shape() == x.shape(), kOp, ": output ", describe(y),
+                " must have the input's shape and dtype ", describe(x));
+  channel_parameter(kOp, "weight", weight, x, l.c);
+  channel_parameter(kOp, "bias", bias, x, l.c);
+  channel_statistic(kOp, "running_mean", running_mean, l.c);
+  channel_statistic(kOp, "running_var", running_var, l.c);
+  channel_statistic(kOp, "save_mean", save_mean, l.c);
+  channel_statistic(kOp, "save_invstd", save_invstd, l.c);
+  MIXPREC_CHECK(!training || l.count() > 1, "batch_norm: training needs more than one value per "
+                "channel, got ", describe(x));
+  return l;
+}
+
+Channels batch_norm_backward(Device device, const Tensor& x, const Tensor& weight,
+                             const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& dy, const Tensor& dx, const Tensor& dweight,
+                             const Tensor& dbias) {
+  constexpr const char* kOp = "batch_norm_backward";
+  all_on_device(kOp, device, {{"input", &x}, {"weight", &weight}, {"save_mean", &save_mean},
+                              {"save_invstd", &save_invstd}, {"output gradient", &dy},
+                              {"input gradient", &dx}, {"weight gradient", &dweight},
+                              {"bias gradient", &dbias}});
+  const Channels l = channel_layout(kOp, x);
+  for (const Tensor* t : {&dy, &dx}) {
+    MIXPREC_CHECK(t->dtype() == x.dtype() && t->shape() == x.shape(), kOp, ": ", describe(*t),
+                  " must have the input's shape and dtype ", describe(x));
+  }
+  channel_parameter(kOp, "weight", weight, x, l.c);
+  channel_parameter(kOp, "weight gradient", dweight, x, l.c);
+  channel_parameter(kOp, "bias gradient", dbias, x, l.c);
+  channel_statistic(kOp, "save_mean", save_mean, l.c);
+  channel_statistic(kOp, "save_invstd", save_invstd, l.c);
+  return l;
+}
+
 Pool2dGeometry pool2d(Device device, const Pool2dDesc& desc, const Tensor& x, const Tensor& y,
                       const Tensor* argmax) {
   all_on_device("pool2d", device, {{"x", &x}, {"y", &y}, {"argmax", argmax}});
@@ -397,42 +556,116 @@ void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& o
   }
 }
 
+namespace {
+
+// The F32 master and its F32 true-scale gradient of the same shape.
+void master_and_grad(const char* op, Device device, const Tensor& master, const Tensor& grad) {
+  MIXPREC_CHECK(master.defined() && grad.defined(), op, ": master and grad must be defined");
+  on_device(op, "master", master, device);
+  on_device(op, "grad", grad, device);
+  MIXPREC_CHECK(master.dtype() == DType::F32, op, ": the master must be F32, got ",
+                describe(master));
+  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), op,
+                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
+                describe(master));
+}
+
+// An optimizer state buffer: F32 with the master's shape.
+void state_buffer(const char* op, const char* what, Device device, const Tensor& buffer,
+                  const Tensor& master) {
+  MIXPREC_CHECK(buffer.defined(), op, ": the ", what, " is undefined");
+  on_device(op, what, buffer, device);
+  MIXPREC_CHECK(buffer.dtype() == DType::F32 && buffer.shape() == master.shape(), op, ": the ",
+                what, " ", describe(buffer), " must be F32 with the master's shape ",
+                describe(master));
+}
+
 // `working` may be F16 or BF16 (the usual case), or F32 when it is a tensor distinct from the
 // master (a plain copy, e.g. a replica). A working copy that shares the master's storage is
 // rejected: under an F32 policy the master is its own working copy, and the caller passes
 // null.
+void working_copy(const char* op, Device device, const Tensor* working, const Tensor& master) {
+  if (working == nullptr) return;
+  MIXPREC_CHECK(working->defined(), op, ": the working copy is undefined; pass null for none");
+  on_device(op, "working copy", *working, device);
+  MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), op,
+                ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
+                "master's shape ", describe(master));
+  MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, op,
+                ": the working copy shares the master's storage; pass null when the master is "
+                "its own working copy");
+}
+
+}  // namespace
+
 void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
               const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
   constexpr const char* kOp = "sgd_step";
-  MIXPREC_CHECK(master.defined() && grad.defined(), kOp, ": master and grad must be defined");
-  on_device(kOp, "master", master, device);
-  on_device(kOp, "grad", grad, device);
-  MIXPREC_CHECK(master.dtype() == DType::F32, kOp, ": the master must be F32, got ",
-                describe(master));
-  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), kOp,
-                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
-                describe(master));
+  master_and_grad(kOp, device, master, grad);
   MIXPREC_CHECK(hyper.momentum == 0.0f || momentum != nullptr, kOp, ": momentum ",
                 hyper.momentum, " needs a momentum buffer (F32, ", describe(master),
                 "); pass one");
-  if (momentum != nullptr) {
-    MIXPREC_CHECK(momentum->defined(), kOp, ": the momentum buffer is undefined");
-    on_device(kOp, "momentum buffer", *momentum, device);
-    MIXPREC_CHECK(momentum->dtype() == DType::F32 && momentum->shape() == master.shape(), kOp,
-                  ": the momentum buffer ", describe(*momentum), " must be F32 with the master's "
-                  "shape ", describe(master));
-  }
-  if (working != nullptr) {
-    MIXPREC_CHECK(working->defined(), kOp, ": the working copy is undefined; pass null for none");
-    on_device(kOp, "working copy", *working, device);
-    MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), kOp,
-                  ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
-                  "master's shape ", describe(master));
-    MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, kOp,
-                  ": the working copy shares the master's storage; pass null when the master is "
-                  "its own working copy");
-  }
+  if (momentum != nullptr) state_buffer(kOp, "momentum buffer", device, *momentum, master);
+  working_copy(kOp, device, working, master);
   if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+}
+
+void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+               const Tensor* found_inf) {
+  constexpr const char* kOp = "adam_step";
+  MIXPREC_CHECK(std::isfinite(hyper.lr) && hyper.lr >= 0.0f, kOp,
+                ": lr must be finite and >= 0, got ", hyper.lr);
+  MIXPREC_CHECK(hyper.beta1 >= 0.0f && hyper.beta1 < 1.0f && hyper.beta2 >= 0.0f &&
+                    hyper.beta2 < 1.0f,
+                kOp, ": betas must be in [0, 1), got (", hyper.beta1, ", ", hyper.beta2, ")");
+  MIXPREC_CHECK(std::isfinite(hyper.eps) && hyper.eps >= 0.0f, kOp,
+                ": eps must be finite and >= 0, got ", hyper.eps);
+  MIXPREC_CHECK(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0.0f, kOp,
+                ": weight_decay must be finite and >= 0, got ", hyper.weight_decay);
+  MIXPREC_CHECK(hyper.step >= 1, kOp, ": step must be >= 1 (the 1-based index of this "
+                "update), got ", hyper.step, "; call set_step(t) before the update");
+  AdamHyper derived = hyper;
+  derived.set_step(hyper.step);
+  MIXPREC_CHECK(derived.step_size == hyper.step_size &&
+                    derived.bias_correction2_sqrt == hyper.bias_correction2_sqrt &&
+                    derived.decay_factor == hyper.decay_factor,
+                kOp, ": the bias corrections do not match step ", hyper.step, " and the "
+                "hyperparameters (changed after set_step?); call set_step(t) after setting them");
+  master_and_grad(kOp, device, master, grad);
+  state_buffer(kOp, "exp_avg", device, exp_avg, master);
+  state_buffer(kOp, "exp_avg_sq", device, exp_avg_sq, master);
+  MIXPREC_CHECK(exp_avg.data() != exp_avg_sq.data() || master.numel() == 0, kOp,
+                ": exp_avg and exp_avg_sq share storage; pass two distinct buffers");
+  working_copy(kOp, device, working, master);
+  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+}
+
+void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
+                       const Tensor& found_inf) {
+  constexpr const char* kOp = "update_loss_scale";
+  MIXPREC_CHECK(std::isfinite(rule.growth_factor) && rule.growth_factor > 1.0, kOp,
+                ": growth_factor must be finite and > 1, got ", rule.growth_factor);
+  MIXPREC_CHECK(rule.backoff_factor > 0.0 && rule.backoff_factor < 1.0, kOp,
+                ": backoff_factor must be > 0 and < 1, got ", rule.backoff_factor);
+  MIXPREC_CHECK(rule.growth_interval >= 1 && rule.hysteresis >= 1, kOp,
+                ": growth_interval and hysteresis must be >= 1, got ", rule.growth_interval,
+                " and ", rule.hysteresis);
+  MIXPREC_CHECK(rule.hysteresis_mode == HysteresisMode::ResetOnGrowth ||
+                    rule.hysteresis_mode == HysteresisMode::Consecutive,
+                kOp, ": hysteresis_mode has the invalid value ",
+                static_cast<int>(rule.hysteresis_mode));
+  MIXPREC_CHECK(std::isfinite(rule.max_scale) && rule.min_scale > 0.0 &&
+                    rule.min_scale <= rule.max_scale,
+                kOp, ": need 0 < min_scale <= max_scale, both finite, got min_scale ",
+                rule.min_scale, " and max_scale ", rule.max_scale);
+  MIXPREC_CHECK(state.defined(), kOp, ": state is undefined; pass an I32 [",
+                kDynamicScaleStateWords, "] tensor holding a DynamicScaleState");
+  on_device(kOp, "state", state, device);
+  MIXPREC_CHECK(state.dtype() == DType::I32 && state.shape() == Shape{kDynamicScaleStateWords},
+                kOp, ": state must be I32 [", kDynamicScaleStateWords,
+                "] (the bytes of a DynamicScaleState), got ", describe(state));
+  found_inf_flag(kOp, found_inf, device);
 }
 
 }  // namespace mixprec::backend_checks

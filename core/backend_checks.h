@@ -37,6 +37,25 @@ struct Rows {
   int64_t cols = 0;
 };
 
+// x [N, C, H, W] convolved with the filter [O, C, KH, KW] into y [N, O, OH, OW].
+struct Conv2dGeometry {
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // filter
+  int64_t oh, ow;      // output
+  int64_t sh, sw, ph, pw;
+  int64_t rows() const { return c * kh * kw; }  // of the im2col matrix
+  int64_t pixels() const { return oh * ow; }
+  int64_t image() const { return c * h * w; }
+};
+
+// Batch norm's x [N, C, ...]: `inner` values per sample and channel.
+struct Channels {
+  int64_t n = 0;
+  int64_t c = 0;
+  int64_t inner = 0;
+  int64_t count() const { return n * inner; }  // values per channel
+};
+
 // ---- fills, casts, copies -----------------------------------------------------------------
 void cast(Device device, const Tensor& x, const Tensor& y);
 void copy(Device device, const Tensor& x, const Tensor& y);
@@ -57,6 +76,19 @@ void permute(Device device, const Tensor& x, const std::vector<int64_t>& perm, c
 void copy_narrow(Device device, const Tensor& src, int64_t dim, int64_t src_start,
                  const Tensor& dst, int64_t dst_start, int64_t length);
 
+// ---- GEMM and convolution ----------------------------------------------------------------
+// Besides the usual checks, gemm refuses dtypes other than F32, F16 and BF16 itself (before
+// the dtype-mismatch check), naming the backend of `device`. Limits of a backend's library
+// (cuBLASLt's 32-bit batch count, cuDNN's int extents) are the backend's to check.
+void gemm(Device device, const GemmDesc& desc, const Tensor& a, const Tensor& b, const Tensor& c);
+Conv2dGeometry conv2d(Device device, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Conv2dDesc& desc, const Tensor& y);
+Conv2dGeometry conv2d_backward_data(Device device, const Tensor& dy, const Tensor& w,
+                                    const Conv2dDesc& desc, const Tensor& dx);
+Conv2dGeometry conv2d_backward_filter(Device device, const Tensor& x, const Tensor& dy,
+                                      const Conv2dDesc& desc, const Tensor& dw,
+                                      const Tensor* dbias);
+
 // ---- neural-network primitives ----------------------------------------------------------
 // Softmax rows are the last dim (a 0-d tensor is one row of one value).
 Rows softmax(Device device, const Tensor& x, const Tensor& y);
@@ -76,6 +108,15 @@ Rows embedding(Device device, const Tensor& weight, const Tensor& ids, const Ten
 Rows embedding_backward(Device device, const Tensor& ids, const Tensor& dy,
                         const Tensor& dweight);
 void dropout(Device device, const Tensor& x, float p, const Tensor& y);
+// Weight, bias (and their gradients) hold one value per channel in x's dtype; the running
+// and saved statistics are F32 [C]. Training needs more than one value per channel.
+Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                    const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd);
+Channels batch_norm_backward(Device device, const Tensor& x, const Tensor& weight,
+                             const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& dy, const Tensor& dx, const Tensor& dweight,
+                             const Tensor& dbias);
 // The geometry of x [N, C, H, W] pooled into y [N, C, OH, OW].
 Pool2dGeometry pool2d(Device device, const Pool2dDesc& desc, const Tensor& x, const Tensor& y,
                       const Tensor* argmax);
@@ -88,6 +129,14 @@ void unscale_and_check(Device device, const std::vector<Tensor>& grads, double i
 void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out);
 void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
               const Tensor* momentum, const Tensor* working, const Tensor* found_inf);
+// Also checks the hyperparameters as torch.optim.Adam does, and that the fields set_step()
+// derives match hyper.step and the hyperparameters.
+void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+               const Tensor* found_inf);
+// The rule under DynamicLossScale's constraints; the state I32 [kDynamicScaleStateWords].
+void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
+                       const Tensor& found_inf);
 
 }  // namespace backend_checks
 }  // namespace mixprec

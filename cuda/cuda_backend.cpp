@@ -300,4 +300,29 @@ void CudaBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& 
                     stream_);
 }
 
+void CudaBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
+                            Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                            const Tensor* found_inf) {
+  backend_checks::adam_step(device(), hyper, master, grad, exp_avg, exp_avg_sq, working,
+                            found_inf);
+  if (master.numel() == 0) return;
+
+  use_device();
+  kernels::adam_step(hyper, static_cast<float*>(master.data()),
+                     static_cast<const float*>(grad.data()),
+                     static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()),
+                     working != nullptr ? working->data() : nullptr,
+                     working != nullptr ? working->dtype() : DType::F32, master.numel(),
+                     found_inf != nullptr ? static_cast<const float*>(found_inf->data()) : nullptr,
+                     stream_);
+}
+
+void CudaBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
+                                    const Tensor& found_inf) {
+  backend_checks::update_loss_scale(device(), rule, state, found_inf);
+  use_device();
+  kernels::update_loss_scale(rule, static_cast<int32_t*>(state.data()),
+                             static_cast<const float*>(found_inf.data()), stream_);
+}
+
 }  // namespace mixprec

@@ -126,6 +126,10 @@ class CudaBackend final : public Backend {
   void squared_norms(const std::vector<Tensor>& xs, Tensor& out) override;
   void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad, Tensor* momentum,
                 Tensor* working, const Tensor* found_inf) override;
+  void adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad, Tensor& exp_avg,
+                 Tensor& exp_avg_sq, Tensor* working, const Tensor* found_inf) override;
+  void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
+                         const Tensor& found_inf) override;
 
  private:
   // Scratch device memory from the allocator for the duration of one primitive. Freeing it

@@ -6,8 +6,7 @@
 // documents neither its accumulation type nor its summation order, and its fastest
 // (persistent) mode is not guaranteed to be deterministic; the statistics could then differ
 // from the CPU oracle by more than a rounding and from one run to the next.
-#include <initializer_list>
-
+#include "core/backend_checks.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
@@ -16,26 +15,13 @@
 namespace mixprec {
 namespace {
 
-kernels::BatchNormLayout channel_layout(const char* op, const Tensor& x) {
-  MIXPREC_CHECK(x.dim() >= 2, op, ": expected an input of at least 2 dimensions [N, C, ...], got ",
-                describe(x));
+// The kernels' view of x, whose dtype must be F32, F16 or BF16 (refused before any device
+// work).
+kernels::BatchNormLayout kernel_layout(const char* op, const Tensor& x,
+                                       const backend_checks::Channels& l) {
   MIXPREC_CHECK(is_floating(x.dtype()), op, ": unsupported dtype ", x.dtype(),
                 " on the CUDA backend; batch norm takes F32, F16 or BF16");
-  const int64_t n = x.size(0), c = x.size(1);
-  return {n, c, n * c == 0 ? 0 : x.numel() / (n * c)};
-}
-
-// A per-channel parameter in x's dtype.
-void check_parameter(const char* op, const char* what, const Tensor& t, const Tensor& x,
-                     int64_t channels) {
-  MIXPREC_CHECK(t.dtype() == x.dtype() && t.numel() == channels, op, ": ", what, " ", describe(t),
-                " must have ", channels, " elements of the input's dtype ", x.dtype());
-}
-
-// A per-channel F32 statistic.
-void check_statistic(const char* op, const char* what, const Tensor& t, int64_t channels) {
-  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == channels, op, ": ", what, " ",
-                describe(t), " must be F32 [", channels, "]");
+  return {l.n, l.c, l.inner};
 }
 
 }  // namespace
@@ -44,26 +30,9 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
                              Tensor& running_mean, Tensor& running_var, bool training,
                              float momentum, float eps, Tensor& y, Tensor& save_mean,
                              Tensor& save_invstd) {
-  constexpr const char* kOp = "batch_norm";
-  check_here(kOp, "input", x);
-  check_here(kOp, "weight", weight);
-  check_here(kOp, "bias", bias);
-  check_here(kOp, "running_mean", running_mean);
-  check_here(kOp, "running_var", running_var);
-  check_here(kOp, "output", y);
-  check_here(kOp, "save_mean", save_mean);
-  check_here(kOp, "save_invstd", save_invstd);
-  const kernels::BatchNormLayout l = channel_layout(kOp, x);
-  MIXPREC_CHECK(y.dtype() == x.dtype() && y.shape() == x.shape(), kOp, ": output ", describe(y),
-                " must have the input's shape and dtype ", describe(x));
-  check_parameter(kOp, "weight", weight, x, l.c);
-  check_parameter(kOp, "bias", bias, x, l.c);
-  check_statistic(kOp, "running_mean", running_mean, l.c);
-  check_statistic(kOp, "running_var", running_var, l.c);
-  check_statistic(kOp, "save_mean", save_mean, l.c);
-  check_statistic(kOp, "save_invstd", save_invstd, l.c);
-  MIXPREC_CHECK(!training || l.count() > 1, "batch_norm: training needs more than one value per "
-                "channel, got ", describe(x));
+  const backend_checks::Channels channels = backend_checks::batch_norm(
+      device(), x, weight, bias, running_mean, running_var, training, y, save_mean, save_invstd);
+  const kernels::BatchNormLayout l = kernel_layout("batch_norm", x, channels);
   if (l.c == 0) return;
   use_device();
   Scratch scratch(allocator_, kernels::batch_norm_scratch_bytes(l));
@@ -77,25 +46,9 @@ void CudaBackend::batch_norm_backward(const Tensor& x, const Tensor& weight,
                                       const Tensor& save_mean, const Tensor& save_invstd,
                                       const Tensor& dy, bool training, Tensor& dx,
                                       Tensor& dweight, Tensor& dbias) {
-  constexpr const char* kOp = "batch_norm_backward";
-  check_here(kOp, "input", x);
-  check_here(kOp, "weight", weight);
-  check_here(kOp, "save_mean", save_mean);
-  check_here(kOp, "save_invstd", save_invstd);
-  check_here(kOp, "output gradient", dy);
-  check_here(kOp, "input gradient", dx);
-  check_here(kOp, "weight gradient", dweight);
-  check_here(kOp, "bias gradient", dbias);
-  const kernels::BatchNormLayout l = channel_layout(kOp, x);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&dy, &dx}) {
-    MIXPREC_CHECK(t->dtype() == x.dtype() && t->shape() == x.shape(), kOp, ": ", describe(*t),
-                  " must have the input's shape and dtype ", describe(x));
-  }
-  check_parameter(kOp, "weight", weight, x, l.c);
-  check_parameter(kOp, "weight gradient", dweight, x, l.c);
-  check_parameter(kOp, "bias gradient", dbias, x, l.c);
-  check_statistic(kOp, "save_mean", save_mean, l.c);
-  check_statistic(kOp, "save_invstd", save_invstd, l.c);
+  const backend_checks::Channels channels = backend_checks::batch_norm_backward(
+      device(), x, weight, save_mean, save_invstd, dy, dx, dweight, dbias);
+  const kernels::BatchNormLayout l = kernel_layout("batch_norm_backward", x, channels);
   if (l.c == 0) return;
   use_device();
   Scratch scratch(allocator_, kernels::batch_norm_scratch_bytes(l));

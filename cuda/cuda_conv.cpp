@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/backend_checks.h"
 #include "core/error.h"
 #include "core/math/window.h"
 #include "core/math_mode.h"
@@ -47,43 +48,7 @@ namespace {
 // (FFT-based ones can ask for gigabytes on large images).
 constexpr size_t kMaxWorkspace = size_t{512} << 20;
 
-struct ConvGeometry {
-  int64_t n, c, h, w;  // input
-  int64_t o, kh, kw;   // filter
-  int64_t oh, ow;      // output
-  int64_t sh, sw, ph, pw;
-};
-
-// The CPU backend's shape checks, with its messages.
-ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
-                           const Conv2dDesc& d) {
-  MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
-                ": expected 4-D input, filter and output, got ", shape_str(x), ", ", shape_str(w),
-                " and ", shape_str(y));
-  MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
-                ": invalid stride or padding");
-  ConvGeometry g{.n = x[0], .c = x[1], .h = x[2], .w = x[3],
-                 .o = w[0], .kh = w[2], .kw = w[3],
-                 .oh = y[2], .ow = y[3],
-                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
-  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
-                " is larger than the padded input ", shape_str(x));
-  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o &&
-                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
-                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
-                op, ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
-                ", output ", shape_str(y));
-  return g;
-}
-
-void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = *ts.begin();
-  for (const Tensor* t : ts) {
-    if (t == nullptr) continue;
-    MIXPREC_CHECK(t->dtype() == first->dtype(), op, ": dtype mismatch between ",
-                  describe(*first), " and ", describe(*t));
-  }
-}
+using backend_checks::Conv2dGeometry;
 
 // F32, F16 and BF16 only: the I32 refusal comes before any device work.
 void check_floating(const char* op, const Tensor& t) {
@@ -318,7 +283,7 @@ PlanCache& plan_cache() {
   return cache;
 }
 
-ConvKey conv_key(int device, ConvPass pass, DType dtype, const ConvGeometry& g) {
+ConvKey conv_key(int device, ConvPass pass, DType dtype, const Conv2dGeometry& g) {
   return {.device = device, .pass = pass, .dtype = dtype,
           .tf32 = dtype == DType::F32 && tf32_allowed(),
           .n = g.n, .c = g.c, .h = g.h, .w = g.w, .o = g.o, .kh = g.kh, .kw = g.kw,
@@ -335,14 +300,7 @@ bool degenerate(const Tensor& x, const Tensor& w, const Tensor& y) {
 void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                          const Conv2dDesc& desc, Tensor& y) {
   constexpr const char* kOp = "conv2d";
-  check_here(kOp, "input", x);
-  check_here(kOp, "filter", w);
-  check_here(kOp, "output", y);
-  if (bias) check_here(kOp, "bias", *bias);
-  const ConvGeometry g = conv_geometry(kOp, x.shape(), w.shape(), y.shape(), desc);
-  check_same_dtype(kOp, {&x, &w, bias, &y});
-  MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
-                g.o, " elements");
+  const Conv2dGeometry g = backend_checks::conv2d(device(), x, w, bias, desc, y);
   check_floating(kOp, x);
   if (y.numel() == 0) return;
   check_cudnn_limits(kOp, x, w, y, desc);
@@ -372,11 +330,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
                                        Tensor& dx) {
   constexpr const char* kOp = "conv2d_backward_data";
-  check_here(kOp, "output gradient", dy);
-  check_here(kOp, "filter", w);
-  check_here(kOp, "input gradient", dx);
-  const ConvGeometry g = conv_geometry(kOp, dx.shape(), w.shape(), dy.shape(), desc);
-  check_same_dtype(kOp, {&dy, &w, &dx});
+  const Conv2dGeometry g = backend_checks::conv2d_backward_data(device(), dy, w, desc, dx);
   check_floating(kOp, dy);
   if (dx.numel() == 0) return;
   check_cudnn_limits(kOp, dx, w, dy, desc);
@@ -397,14 +351,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
 void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
                                          Tensor& dw, Tensor* dbias) {
   constexpr const char* kOp = "conv2d_backward_filter";
-  check_here(kOp, "input", x);
-  check_here(kOp, "output gradient", dy);
-  check_here(kOp, "filter gradient", dw);
-  if (dbias) check_here(kOp, "bias gradient", *dbias);
-  const ConvGeometry g = conv_geometry(kOp, x.shape(), dw.shape(), dy.shape(), desc);
-  check_same_dtype(kOp, {&x, &dy, &dw, dbias});
-  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ",
-                describe(*dbias), " does not have ", g.o, " elements");
+  const Conv2dGeometry g = backend_checks::conv2d_backward_filter(device(), x, dy, desc, dw, dbias);
   check_floating(kOp, x);
   if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;
   check_cudnn_limits(kOp, x, dw, dy, desc);

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/backend_checks.h"
 #include "core/error.h"
 #include "core/math_mode.h"
 #include "core/tensor.h"
@@ -42,36 +43,6 @@ constexpr uint32_t kMaxAlignment = 256;
 // Elements of a batched operand that the descriptor touches.
 int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
   return (batch - 1) * stride + matrix;
-}
-
-// The CPU backend's validation, with its messages.
-void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
-  MIXPREC_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()),
-                "gemm: unsupported dtype among A ", describe(a), ", B ", describe(b), " and C ",
-                describe(c), " on the CUDA backend");
-  const bool wide_c = c.dtype() == DType::F32 && a.dtype() != DType::F32;
-  MIXPREC_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || wide_c),
-                "gemm: dtype mismatch between A ", describe(a), ", B ", describe(b), " and C ",
-                describe(c), " (A and B share one dtype; C has it too, or is F32 for F16/BF16 "
-                "A and B)");
-  MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
-                ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
-  MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
-                "gemm: negative batch stride");
-  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
-  MIXPREC_CHECK(d.batch == 1 || d.stride_c >= d.m * d.n, "gemm: batch stride of C (", d.stride_c,
-                ") is below m * n = ", d.m * d.n, ", so outputs of the batch would overlap");
-  MIXPREC_CHECK(span(d.batch, d.stride_a, d.m * d.k) <= a.numel(), "gemm: A ", describe(a),
-                " is too small for batch ", d.batch, " of ", d.trans_a ? d.k : d.m, "x",
-                d.trans_a ? d.m : d.k, " with stride ", d.stride_a);
-  MIXPREC_CHECK(span(d.batch, d.stride_b, d.k * d.n) <= b.numel(), "gemm: B ", describe(b),
-                " is too small for batch ", d.batch, " of ", d.trans_b ? d.n : d.k, "x",
-                d.trans_b ? d.k : d.n, " with stride ", d.stride_b);
-  MIXPREC_CHECK(span(d.batch, d.stride_c, d.m * d.n) <= c.numel(), "gemm: C ", describe(c),
-                " is too small for batch ", d.batch, " of ", d.m, "x", d.n, " with stride ",
-                d.stride_c);
-  MIXPREC_CHECK(d.batch <= INT32_MAX, "gemm: batch ", d.batch, " exceeds cuBLASLt's limit of ",
-                INT32_MAX, "; split the batch");
 }
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -249,11 +220,10 @@ PlanCache& plan_cache() {
 }  // namespace
 
 void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
-  check_here("gemm", "A", a);
-  check_here("gemm", "B", b);
-  check_here("gemm", "C", c);
-  check_gemm(desc, a, b, c);
+  backend_checks::gemm(device(), desc, a, b, c);
   if (desc.batch == 0 || desc.m == 0 || desc.n == 0) return;
+  MIXPREC_CHECK(desc.batch <= INT32_MAX, "gemm: batch ", desc.batch,
+                " exceeds cuBLASLt's limit of ", INT32_MAX, "; split the batch");
   use_device();
 
   const size_t c_size = dtype_size(c.dtype());

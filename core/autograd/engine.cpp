@@ -51,7 +51,8 @@ void check_grad_scale(Node& node, double loss_scale, GradMode mode) {
   const Tensor leaf = sink->leaf();
   if (!leaf.defined() || !leaf.grad().defined() || leaf.grad_scale() == loss_scale) return;
   if (leaf.grad_zeroed()) return;
-  const std::string name = leaf.name().empty() ? describe(leaf) : "'" + leaf.name() + "'";
+  const std::string name =
+      leaf.name().empty() ? describe(leaf) : detail::concat("'", leaf.name(), "'");
   MIXPREC_FAIL("backward: the .grad of ", name, " holds gradients scaled by ", leaf.grad_scale(),
                " and this backward's loss is scaled by ", loss_scale,
                "; one division could not restore their sum. Keep one loss scale for the whole "

@@ -1,13 +1,15 @@
 // Mixed-precision primitives of the CPU backend: the fused unscale-and-check of an
-// optimizer's gradients, per-tensor sums of squares (gradient clipping) and the fused SGD
-// step. The per-element math is core/math/amp.h, shared with the CUDA backend; this file adds
-// validation, loops and the rounding on store.
+// optimizer's gradients, per-tensor sums of squares (gradient clipping), the fused SGD and
+// Adam/AdamW steps and the dynamic loss-scale update. The per-element math is
+// core/math/amp.h, shared with the CUDA backend; this file adds validation, loops and the
+// rounding on store.
 //
 // Every loop is either elementwise or reduces in fixed-size blocks whose partial sums are
 // added in index order, so no result depends on the OpenMP thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -112,6 +114,25 @@ void sgd_elements(const SgdHyper& hyper, float* w, const float* g, float* buf, W
   }
 }
 
+// ---- Adam ------------------------------------------------------------------------------
+
+// As sgd_elements, with the two moment buffers.
+template <class W>
+void adam_elements(const AdamHyper& hyper, float* w, const float* g, float* m, float* v,
+                   W* working, int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n > kParallelWork)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t begin = blk * kBlock, end = std::min(n, begin + kBlock);
+    for (int64_t i = begin; i < end; ++i) adam_update(w[i], g[i], m[i], v[i], hyper);
+    if (working != nullptr) cpu::store_f32(w + begin, working + begin, end - begin);
+  }
+}
+
+bool flag_set(const Tensor* found_inf) {
+  return found_inf != nullptr && found_inf->data_as<float>()[0] != 0.0f;
+}
+
 }  // namespace
 
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
@@ -175,7 +196,7 @@ void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& g
                           Tensor* momentum, Tensor* working, const Tensor* found_inf) {
   constexpr const char* kOp = "sgd_step";
   backend_checks::sgd_step(kCPU, hyper, master, grad, momentum, working, found_inf);
-  if (found_inf != nullptr && found_inf->data_as<float>()[0] != 0.0f) return;
+  if (flag_set(found_inf)) return;
 
   const bool use_momentum = hyper.momentum != 0.0f;
   const int64_t n = master.numel();
@@ -186,6 +207,34 @@ void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& g
   MIXPREC_DISPATCH_FLOATING(working->dtype(), kOp, [&] {
     sgd_elements(hyper, w, g, buf, working->data_as<scalar_t>(), n);
   });
+}
+
+void CpuBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
+                           Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                           const Tensor* found_inf) {
+  constexpr const char* kOp = "adam_step";
+  backend_checks::adam_step(kCPU, hyper, master, grad, exp_avg, exp_avg_sq, working, found_inf);
+  if (flag_set(found_inf)) return;
+
+  const int64_t n = master.numel();
+  float* w = master.data_as<float>();
+  const float* g = grad.data_as<float>();
+  float* m = exp_avg.data_as<float>();
+  float* v = exp_avg_sq.data_as<float>();
+  if (working == nullptr) return adam_elements<float>(hyper, w, g, m, v, nullptr, n);
+  MIXPREC_DISPATCH_FLOATING(working->dtype(), kOp, [&] {
+    adam_elements(hyper, w, g, m, v, working->data_as<scalar_t>(), n);
+  });
+}
+
+void CpuBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
+                                   const Tensor& found_inf) {
+  backend_checks::update_loss_scale(kCPU, rule, state, found_inf);
+  // Through memcpy: the tensor's storage is only guaranteed the alignment of an int32.
+  DynamicScaleState s;
+  std::memcpy(&s, state.data(), sizeof s);
+  update_dynamic_scale(rule, s, flag_set(&found_inf));
+  std::memcpy(state.data(), &s, sizeof s);
 }
 
 }  // namespace mixprec

@@ -17,42 +17,12 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/dispatch.h"
-#include "core/math/window.h"
 #include "core/tensor.h"
 
 namespace mixprec {
 namespace {
 
-struct ConvGeometry {
-  int64_t n, c, h, w;  // input
-  int64_t o, kh, kw;   // filter
-  int64_t oh, ow;      // output
-  int64_t sh, sw, ph, pw;
-  int64_t rows() const { return c * kh * kw; }
-  int64_t pixels() const { return oh * ow; }
-  int64_t image() const { return c * h * w; }
-};
-
-ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Shape& y,
-                           const Conv2dDesc& d) {
-  MIXPREC_CHECK(x.size() == 4 && w.size() == 4 && y.size() == 4, op,
-                ": expected 4-D input, filter and output, got ", shape_str(x), ", ", shape_str(w),
-                " and ", shape_str(y));
-  MIXPREC_CHECK(d.stride_h >= 1 && d.stride_w >= 1 && d.pad_h >= 0 && d.pad_w >= 0, op,
-                ": invalid stride or padding");
-  ConvGeometry g{.n = x[0], .c = x[1], .h = x[2], .w = x[3],
-                 .o = w[0], .kh = w[2], .kw = w[3],
-                 .oh = y[2], .ow = y[3],
-                 .sh = d.stride_h, .sw = d.stride_w, .ph = d.pad_h, .pw = d.pad_w};
-  MIXPREC_CHECK(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw, op, ": filter ", shape_str(w),
-                " is larger than the padded input ", shape_str(x));
-  MIXPREC_CHECK(w[1] == g.c && y[0] == g.n && y[1] == g.o &&
-                    g.oh == window_output_size(g.h, g.kh, g.sh, g.ph) &&
-                    g.ow == window_output_size(g.w, g.kw, g.sw, g.pw),
-                op, ": inconsistent shapes: input ", shape_str(x), ", filter ", shape_str(w),
-                ", output ", shape_str(y));
-  return g;
-}
+using backend_checks::Conv2dGeometry;
 
 // Scratch slots (core/cpu/cpu_gemm.h) of the buffers that are live together in one kernel.
 constexpr int kFilterSlot = 0;  // the calling thread only
@@ -70,7 +40,7 @@ float* f32_scratch(int slot, int64_t n) {
 
 // col[(c*KH + i)*KW + j][oh*OW + ow] = x[c][oh*SH - PH + i][ow*SW - PW + j], 0 in the padding.
 template <class T>
-void im2col(const T* x, const ConvGeometry& g, float* col) {
+void im2col(const T* x, const Conv2dGeometry& g, float* col) {
   const int64_t pixels = g.pixels();
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -95,7 +65,7 @@ void im2col(const T* x, const ConvGeometry& g, float* col) {
 }
 
 // The adjoint of im2col: adds every column entry back into the input cell it came from.
-void col2im_add(const float* col, const ConvGeometry& g, float* dx) {
+void col2im_add(const float* col, const Conv2dGeometry& g, float* dx) {
   const int64_t pixels = g.pixels();
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -146,7 +116,7 @@ int image_threads(int64_t images) {
 }
 
 template <class T>
-void conv_forward(const T* x, const T* w, const T* bias, T* y, const ConvGeometry& g) {
+void conv_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
   std::vector<float> bias_buf(static_cast<size_t>(bias ? g.o : 0));
@@ -174,7 +144,7 @@ const float* output_grad_f32(const T* dy, int64_t n, int64_t size) {
 }
 
 template <class T>
-void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+void conv_backward_data(const T* dy, const T* w, T* dx, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
   const int64_t dy_size = g.o * g.pixels();
@@ -192,7 +162,7 @@ void conv_backward_data(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
 // Each worker sums its images into a private FP32 dW (and dbias); the partial sums are then
 // added in worker order, so the result is the same on every run with the same thread count.
 template <class T>
-void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGeometry& g) {
+void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const int64_t dy_size = g.o * g.pixels();
   const int threads = image_threads(g.n);
@@ -225,10 +195,7 @@ void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const ConvGe
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                         const Conv2dDesc& desc, Tensor& y) {
-  const ConvGeometry g = conv_geometry("conv2d", x.shape(), w.shape(), y.shape(), desc);
-  backend_checks::same_dtype("conv2d", {&x, &w, bias, &y});
-  MIXPREC_CHECK(!bias || bias->numel() == g.o, "conv2d: bias ", describe(*bias), " does not have ",
-                g.o, " elements");
+  const Conv2dGeometry g = backend_checks::conv2d(kCPU, x, w, bias, desc, y);
   if (y.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "conv2d", [&] {
     conv_forward(static_cast<const scalar_t*>(x.data()), static_cast<const scalar_t*>(w.data()),
@@ -239,9 +206,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
                                       Tensor& dx) {
-  const ConvGeometry g =
-      conv_geometry("conv2d_backward_data", dx.shape(), w.shape(), dy.shape(), desc);
-  backend_checks::same_dtype("conv2d_backward_data", {&dy, &w, &dx});
+  const Conv2dGeometry g = backend_checks::conv2d_backward_data(kCPU, dy, w, desc, dx);
   if (dx.numel() == 0) return;
   MIXPREC_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_data", [&] {
     conv_backward_data(static_cast<const scalar_t*>(dy.data()),
@@ -252,11 +217,8 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const C
 
 void CpuBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
                                         Tensor& dw, Tensor* dbias) {
-  const ConvGeometry g =
-      conv_geometry("conv2d_backward_filter", x.shape(), dw.shape(), dy.shape(), desc);
-  backend_checks::same_dtype("conv2d_backward_filter", {&x, &dy, &dw, dbias});
-  MIXPREC_CHECK(!dbias || dbias->numel() == g.o, "conv2d_backward_filter: dbias ", describe(*dbias),
-                " does not have ", g.o, " elements");
+  const Conv2dGeometry g =
+      backend_checks::conv2d_backward_filter(kCPU, x, dy, desc, dw, dbias);
   if (dw.numel() == 0 && (!dbias || dbias->numel() == 0)) return;
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "conv2d_backward_filter", [&] {
     conv_backward_filter(static_cast<const scalar_t*>(x.data()),

@@ -278,29 +278,17 @@ void sum_to_kernel(const T* x, T* y, const Shape& sx, const Shape& sy, float sca
     y[0] = from_float<T>(scale * sum_all(x, n));
     return;
   }
-  // Planned over x's shape, the dims whose y stride is 0 are the reduced ones.
-  const BroadcastPlan<1> plan = plan_broadcast<1>(sx, {&sy});
-  const std::vector<int64_t>& ext = plan.extents;
-  const std::vector<int64_t>& ystride = plan.strides[0];
-  const size_t ndim = ext.size();
-  std::vector<int64_t> xstride(ndim, 1);
-  for (size_t d = ndim - 1; d-- > 0;) xstride[d] = xstride[d + 1] * ext[d + 1];
-
-  const size_t last = ndim - 1;
-  std::vector<int64_t> kept_ext, kept_xstride, red_ext, red_xstride;
-  for (size_t d = 0; d < last; ++d) {
-    if (ystride[d] != 0) {
-      kept_ext.push_back(ext[d]);
-      kept_xstride.push_back(xstride[d]);
-    } else {
-      red_ext.push_back(ext[d]);
-      red_xstride.push_back(xstride[d]);
-    }
-  }
+  // The innermost dim is walked by the loops below, the others by offsets.
+  SumToDims dims = split_sum_to(sx, sy);
+  dims.drop_inner();
+  const std::vector<int64_t>& kept_ext = dims.kept_extents;
+  const std::vector<int64_t>& kept_xstride = dims.kept_strides;
+  const std::vector<int64_t>& red_ext = dims.reduced_extents;
+  const std::vector<int64_t>& red_xstride = dims.reduced_strides;
   const int64_t reduced = shape_numel(red_ext);
-  const int64_t inner = ext[last];
+  const int64_t inner = dims.inner;
 
-  if (ystride[last] == 0) {
+  if (dims.inner_reduced) {
     // The innermost dim is reduced: each y element sums `reduced` contiguous runs of `inner`.
 #pragma omp parallel for if (n > kParallelWork)
     for (int64_t o = 0; o < m; ++o) {

@@ -15,6 +15,7 @@
 #include <array>
 #include <memory>
 
+#include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -96,34 +97,6 @@ int64_t span(int64_t batch, int64_t stride, int64_t matrix) {
   return (batch - 1) * stride + matrix;
 }
 
-void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
-  MIXPREC_CHECK(a.defined() && b.defined() && c.defined(), "gemm: undefined operand");
-  MIXPREC_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()) && is_floating(c.dtype()),
-                "gemm: unsupported dtype among A ", describe(a), ", B ", describe(b), " and C ",
-                describe(c), " on the CPU backend");
-  const bool wide_c = c.dtype() == DType::F32 && a.dtype() != DType::F32;
-  MIXPREC_CHECK(a.dtype() == b.dtype() && (a.dtype() == c.dtype() || wide_c),
-                "gemm: dtype mismatch between A ", describe(a), ", B ", describe(b), " and C ",
-                describe(c), " (A and B share one dtype; C has it too, or is F32 for F16/BF16 "
-                "A and B)");
-  MIXPREC_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0 && d.batch >= 0, "gemm: negative size (m ", d.m,
-                ", n ", d.n, ", k ", d.k, ", batch ", d.batch, ")");
-  MIXPREC_CHECK(d.stride_a >= 0 && d.stride_b >= 0 && d.stride_c >= 0,
-                "gemm: negative batch stride");
-  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
-  MIXPREC_CHECK(d.batch == 1 || d.stride_c >= d.m * d.n, "gemm: batch stride of C (", d.stride_c,
-                ") is below m * n = ", d.m * d.n, ", so outputs of the batch would overlap");
-  MIXPREC_CHECK(span(d.batch, d.stride_a, d.m * d.k) <= a.numel(), "gemm: A ", describe(a),
-                " is too small for batch ", d.batch, " of ", d.trans_a ? d.k : d.m, "x",
-                d.trans_a ? d.m : d.k, " with stride ", d.stride_a);
-  MIXPREC_CHECK(span(d.batch, d.stride_b, d.k * d.n) <= b.numel(), "gemm: B ", describe(b),
-                " is too small for batch ", d.batch, " of ", d.trans_b ? d.n : d.k, "x",
-                d.trans_b ? d.k : d.n, " with stride ", d.stride_b);
-  MIXPREC_CHECK(span(d.batch, d.stride_c, d.m * d.n) <= c.numel(), "gemm: C ", describe(c),
-                " is too small for batch ", d.batch, " of ", d.m, "x", d.n, " with stride ",
-                d.stride_c);
-}
-
 // Calls multiply(i) for every item of the batch. Small matrices: one Eigen call each, spread
 // over the batch (Eigen then stays on the calling thread). A single large matrix: Eigen
 // spreads the product over the threads itself; no enclosing parallel region is opened then,
@@ -175,7 +148,7 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
 }  // namespace
 
 void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
-  check_gemm(desc, a, b, c);
+  backend_checks::gemm(kCPU, desc, a, b, c);
   if (desc.batch == 0 || desc.m == 0 || desc.n == 0) return;
   switch (a.dtype()) {
     case DType::F32:

@@ -103,18 +103,11 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
 }
 
 // Layout of an NCHW tensor seen as [N, C, inner].
-struct ChannelLayout {
-  int64_t n, c, inner;
-  int64_t count() const { return n * inner; }  // elements per channel
+struct ChannelLayout : backend_checks::Channels {
   int64_t at(int64_t sample, int64_t channel, int64_t i) const {
     return (sample * c + channel) * inner + i;
   }
 };
-
-ChannelLayout channel_layout(const Tensor& x) {
-  const int64_t n = x.size(0), c = x.size(1);
-  return {n, c, n * c == 0 ? 0 : x.numel() / (n * c)};
-}
 
 template <class T>
 void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean,
@@ -234,9 +227,8 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor&
                             Tensor& running_mean, Tensor& running_var, bool training,
                             float momentum, float eps, Tensor& y, Tensor& save_mean,
                             Tensor& save_invstd) {
-  const ChannelLayout l = channel_layout(x);
-  MIXPREC_CHECK(!training || l.count() > 1, "batch_norm: training needs more than one value per "
-                "channel, got ", describe(x));
+  const ChannelLayout l{backend_checks::batch_norm(kCPU, x, weight, bias, running_mean, running_var,
+                                                    training, y, save_mean, save_invstd)};
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     batch_norm_channels(static_cast<const scalar_t*>(x.data()),
                         static_cast<const scalar_t*>(weight.data()),
@@ -251,7 +243,8 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd,
                                      const Tensor& dy, bool training, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
-  const ChannelLayout l = channel_layout(x);
+  const ChannelLayout l{backend_checks::batch_norm_backward(kCPU, x, weight, save_mean, save_invstd,
+                                                             dy, dx, dweight, dbias)};
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     batch_norm_backward_channels(
         static_cast<const scalar_t*>(x.data()), static_cast<const scalar_t*>(weight.data()),

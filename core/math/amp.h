@@ -1,11 +1,14 @@
 // Per-element arithmetic of mixed-precision training, shared by the CPU and CUDA backends:
-// the unscale-and-check of one gradient value, one SGD update, and the dynamic loss-scale
-// rule. A kernel adds only indexing and launch around these functions, so the CPU tests
-// cover the arithmetic the GPU runs.
+// the unscale-and-check of one gradient value, one SGD or Adam/AdamW update, and the dynamic
+// loss-scale rule. A kernel adds only indexing and launch around these functions, so the CPU
+// tests cover the arithmetic the GPU runs.
 #pragma once
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "core/half.h"
 #include "core/hd.h"
@@ -81,6 +84,61 @@ MIXPREC_HD void sgd_update(float& w, float g, float& buf, const SgdHyper& hyper)
   w -= hyper.lr * d;
 }
 
+// ---- Adam and AdamW --------------------------------------------------------------------
+
+// torch.optim.Adam (decoupled_weight_decay false) and torch.optim.AdamW (true), per element,
+// without amsgrad. The hyperparameters are the FP32 values the update computes with.
+//
+// The bias corrections depend only on the step, so set_step() computes them once per step
+// on the host, in double, and rounds each once to float: no kernel evaluates a power per
+// element. Set the hyperparameters first, then call set_step(t) before every update; the
+// backends reject a hyper whose derived fields do not match its step and hyperparameters.
+struct AdamHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  // false: Adam, the L2 penalty weight_decay * w is added to the gradient (coupled);
+  // true: AdamW, the weight shrinks by the factor 1 - lr * weight_decay before the update.
+  bool decoupled_weight_decay = false;
+
+  // Derived by set_step().
+  int64_t step = 0;                    // 1-based index of the update being applied
+  float step_size = 0.0f;              // lr / (1 - beta1^step)
+  float bias_correction2_sqrt = 0.0f;  // sqrt(1 - beta2^step)
+  float decay_factor = 1.0f;           // 1 - lr * weight_decay for AdamW, else 1
+
+  // Host only. t >= 1; the values are as PyTorch computes them from its Python floats (in
+  // double), each rounded once to float.
+  void set_step(int64_t t) {
+    step = t;
+    const double n = static_cast<double>(t), rate = lr;
+    step_size = static_cast<float>(rate / (1.0 - pow(static_cast<double>(beta1), n)));
+    bias_correction2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(beta2), n)));
+    decay_factor = decoupled_weight_decay ? static_cast<float>(1.0 - rate * weight_decay) : 1.0f;
+  }
+};
+
+// Updates the FP32 master value `w` from the true-scale gradient `g`; `m` and `v` are the
+// first and second moment estimates (exp_avg, exp_avg_sq). The operations and their order
+// are PyTorch's (its lerp of m written as the blend it equals):
+//   Adam:  g += weight_decay * w          AdamW: w *= 1 - lr * weight_decay
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   w -= step_size * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// which is w -= lr * m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - beta1^t) and
+// v_hat = v / (1 - beta2^t), eps added outside the square root.
+MIXPREC_HD void adam_update(float& w, float g, float& m, float& v, const AdamHyper& hyper) {
+  float d = g;
+  if (hyper.decoupled_weight_decay) w *= hyper.decay_factor;
+  else if (hyper.weight_decay != 0.0f) d += hyper.weight_decay * w;
+  m = hyper.beta1 * m + (1.0f - hyper.beta1) * d;
+  v = hyper.beta2 * v + (1.0f - hyper.beta2) * d * d;
+  const float denom = sqrtf(v) / hyper.bias_correction2_sqrt + hyper.eps;
+  w -= hyper.step_size * m / denom;
+}
+
 // ---- the dynamic loss-scale rule ---------------------------------------------------------
 
 // How hysteresis (overflows tolerated before backing off) is refilled.
@@ -114,6 +172,18 @@ struct DynamicScaleState {
   int32_t growth_tracker = 0;   // finite steps since the last overflow or growth
   int32_t hysteresis_left = 1;  // overflows still tolerated before the next backoff
 };
+
+// Backend::update_loss_scale keeps a DynamicScaleState in an I32 tensor of
+// kDynamicScaleStateWords elements, byte for byte: the scale's 8 bytes in elements 0 and 1,
+// growth_tracker in element 2, hysteresis_left in element 3. The same bytes on the host and
+// the device, so the state is copied in either direction as it is.
+inline constexpr int64_t kDynamicScaleStateWords = 4;
+static_assert(sizeof(DynamicScaleState) == kDynamicScaleStateWords * sizeof(int32_t) &&
+                  offsetof(DynamicScaleState, scale) == 0 &&
+                  offsetof(DynamicScaleState, growth_tracker) == 8 &&
+                  offsetof(DynamicScaleState, hysteresis_left) == 12 &&
+                  std::is_trivially_copyable_v<DynamicScaleState>,
+              "DynamicScaleState must be the 16 bytes of an I32 [4] tensor");
 
 // The scale-update rule, run once per effective step with that step's found_inf.
 // - overflow: the growth tracker restarts; while more than one tolerated overflow is left

@@ -1,7 +1,7 @@
 // Index arithmetic of strided walks, shared by the CPU and CUDA backends: the broadcast plan
-// of an output and the inputs that broadcast to it, the plan of a permutation, and the
-// offset of a point of such a walk. Plans are made once per call on the host; offset_of runs
-// in kernels of both backends.
+// of an output and the inputs that broadcast to it, sum_to's split of its input's dims, the
+// plan of a permutation, and the offset of a point of such a walk. Plans are made once per
+// call on the host; offset_of runs in kernels of both backends.
 //
 // A plan drops the output's extent-1 dims and merges adjacent dims that every operand walks
 // in step, so the common cases (equal shapes, a bias over the last dims, a [N, 1] column, a
@@ -69,6 +69,44 @@ BroadcastPlan<N> plan_broadcast(const Shape& out, const std::array<const Shape*,
     for (int k = 0; k < N; ++k) plan.strides[k].push_back(0);
   }
   return plan;
+}
+
+// The walk of sum_to (y's shape broadcasts to x's) over x's merged dims, outermost first,
+// split into the dims y keeps and the dims summed over, each with its stride in contiguous x.
+// Merging never joins a summed dim with a kept one (their strides in y differ), so the
+// innermost merged dim is wholly kept or wholly summed: the last of reduced_* when
+// inner_reduced, else the last of kept_*.
+struct SumToDims {
+  std::vector<int64_t> kept_extents, kept_strides;
+  std::vector<int64_t> reduced_extents, reduced_strides;
+  int64_t inner = 1;  // extent of the innermost merged dim
+  bool inner_reduced = false;
+
+  // Removes the innermost dim from its list, for walks that run along it themselves.
+  void drop_inner() {
+    std::vector<int64_t>& extents = inner_reduced ? reduced_extents : kept_extents;
+    std::vector<int64_t>& strides = inner_reduced ? reduced_strides : kept_strides;
+    extents.pop_back();
+    strides.pop_back();
+  }
+};
+
+inline SumToDims split_sum_to(const Shape& x_shape, const Shape& y_shape) {
+  const BroadcastPlan<1> walk = plan_broadcast<1>(x_shape, {&y_shape});
+  const std::vector<int64_t>& extents = walk.extents;
+  const std::vector<int64_t>& y_strides = walk.strides[0];
+  const size_t ndim = extents.size();
+  std::vector<int64_t> x_strides(ndim, 1);
+  for (size_t d = ndim - 1; d-- > 0;) x_strides[d] = x_strides[d + 1] * extents[d + 1];
+  SumToDims dims;
+  for (size_t d = 0; d < ndim; ++d) {
+    const bool kept = y_strides[d] != 0;
+    (kept ? dims.kept_extents : dims.reduced_extents).push_back(extents[d]);
+    (kept ? dims.kept_strides : dims.reduced_strides).push_back(x_strides[d]);
+  }
+  dims.inner = extents[ndim - 1];
+  dims.inner_reduced = y_strides[ndim - 1] == 0;
+  return dims;
 }
 
 // y = x permuted (y.shape[i] == x.shape[perm[i]]), as a walk over y's dims of extent > 1

@@ -157,9 +157,10 @@ __global__ void __launch_bounds__(kThreads) tensor_norms_kernel(const TableEntry
   const int64_t stride = thread_stride();
   for (int64_t t = first_thread(); t < tensors; t += stride) {
     const TableEntry e = entries[t];
-    float total = 0.0f;
+    // In double and rounded once, as the CPU backend combines its chunk sums.
+    double total = 0.0;
     for (int32_t k = 0; k < e.chunk_count; ++k) total += partials[e.first_chunk + k];
-    out[t] = total;
+    out[t] = static_cast<float>(total);
   }
 }
 
@@ -231,6 +232,78 @@ void launch_sgd(const SgdHyper& hyper, float* master, const float* grad, float* 
                                                           n, found_inf);
   }
   CUDA_CHECK_LAST();
+}
+
+// ---- Adam ---------------------------------------------------------------------------------------
+
+// As sgd_kernel, with the two moment buffers.
+template <class W, int V>
+__global__ void __launch_bounds__(kThreads) adam_kernel(AdamHyper hyper, float* master,
+                                                       const float* grad, float* exp_avg,
+                                                       float* exp_avg_sq, W* working, int64_t n,
+                                                       const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using PF = Pack<float, V>;
+  const int64_t packs = n / V;
+  const int64_t stride = thread_stride();
+  const int64_t first = first_thread();
+  for (int64_t p = first; p < packs; p += stride) {
+    PF w = reinterpret_cast<const PF*>(master)[p];
+    const PF g = reinterpret_cast<const PF*>(grad)[p];
+    PF m = reinterpret_cast<const PF*>(exp_avg)[p];
+    PF v = reinterpret_cast<const PF*>(exp_avg_sq)[p];
+#pragma unroll
+    for (int j = 0; j < V; ++j) adam_update(w.v[j], g.v[j], m.v[j], v.v[j], hyper);
+    reinterpret_cast<PF*>(master)[p] = w;
+    reinterpret_cast<PF*>(exp_avg)[p] = m;
+    reinterpret_cast<PF*>(exp_avg_sq)[p] = v;
+    if constexpr (!std::is_same_v<W, NoWorking>) {
+      Pack<W, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = from_float<W>(w.v[j]);
+      reinterpret_cast<Pack<W, V>*>(working)[p] = out;
+    }
+  }
+  for (int64_t i = packs * V + first; i < n; i += stride) {
+    float w = master[i], m = exp_avg[i], v = exp_avg_sq[i];
+    adam_update(w, grad[i], m, v, hyper);
+    master[i] = w;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    store_working(working, i, w);
+  }
+}
+
+template <class W>
+void launch_adam(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
+                 float* exp_avg_sq, W* working, int64_t n, const float* found_inf,
+                 cudaStream_t stream) {
+  constexpr int V = 4;
+  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && aligned_to(exp_avg, 16) &&
+                aligned_to(exp_avg_sq, 16);
+  if constexpr (!std::is_same_v<W, NoWorking>) {
+    vector = vector && aligned_to(working, V * sizeof(W));
+  }
+  if (vector) {
+    adam_kernel<W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(
+        hyper, master, grad, exp_avg, exp_avg_sq, working, n, found_inf);
+  } else {
+    adam_kernel<W, 1><<<grid_for(n), kThreads, 0, stream>>>(hyper, master, grad, exp_avg,
+                                                           exp_avg_sq, working, n, found_inf);
+  }
+  CUDA_CHECK_LAST();
+}
+
+// ---- the loss scale -----------------------------------------------------------------------------
+
+// The state is copied through memcpy because the I32 tensor guarantees only 4-byte alignment,
+// and the double inside needs 8.
+__global__ void update_scale_kernel(DynamicScaleRule rule, int32_t* state,
+                                    const float* found_inf) {
+  DynamicScaleState s;
+  memcpy(&s, state, sizeof s);
+  update_dynamic_scale(rule, s, *found_inf != 0.0f);
+  memcpy(state, &s, sizeof s);
 }
 
 const TableEntry* table_entries(const void* device_table) {
@@ -312,6 +385,27 @@ void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* mo
   MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, "sgd_step", [&] {
     launch_sgd(hyper, master, grad, momentum, static_cast<scalar_t*>(working), n, found_inf, stream);
   });
+}
+
+void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
+               float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
+               const float* found_inf, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (working == nullptr) {
+    launch_adam<NoWorking>(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, n, found_inf,
+                           stream);
+    return;
+  }
+  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, "adam_step", [&] {
+    launch_adam(hyper, master, grad, exp_avg, exp_avg_sq, static_cast<scalar_t*>(working), n,
+                found_inf, stream);
+  });
+}
+
+void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
+                       cudaStream_t stream) {
+  update_scale_kernel<<<1, 1, 0, stream>>>(rule, state, found_inf);
+  CUDA_CHECK_LAST();
 }
 
 }  // namespace mixprec::kernels

@@ -1,7 +1,7 @@
-// Mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares
-// and the fused SGD step. The per-element math is core/math/amp.h, shared with the CPU
-// backend. Internal to cuda/; launches are asynchronous on `stream`, and every flag they
-// read or write stays on the device.
+// Mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares,
+// the fused SGD and Adam/AdamW steps and the dynamic loss-scale update. The per-element math
+// is core/math/amp.h, shared with the CPU backend. Internal to cuda/; launches are
+// asynchronous on `stream`, and every flag they read or write stays on the device.
 //
 // The multi-tensor kernels take a table that lists every tensor and splits each into
 // fixed-size chunks; one launch walks all chunks of all tensors, however many tensors an
@@ -60,5 +60,18 @@ void squared_norms(const MultiTensorTable& table, const void* device_table, floa
 void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
               void* working, DType working_dtype, int64_t n, const float* found_inf,
               cudaStream_t stream);
+
+// adam_update of n F32 master values from the F32 gradient; exp_avg and exp_avg_sq are the
+// F32 moment buffers. working and found_inf as in sgd_step: a non-zero flag leaves master,
+// moments and working copy untouched.
+void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
+               float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
+               const float* found_inf, cudaStream_t stream);
+
+// One thread runs update_dynamic_scale(rule, state, *found_inf != 0) on the device. `state`
+// holds the kDynamicScaleStateWords I32 of a DynamicScaleState (4-byte alignment suffices);
+// found_inf is device F32 [1].
+void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
+                       cudaStream_t stream);
 
 }  // namespace mixprec::kernels

@@ -20,9 +20,6 @@ void check_dims(const char* op, size_t ndim) {
                 "; reshape the operands to fewer dimensions");
 }
 
-// 32-bit index arithmetic (much cheaper division on the GPU) whenever every offset fits.
-bool fits_32_bits(int64_t n) { return n < (int64_t{1} << 31); }
-
 // ---- device index arithmetic ----------------------------------------------------------------
 
 template <class Index>
@@ -317,26 +314,14 @@ SumToPlan plan_sum_to(const Shape& x_shape, const Shape& y_shape) {
                 "sum_to: nothing to reduce from ", shape_str(x_shape), " to ", shape_str(y_shape));
   plan.reduced = plan.x_numel / plan.outputs;
 
-  // Planned over x's shape, the dims where y's stride is 0 are the summed ones. Merging
-  // never joins a summed dim with a kept one (their y strides differ).
-  const BroadcastPlan<1> walk = plan_broadcast<1>(x_shape, {&y_shape});
-  const std::vector<int64_t>& extents = walk.extents;
-  const std::vector<int64_t>& y_strides = walk.strides[0];
-  const size_t ndim = extents.size();
-  std::vector<int64_t> x_strides(ndim, 1);
-  for (size_t d = ndim - 1; d-- > 0;) x_strides[d] = x_strides[d + 1] * extents[d + 1];
-  for (size_t d = 0; d < ndim; ++d) {
-    if (y_strides[d] != 0) {
-      plan.kept_extents.push_back(extents[d]);
-      plan.kept_strides.push_back(x_strides[d]);
-    } else {
-      plan.reduced_extents.push_back(extents[d]);
-      plan.reduced_strides.push_back(x_strides[d]);
-    }
-  }
+  SumToDims dims = split_sum_to(x_shape, y_shape);
+  plan.kept_extents = std::move(dims.kept_extents);
+  plan.kept_strides = std::move(dims.kept_strides);
+  plan.reduced_extents = std::move(dims.reduced_extents);
+  plan.reduced_strides = std::move(dims.reduced_strides);
+  plan.inner_reduced = dims.inner_reduced;
   check_dims("sum_to", plan.kept_extents.size());
   check_dims("sum_to", plan.reduced_extents.size());
-  plan.inner_reduced = y_strides[ndim - 1] == 0;
 
   const int64_t target = plan.inner_reduced ? kSplitElements : kSplitRows;
   int64_t splits = (plan.reduced + target - 1) / target;

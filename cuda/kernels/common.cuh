@@ -3,7 +3,9 @@
 //
 // Every kernel loads F16/BF16 with to_float(), computes in FP32 through the shared
 // core/math functions and stores with from_float<T>() (core/half.h), so a value is rounded
-// exactly once and with the same bits as the CPU backend.
+// exactly once on store. Single-operation results (casts, products by a power of two, the
+// unscale, copies) have the CPU backend's bits; formulas of several operations may differ in
+// the last bit, because nvcc and the host compiler each fuse multiply-adds where they choose.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +27,10 @@ inline constexpr int kThreads = 256;
 inline constexpr int64_t kMaxBlocks = int64_t{1} << 16;
 // Dimensions of an index space after merging (core shapes have far fewer).
 inline constexpr int kMaxDims = 8;
+
+// 32-bit index arithmetic (much cheaper division on the GPU) whenever every offset of a walk
+// over n elements fits.
+inline bool fits_32_bits(int64_t n) { return n < (int64_t{1} << 31); }
 
 // Blocks of kThreads threads for `items` work items (at least one block).
 inline unsigned grid_for(int64_t items) {

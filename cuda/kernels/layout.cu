@@ -6,9 +6,6 @@
 namespace mixprec::kernels {
 namespace {
 
-// 32-bit index arithmetic (much cheaper division on the GPU) whenever every offset fits.
-bool fits_32_bits(int64_t n) { return n < (int64_t{1} << 31); }
-
 template <class Index>
 struct PermuteArgs {
   int ndim = 0;

@@ -10,6 +10,11 @@
 
 #include "apps/cli.h"
 
+#if MIXPREC_WITH_CUDA
+#include "core/backend.h"
+#include "cuda/device_query.h"
+#endif
+
 namespace {
 
 struct CliResult {
@@ -132,6 +137,21 @@ TEST_CASE("mixprec device reports without failing", "[apps][cli]") {
   CHECK(r.out == "built without CUDA\n");
 #endif
 }
+
+#if MIXPREC_WITH_CUDA
+TEST_CASE("mixprec device says whether the CUDA backend is registered", "[apps][cli]") {
+  const CliResult r = run({"device"});
+  REQUIRE(r.code == 0);
+  CHECK(line_count(r.out) == 2);
+  const bool says_registered = r.out.find("CUDA backend: registered for cuda:0") != std::string::npos;
+  const bool says_not_registered = r.out.find("CUDA backend: not registered (") != std::string::npos;
+  CHECK(says_registered != says_not_registered);
+  CHECK(says_registered == mixprec::has_backend(mixprec::DeviceType::CUDA));
+  if (mixprec::cuda_device_count() == 0) {
+    CHECK(r.out.find("no usable CUDA device") != std::string::npos);
+  }
+}
+#endif
 
 TEST_CASE("bad command lines exit with 2 and one message on stderr", "[apps][cli]") {
   for (const auto& args : std::vector<std::vector<const char*>>{

@@ -1,7 +1,7 @@
-// The mixed-precision primitives of the CPU backend: unscale_and_check, squared_norms and
-// sgd_step. Expected values come from double-precision references and from a rounding
-// reference that picks the nearest representable value by comparing neighbours in double,
-// independently of the conversion code under test.
+// The mixed-precision primitives of the CPU backend: unscale_and_check, squared_norms,
+// sgd_step, adam_step and update_loss_scale. Expected values come from double-precision
+// references and from a rounding reference that picks the nearest representable value by
+// comparing neighbours in double, independently of the conversion code under test.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -391,4 +391,388 @@ TEST_CASE("sgd_step rejects bad shapes and dtypes naming the primitive", "[amp_p
   CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
                     named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(s.master) == m0);
+}
+
+namespace {
+
+// ---- Adam ------------------------------------------------------------------------------
+
+struct AdamState {
+  Tensor master, exp_avg, exp_avg_sq, working;
+};
+
+AdamHyper adam_hyper(float lr, float weight_decay, bool decoupled) {
+  AdamHyper hyper;
+  hyper.lr = lr;
+  hyper.weight_decay = weight_decay;
+  hyper.decoupled_weight_decay = decoupled;
+  return hyper;
+}
+
+// Gradients of every size that matters to Adam: mostly O(1), every fifth near eps (where
+// sqrt(v_hat) and eps are of one size, so where eps enters decides the update), every
+// seventh exactly zero.
+// |t| of an F32 tensor: a valid second moment.
+Tensor abs_tensor(const Tensor& t) {
+  std::vector<float> v = t.to_float_vector();
+  for (float& x : v) x = std::fabs(x);
+  return Tensor::from_vector(v, t.shape());
+}
+
+std::vector<float> adam_gradients(int64_t n, uint32_t seed) {
+  std::vector<float> g = random_tensor(n, DType::F32, seed, 1.0).to_float_vector();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i % 7 == 3) g[i] = 0.0f;
+    else if (i % 5 == 1) g[i] *= 1e-8f;
+  }
+  return g;
+}
+
+// torch.optim.Adam / AdamW in double, written from the algorithm as published (m_hat and
+// v_hat explicit), with the FP32 hyperparameters read as doubles. m_size and v_size blend
+// the magnitudes |g| + |weight_decay * w| as m and v blend the gradient: the scale of their
+// FP32 rounding errors, which cancellation in g + weight_decay * w or in m does not shrink.
+struct AdamReference {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  std::vector<double> w, m, v, m_size, v_size;
+
+  AdamReference(const AdamHyper& h, const std::vector<float>& w0)
+      : lr(h.lr), beta1(h.beta1), beta2(h.beta2), eps(h.eps), weight_decay(h.weight_decay),
+        decoupled(h.decoupled_weight_decay), w(w0.begin(), w0.end()), m(w0.size(), 0.0),
+        v(w0.size(), 0.0), m_size(w0.size(), 0.0), v_size(w0.size(), 0.0) {}
+
+  void step(int64_t t, const std::vector<float>& g) {
+    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+    for (size_t i = 0; i < w.size(); ++i) {
+      double d = g[i];
+      if (decoupled) w[i] *= 1.0 - lr * weight_decay;
+      else d += weight_decay * w[i];
+      const double size = std::fabs(g[i]) + std::fabs(weight_decay * w[i]);
+      m[i] = beta1 * m[i] + (1.0 - beta1) * d;
+      v[i] = beta2 * v[i] + (1.0 - beta2) * d * d;
+      m_size[i] = beta1 * m_size[i] + (1.0 - beta1) * size;
+      v_size[i] = beta2 * v_size[i] + (1.0 - beta2) * size * size;
+      const double m_hat = m[i] / bias_correction1, v_hat = v[i] / bias_correction2;
+      w[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("adam_step follows torch.optim.Adam and AdamW computed in double over several steps",
+          "[amp_primitives]") {
+  struct Config {
+    const char* name;
+    float weight_decay;
+    bool decoupled;
+    DType working;
+  };
+  const Config configs[] = {{"Adam", 0.0f, false, DType::F16},
+                            {"Adam, L2 0.1", 0.1f, false, DType::BF16},
+                            {"AdamW 0.1", 0.1f, true, DType::F16},
+                            {"AdamW 0", 0.0f, true, DType::BF16}};
+  constexpr int64_t kN = 3000;
+  constexpr int64_t kSteps = 6;
+  constexpr float kLr = 1e-2f;
+  for (const Config& c : configs) {
+    CAPTURE(c.name);
+    AdamHyper hyper = adam_hyper(kLr, c.weight_decay, c.decoupled);
+    Tensor master = random_tensor(kN, DType::F32, 31, 1.0);
+    Tensor exp_avg = Tensor::zeros({kN}), exp_avg_sq = Tensor::zeros({kN});
+    Tensor working = Tensor::zeros({kN}, c.working);
+    AdamReference ref(hyper, master.to_float_vector());
+    for (int64_t t = 1; t <= kSteps; ++t) {
+      CAPTURE(t);
+      const std::vector<float> g = adam_gradients(kN, static_cast<uint32_t>(100 + t));
+      hyper.set_step(t);
+      cpu().adam_step(hyper, master, Tensor::from_vector(g, {kN}), exp_avg, exp_avg_sq, &working,
+                      nullptr);
+      ref.step(t, g);
+
+      // Tolerances are a few FP32 roundings per step of each quantity's scale. An update
+      // moves w by about lr, so w is held to 1e-5 lr beyond its own roundings: eps under the
+      // square root, a missing bias correction or L2 in place of decoupled decay (1e-3 |w|
+      // per step here) all miss by far more.
+      const std::vector<float> w = master.to_float_vector(), m = exp_avg.to_float_vector(),
+                               v = exp_avg_sq.to_float_vector();
+      int64_t wrong_w = 0, wrong_m = 0, wrong_v = 0, wrong_working = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        wrong_w += std::fabs(w[i] - ref.w[i]) <= 1e-6 * std::fabs(ref.w[i]) + 1e-5 * kLr ? 0 : 1;
+        wrong_m += std::fabs(m[i] - ref.m[i]) <= 2e-6 * ref.m_size[i] ? 0 : 1;
+        wrong_v += std::fabs(v[i] - ref.v[i]) <= 2e-6 * ref.v_size[i] ? 0 : 1;
+        const uint16_t expected =
+            c.working == DType::F16 ? float_to_half_bits(w[i]) : float_to_bf16_bits(w[i]);
+        wrong_working += bits16(working, static_cast<int64_t>(i)) == expected ? 0 : 1;
+      }
+      CHECK(wrong_w == 0);
+      CHECK(wrong_m == 0);
+      CHECK(wrong_v == 0);
+      CHECK(wrong_working == 0);
+    }
+  }
+}
+
+TEST_CASE("adam_step applies adam_update to every element and refreshes the working copy",
+          "[amp_primitives]") {
+  // 50000 elements: the parallel path is taken as well.
+  constexpr int64_t kN = 50000;
+  for (bool decoupled : {false, true}) {
+    for (DType wdt : {DType::F16, DType::BF16}) {
+      CAPTURE(decoupled, wdt);
+      AdamHyper hyper = adam_hyper(3e-3f, 0.05f, decoupled);
+      hyper.beta1 = 0.8f;
+      hyper.beta2 = 0.95f;
+      hyper.eps = 1e-6f;
+      hyper.set_step(4);
+      Tensor master = random_tensor(kN, DType::F32, 41, 1.0);
+      const Tensor grad = random_tensor(kN, DType::F32, 42, 0.5);
+      Tensor exp_avg = random_tensor(kN, DType::F32, 43, 0.1);
+      Tensor exp_avg_sq = abs_tensor(random_tensor(kN, DType::F32, 44, 0.1));
+      Tensor working = Tensor::zeros({kN}, wdt);
+      std::vector<float> w = master.to_float_vector(), m = exp_avg.to_float_vector(),
+                         v = exp_avg_sq.to_float_vector();
+      const std::vector<float> g = grad.to_float_vector();
+      for (size_t i = 0; i < w.size(); ++i) adam_update(w[i], g[i], m[i], v[i], hyper);
+
+      cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+      CHECK(master.to_float_vector() == w);
+      CHECK(exp_avg.to_float_vector() == m);
+      CHECK(exp_avg_sq.to_float_vector() == v);
+      int64_t wrong = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        const uint16_t expected =
+            wdt == DType::F16 ? float_to_half_bits(w[i]) : float_to_bf16_bits(w[i]);
+        wrong += bits16(working, static_cast<int64_t>(i)) == expected ? 0 : 1;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+
+  // Without a working copy only the master and the moments move; a distinct F32 working
+  // tensor is a plain copy of the new master.
+  AdamHyper hyper = adam_hyper(0.1f, 0.0f, false);
+  hyper.set_step(1);
+  Tensor master = Tensor::from_vector({1.0f, -2.0f}, {2});
+  const Tensor grad = Tensor::from_vector({0.5f, -4.0f}, {2});
+  Tensor exp_avg = Tensor::zeros({2}), exp_avg_sq = Tensor::zeros({2});
+  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, nullptr);
+  // The first step moves every weight with a gradient well above eps by almost exactly lr
+  // against the gradient's sign: m_hat / sqrt(v_hat) = g / |g|.
+  CHECK(master.get(0) == Approx(0.9).epsilon(1e-6));
+  CHECK(master.get(1) == Approx(-1.9).epsilon(1e-6));
+  Tensor copy = Tensor::zeros({2});
+  hyper.set_step(2);
+  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &copy, nullptr);
+  CHECK(raw_bytes(copy) == raw_bytes(master));
+}
+
+TEST_CASE("adam_step with a non-zero found_inf writes nothing", "[amp_primitives]") {
+  constexpr int64_t kN = 40000;
+  AdamHyper hyper = adam_hyper(1e-3f, 0.01f, true);
+  hyper.set_step(3);
+  Tensor master = random_tensor(kN, DType::F32, 51, 1.0);
+  const Tensor grad = random_tensor(kN, DType::F32, 52, 1.0);
+  Tensor exp_avg = random_tensor(kN, DType::F32, 53, 0.1);
+  Tensor exp_avg_sq = abs_tensor(random_tensor(kN, DType::F32, 54, 0.1));
+  Tensor working = master.to(DType::BF16);
+  const auto w0 = raw_bytes(master), m0 = raw_bytes(exp_avg), v0 = raw_bytes(exp_avg_sq),
+             c0 = raw_bytes(working);
+  for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(flag);
+    Tensor found_inf = Tensor::full({1}, flag);
+    cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &found_inf);
+    CHECK(raw_bytes(master) == w0);
+    CHECK(raw_bytes(exp_avg) == m0);
+    CHECK(raw_bytes(exp_avg_sq) == v0);
+    CHECK(raw_bytes(working) == c0);
+  }
+  Tensor clear = Tensor::zeros({1});
+  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &clear);
+  CHECK(raw_bytes(master) != w0);
+  CHECK(raw_bytes(exp_avg) != m0);
+  CHECK(raw_bytes(exp_avg_sq) != v0);
+  CHECK(raw_bytes(working) != c0);
+}
+
+TEST_CASE("adam_step rejects stale bias corrections and bad operands naming the primitive",
+          "[amp_primitives]") {
+  AdamHyper hyper = adam_hyper(1e-3f, 0.0f, false);
+  Tensor master = random_tensor(6, DType::F32, 61, 1.0);
+  const Tensor grad = random_tensor(6, DType::F32, 62, 1.0);
+  Tensor exp_avg = Tensor::zeros({6}), exp_avg_sq = Tensor::zeros({6});
+  Tensor working = Tensor::zeros({6}, DType::F16);
+  const auto w0 = raw_bytes(master);
+  auto named = Catch::Contains("adam_step");
+  auto step = [&](const AdamHyper& h) {
+    cpu().adam_step(h, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+  };
+
+  // set_step never called.
+  CHECK_THROWS_WITH(step(hyper), named && Catch::Contains("set_step"));
+  // A hyperparameter changed after set_step: the derived step size is stale.
+  hyper.set_step(1);
+  hyper.lr = 2e-3f;
+  CHECK_THROWS_WITH(step(hyper), named && Catch::Contains("set_step"));
+  // The step moved without set_step.
+  hyper.set_step(1);
+  hyper.step = 2;
+  CHECK_THROWS_WITH(step(hyper), named && Catch::Contains("set_step"));
+  // Switching to AdamW after set_step leaves the decay factor stale.
+  AdamHyper adamw = adam_hyper(1e-3f, 0.1f, false);
+  adamw.set_step(1);
+  adamw.decoupled_weight_decay = true;
+  CHECK_THROWS_WITH(step(adamw), named);
+  struct Bad {
+    float lr, beta1, beta2, eps, weight_decay;
+  };
+  for (const Bad& b :
+       {Bad{-1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f}, Bad{1e-3f, 1.0f, 0.999f, 1e-8f, 0.0f},
+        Bad{1e-3f, 0.9f, -0.1f, 1e-8f, 0.0f}, Bad{1e-3f, 0.9f, 0.999f, -1e-8f, 0.0f},
+        Bad{1e-3f, 0.9f, 0.999f, 1e-8f, -0.1f}}) {
+    CAPTURE(b.lr, b.beta1, b.beta2, b.eps, b.weight_decay);
+    AdamHyper bad;
+    bad.lr = b.lr;
+    bad.beta1 = b.beta1;
+    bad.beta2 = b.beta2;
+    bad.eps = b.eps;
+    bad.weight_decay = b.weight_decay;
+    bad.set_step(1);
+    CHECK_THROWS_WITH(step(bad), named);
+  }
+
+  // The valid call, on copies, for contrast with the refusals below.
+  hyper.set_step(1);
+  Tensor master_copy = master.clone(), avg_copy = exp_avg.clone();
+  Tensor avg_sq_copy = exp_avg_sq.clone();
+  CHECK_NOTHROW(
+      cpu().adam_step(hyper, master_copy, grad, avg_copy, avg_sq_copy, nullptr, nullptr));
+  Tensor half_master = master.to(DType::F16);
+  CHECK_THROWS_WITH(
+      cpu().adam_step(hyper, half_master, grad, exp_avg, exp_avg_sq, nullptr, nullptr), named);
+  const Tensor short_grad = Tensor::zeros({5});
+  CHECK_THROWS_WITH(
+      cpu().adam_step(hyper, master, short_grad, exp_avg, exp_avg_sq, nullptr, nullptr), named);
+  Tensor half_avg = Tensor::zeros({6}, DType::F16);
+  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, half_avg, exp_avg_sq, nullptr, nullptr),
+                    named && Catch::Contains("exp_avg"));
+  Tensor wide_avg_sq = Tensor::zeros({2, 3});
+  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, wide_avg_sq, nullptr, nullptr),
+                    named && Catch::Contains("exp_avg_sq"));
+  Tensor shared = exp_avg.detach();
+  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, shared, nullptr, nullptr),
+                    named && Catch::Contains("distinct"));
+  Tensor alias = master.detach();
+  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &alias, nullptr),
+                    named && Catch::Contains("null"));
+  Tensor int_found = Tensor::zeros({1}, DType::I32);
+  CHECK_THROWS_WITH(
+      cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &int_found),
+      named && Catch::Contains("found_inf"));
+  CHECK(raw_bytes(master) == w0);
+  CHECK(exp_avg.to_float_vector() == std::vector<float>(6, 0.0f));
+}
+
+// ---- the loss scale on the backend -------------------------------------------------------
+
+namespace {
+
+Tensor state_tensor(const DynamicScaleState& s) {
+  Tensor t = Tensor::empty({kDynamicScaleStateWords}, DType::I32);
+  std::memcpy(t.data(), &s, sizeof s);
+  return t;
+}
+
+DynamicScaleState read_state(const Tensor& t) {
+  DynamicScaleState s;
+  std::memcpy(&s, t.data(), sizeof s);
+  return s;
+}
+
+DynamicScaleRule small_rule(HysteresisMode mode) {
+  DynamicScaleRule rule;
+  rule.growth_factor = 2.0;
+  rule.backoff_factor = 0.5;
+  rule.growth_interval = 2;
+  rule.hysteresis = 2;
+  rule.hysteresis_mode = mode;
+  rule.min_scale = 1.0;
+  rule.max_scale = 8.0;
+  return rule;
+}
+
+// Runs update_loss_scale over `flags` from scale 4 (tracker 0, full hysteresis); returns the
+// scale after each step, and checks every step against update_dynamic_scale on a host struct.
+std::vector<double> scale_trajectory(const DynamicScaleRule& rule,
+                                     const std::vector<double>& flags) {
+  DynamicScaleState host{4.0, 0, rule.hysteresis};
+  Tensor state = state_tensor(host);
+  std::vector<double> scales;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    CAPTURE(i, flags[i]);
+    Tensor found_inf = Tensor::full({1}, flags[i]);
+    cpu().update_loss_scale(rule, state, found_inf);
+    update_dynamic_scale(rule, host, flags[i] != 0.0);
+    const DynamicScaleState s = read_state(state);
+    CHECK(s.scale == host.scale);
+    CHECK(s.growth_tracker == host.growth_tracker);
+    CHECK(s.hysteresis_left == host.hysteresis_left);
+    scales.push_back(s.scale);
+  }
+  return scales;
+}
+
+}  // namespace
+
+TEST_CASE("update_loss_scale runs the dynamic scale rule on the state tensor",
+          "[amp_primitives]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Growth interval 2, hysteresis 2 refilled on growth, scale within [1, 8]; worked by hand:
+  // grow to 8, reach the ceiling, absorb one overflow, back off twice (hysteresis is not
+  // refilled without a growth), a NaN flag backs off to the floor, stay there, grow again
+  // and absorb an overflow with the refilled hysteresis.
+  const std::vector<double> flags = {0, 0, 0, 0, 1, 1, kInf, 0, nan, 1, 0, 0, 1};
+  const std::vector<double> expected = {4, 8, 8, 8, 8, 4, 2, 2, 1, 1, 1, 2, 2};
+  CHECK(scale_trajectory(small_rule(HysteresisMode::ResetOnGrowth), flags) == expected);
+
+  // Only consecutive overflows count when every finite step refills the hysteresis.
+  const std::vector<double> spaced = {1, 0, 1, 1};
+  CHECK(scale_trajectory(small_rule(HysteresisMode::Consecutive), spaced) ==
+        std::vector<double>{4, 4, 4, 2});
+  CHECK(scale_trajectory(small_rule(HysteresisMode::ResetOnGrowth), spaced) ==
+        std::vector<double>{4, 4, 2, 1});
+}
+
+TEST_CASE("update_loss_scale rejects bad rules and operands naming the primitive",
+          "[amp_primitives]") {
+  const DynamicScaleRule rule = small_rule(HysteresisMode::ResetOnGrowth);
+  Tensor state = state_tensor(DynamicScaleState{4.0, 0, 2});
+  const auto before = raw_bytes(state);
+  Tensor found_inf = Tensor::zeros({1});
+  auto named = Catch::Contains("update_loss_scale");
+
+  DynamicScaleRule no_growth = rule;
+  no_growth.growth_factor = 1.0;
+  CHECK_THROWS_WITH(cpu().update_loss_scale(no_growth, state, found_inf), named);
+  DynamicScaleRule no_backoff = rule;
+  no_backoff.backoff_factor = 1.0;
+  CHECK_THROWS_WITH(cpu().update_loss_scale(no_backoff, state, found_inf), named);
+  DynamicScaleRule no_interval = rule;
+  no_interval.growth_interval = 0;
+  CHECK_THROWS_WITH(cpu().update_loss_scale(no_interval, state, found_inf), named);
+  DynamicScaleRule inverted = rule;
+  inverted.min_scale = 16.0;
+  CHECK_THROWS_WITH(cpu().update_loss_scale(inverted, state, found_inf), named);
+
+  Tensor float_state = Tensor::zeros({4});
+  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, float_state, found_inf),
+                    named && Catch::Contains("I32"));
+  Tensor short_state = Tensor::zeros({3}, DType::I32);
+  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, short_state, found_inf), named);
+  Tensor two_flags = Tensor::zeros({2});
+  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, state, two_flags),
+                    named && Catch::Contains("found_inf"));
+  CHECK(raw_bytes(state) == before);
 }

@@ -1,5 +1,7 @@
-// The mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares
-// and the fused SGD step, CUDA against the CPU backend, and their device-side flags.
+// The mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares,
+// the fused SGD and Adam/AdamW steps and the dynamic loss-scale update, CUDA against the CPU
+// backend, and their device-side flags and state.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -343,4 +345,270 @@ TEST_CASE("cuda sgd_step handles misaligned buffers with scalar loads", "[cuda]"
     }
     CHECK(element_bits(gpu_working)[0] == poison_bits(DType::F16));
   }
+}
+
+namespace {
+
+struct AdamCase {
+  const char* name;
+  AdamHyper hyper;
+};
+
+std::vector<AdamCase> adam_cases() {
+  AdamHyper adam;
+  adam.lr = 1e-3f;
+  AdamHyper l2 = adam;
+  l2.weight_decay = 0.1f;
+  AdamHyper adamw = adam;
+  adamw.weight_decay = 0.1f;
+  adamw.decoupled_weight_decay = true;
+  adamw.beta2 = 0.99f;
+  adamw.eps = 1e-6f;
+  return {{"Adam", adam}, {"Adam with L2", l2}, {"AdamW", adamw}};
+}
+
+// Non-negative values: a valid second moment.
+Tensor random_second_moment(int64_t n, std::mt19937& rng) {
+  return random_tensor({n}, DType::F32, rng, 0.0f, 0.01f);
+}
+
+std::vector<uint8_t> state_bytes(const Tensor& state) {
+  const Tensor host = state.to(kCPU);
+  const auto* p = static_cast<const uint8_t*>(host.data());
+  return std::vector<uint8_t>(p, p + host.nbytes());
+}
+
+Tensor state_tensor(const DynamicScaleState& s, Device device) {
+  Tensor host = Tensor::empty({kDynamicScaleStateWords}, DType::I32);
+  std::memcpy(host.data(), &s, sizeof s);
+  return host.to(device);
+}
+
+DynamicScaleState read_state(const Tensor& state) {
+  const Tensor host = state.to(kCPU);
+  DynamicScaleState s;
+  std::memcpy(&s, host.data(), sizeof s);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cuda adam_step matches the CPU over several steps, working copy in the same pass",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(50);
+  constexpr int64_t kSteps = 3;
+  for (const AdamCase& c : adam_cases()) {
+    for (const auto& [has_working, working_dtype] : kWorking) {
+      for (int64_t n : kOddSizes) {
+        INFO(c.name << ", working "
+                    << (has_working ? std::string(dtype_name(working_dtype)) : "none") << " ["
+                    << n << "]");
+        const Tensor master = random_tensor({n}, DType::F32, rng, -1.0f, 1.0f);
+        Tensor cpu_master = master.clone();
+        Tensor cpu_avg = Tensor::zeros({n}), cpu_avg_sq = Tensor::zeros({n});
+        Tensor cpu_working = Tensor::empty({n}, working_dtype);
+        Tensor gpu_master = master.to(gpu());
+        Tensor gpu_avg = Tensor::zeros({n}, DType::F32, gpu());
+        Tensor gpu_avg_sq = Tensor::zeros({n}, DType::F32, gpu());
+        Tensor gpu_working = poisoned({n}, working_dtype);
+        const Tensor found_inf = Tensor::zeros({1}, DType::F32, gpu());
+
+        AdamHyper hyper = c.hyper;
+        for (int64_t t = 1; t <= kSteps; ++t) {
+          hyper.set_step(t);
+          const Tensor grad = random_tensor({n}, DType::F32, rng, -1.0f, 1.0f);
+          const Tensor gpu_grad = grad.to(gpu());
+          cpu_backend().adam_step(hyper, cpu_master, grad, cpu_avg, cpu_avg_sq,
+                                  has_working ? &cpu_working : nullptr, nullptr);
+          const uint64_t syncs = cuda_host_syncs();
+          gpu_backend().adam_step(hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq,
+                                  has_working ? &gpu_working : nullptr, &found_inf);
+          CHECK(cuda_host_syncs() == syncs);
+        }
+        // nvcc fuses multiply-adds where the host compiler does not: the master within a
+        // few FP32 roundings of itself plus a small fraction of lr, m within roundings of
+        // the O(1) gradients it blends, v (a sum of positive terms) relative.
+        expect_close(cpu_master, gpu_master, Tolerance{1e-6, 1e-7});
+        expect_close(cpu_avg, gpu_avg, Tolerance{1e-6, 2e-6});
+        expect_close(cpu_avg_sq, gpu_avg_sq, Tolerance{1e-6, 1e-8});
+        if (has_working) {
+          // The working copy is exactly the new GPU master rounded once.
+          Tensor rounded = Tensor::empty({n}, working_dtype);
+          cpu_backend().cast(gpu_master.to(kCPU), rounded);
+          expect_bits_equal(rounded, gpu_working);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda adam_step with found_inf set leaves every buffer bit-identical", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(51);
+  AdamHyper hyper = adam_cases()[2].hyper;
+  hyper.set_step(5);
+  for (double flag : {1.0, std::nan("")}) {
+    for (DType working_dtype : kFloatingTypes) {
+      for (int64_t n : kOddSizes) {
+        INFO("flag " << flag << ", " << dtype_name(working_dtype) << " [" << n << "]");
+        const Tensor master = random_tensor({n}, DType::F32, rng);
+        const Tensor exp_avg = random_tensor({n}, DType::F32, rng, -0.1f, 0.1f);
+        const Tensor exp_avg_sq = random_second_moment(n, rng);
+        const Tensor working = master.to(working_dtype);
+        Tensor gpu_master = master.to(gpu()), gpu_avg = exp_avg.to(gpu());
+        Tensor gpu_avg_sq = exp_avg_sq.to(gpu()), gpu_working = working.to(gpu());
+        const Tensor gpu_grad = random_tensor({n}, DType::F32, rng).to(gpu());
+        // The flag as unscale_and_check leaves it: written on the device, never read here.
+        const Tensor found_inf = Tensor::full({1}, flag, DType::F32, gpu());
+        const uint64_t syncs = cuda_host_syncs();
+        gpu_backend().adam_step(hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq, &gpu_working,
+                                &found_inf);
+        CHECK(cuda_host_syncs() == syncs);
+        expect_bits_equal(master, gpu_master);
+        expect_bits_equal(exp_avg, gpu_avg);
+        expect_bits_equal(exp_avg_sq, gpu_avg_sq);
+        expect_bits_equal(working, gpu_working);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda adam_step handles misaligned buffers with scalar loads", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(52);
+  CudaBackend& backend = cuda_backend();
+  AdamHyper hyper = adam_cases()[1].hyper;
+  hyper.set_step(2);
+  for (int64_t n : kOddSizes) {
+    INFO("[" << n << "]");
+    const Tensor master = random_tensor({n + 1}, DType::F32, rng);
+    const Tensor grad = random_tensor({n + 1}, DType::F32, rng);
+    const Tensor exp_avg = random_tensor({n + 1}, DType::F32, rng, -0.1f, 0.1f);
+    const Tensor exp_avg_sq = random_second_moment(n + 1, rng);
+    Tensor cpu_master = master.clone(), cpu_avg = exp_avg.clone(), cpu_avg_sq = exp_avg_sq.clone();
+    Tensor cpu_working = Tensor::empty({n + 1}, DType::BF16);
+    cpu_backend().adam_step(hyper, cpu_master, grad, cpu_avg, cpu_avg_sq, &cpu_working, nullptr);
+
+    Tensor gpu_master = master.to(gpu()), gpu_avg = exp_avg.to(gpu());
+    Tensor gpu_avg_sq = exp_avg_sq.to(gpu());
+    const Tensor gpu_grad = grad.to(gpu());
+    Tensor gpu_working = poisoned({n + 1}, DType::BF16);
+    kernels::adam_step(hyper, static_cast<float*>(gpu_master.data()) + 1,
+                       static_cast<const float*>(gpu_grad.data()) + 1,
+                       static_cast<float*>(gpu_avg.data()) + 1,
+                       static_cast<float*>(gpu_avg_sq.data()) + 1,
+                       static_cast<mixprec::bfloat16*>(gpu_working.data()) + 1, DType::BF16, n,
+                       nullptr, backend.stream());
+    const std::vector<float> e = cpu_master.to_float_vector(), a = gpu_master.to_float_vector();
+    const std::vector<float> ev = cpu_avg_sq.to_float_vector(), av = gpu_avg_sq.to_float_vector();
+    CHECK(a[0] == master.to_float_vector()[0]);  // outside the range: untouched
+    CHECK(av[0] == exp_avg_sq.to_float_vector()[0]);
+    int64_t wrong = 0;
+    for (size_t i = 1; i <= static_cast<size_t>(n); ++i) {
+      wrong += std::fabs(a[i] - e[i]) <= 1e-6 * std::fabs(e[i]) + 1e-7 ? 0 : 1;
+      wrong += std::fabs(av[i] - ev[i]) <= 1e-6 * ev[i] + 1e-8 ? 0 : 1;
+    }
+    CHECK(wrong == 0);
+    const std::vector<uint32_t> bits = element_bits(gpu_working);
+    CHECK(bits[0] == poison_bits(DType::BF16));
+    Tensor rounded = Tensor::empty({n + 1}, DType::BF16);
+    cpu_backend().cast(gpu_master.to(kCPU), rounded);
+    const std::vector<uint32_t> expected = element_bits(rounded);
+    CHECK(std::equal(bits.begin() + 1, bits.end(), expected.begin() + 1));
+  }
+}
+
+TEST_CASE("cuda update_loss_scale follows the CPU's trajectory with no host sync", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // Growth to the ceiling, overflows down to the floor and beyond, then a random mix with
+  // NaN and infinite flags among the overflows.
+  std::vector<double> flags(10, 0.0);
+  flags.insert(flags.end(), 24, 1.0);
+  std::mt19937 rng(53);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (int i = 0; i < 200; ++i) {
+    const int r = pick(rng);
+    const double inf = std::numeric_limits<double>::infinity();
+    flags.push_back(r < 6 ? 0.0 : r < 8 ? 1.0 : r < 9 ? std::nan("") : inf);
+  }
+
+  for (HysteresisMode mode : {HysteresisMode::ResetOnGrowth, HysteresisMode::Consecutive}) {
+    INFO("hysteresis mode " << static_cast<int>(mode));
+    DynamicScaleRule rule;
+    rule.growth_interval = 3;
+    rule.hysteresis = 2;
+    rule.hysteresis_mode = mode;
+    rule.min_scale = 1.0;
+    rule.max_scale = 1024.0;
+    const DynamicScaleState initial{256.0, 0, rule.hysteresis};
+
+    // The flags and snapshot buffers exist before the measured run.
+    std::vector<Tensor> device_flags, snapshots;
+    for (double f : flags) {
+      device_flags.push_back(Tensor::full({1}, f, DType::F32, gpu()));
+      snapshots.push_back(Tensor::empty({kDynamicScaleStateWords}, DType::I32, gpu()));
+    }
+    Tensor device_state = state_tensor(initial, gpu());
+    const uint64_t syncs = cuda_host_syncs();
+    for (size_t i = 0; i < flags.size(); ++i) {
+      gpu_backend().update_loss_scale(rule, device_state, device_flags[i]);
+      gpu_backend().copy(device_state, snapshots[i]);
+    }
+    CHECK(cuda_host_syncs() == syncs);
+
+    Tensor host_state = state_tensor(initial, kCPU);
+    bool reached_floor = false, reached_ceiling = false;
+    int64_t mismatches = 0;
+    for (size_t i = 0; i < flags.size(); ++i) {
+      cpu_backend().update_loss_scale(rule, host_state, Tensor::full({1}, flags[i]));
+      mismatches += state_bytes(snapshots[i]) == state_bytes(host_state) ? 0 : 1;
+      const double scale = read_state(host_state).scale;
+      reached_floor = reached_floor || scale == rule.min_scale;
+      reached_ceiling = reached_ceiling || scale == rule.max_scale;
+    }
+    CHECK(mismatches == 0);
+    CHECK(reached_floor);
+    CHECK(reached_ceiling);
+  }
+}
+
+TEST_CASE("cuda overflow skips Adam and backs the scale off, all on the device", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(54);
+  const int64_t n = 1023;
+  const Tensor master = random_tensor({n}, DType::F32, rng);
+  Tensor gpu_master = master.to(gpu());
+  Tensor gpu_avg = Tensor::zeros({n}, DType::F32, gpu());
+  Tensor gpu_avg_sq = Tensor::zeros({n}, DType::F32, gpu());
+  Tensor gpu_working = master.to(DType::F16).to(gpu());
+  Tensor scaled = random_tensor({n}, DType::F32, rng, -100.0f, 100.0f);
+  scaled.set(511, std::nan(""));
+  std::vector<Tensor> grads = {random_tensor({5}, DType::F32, rng).to(gpu()), scaled.to(gpu())};
+  Tensor found_inf = Tensor::zeros({1}, DType::F32, gpu());
+  Tensor flags = Tensor::empty({2}, DType::I32, gpu());
+  DynamicScaleRule rule;  // PyTorch's: back off by half on every overflow
+  Tensor state = state_tensor(DynamicScaleState{65536.0, 7, 1}, gpu());
+  AdamHyper hyper;
+  hyper.set_step(1);
+
+  const uint64_t syncs = cuda_host_syncs();
+  gpu_backend().unscale_and_check(grads, 1.0 / 65536.0, found_inf, flags);
+  gpu_backend().adam_step(hyper, gpu_master, grads[1], gpu_avg, gpu_avg_sq, &gpu_working,
+                          &found_inf);
+  gpu_backend().update_loss_scale(rule, state, found_inf);
+  CHECK(cuda_host_syncs() == syncs);
+
+  CHECK(flags.to_int_vector() == std::vector<int32_t>{0, 1});
+  expect_bits_equal(master, gpu_master);
+  expect_bits_equal(master.to(DType::F16), gpu_working);
+  CHECK(gpu_avg.to_float_vector() == std::vector<float>(static_cast<size_t>(n), 0.0f));
+  const DynamicScaleState after = read_state(state);
+  CHECK(after.scale == 32768.0);
+  CHECK(after.growth_tracker == 0);
+
+  // The state must live on the backend's device.
+  Tensor host_state = state_tensor(DynamicScaleState{}, kCPU);
+  CHECK_THROWS_WITH(gpu_backend().update_loss_scale(rule, host_state, found_inf),
+                    Catch::Contains("update_loss_scale"));
 }

@@ -1,0 +1,462 @@
+#!/usr/bin/env bash
+# The one prepared run for a lent GPU machine (an H200, sm_90; see the project's GPU notes).
+# Device time is short and the machine reaches no package registry, so the work is split:
+#
+#   bash scripts/gpu_check.sh --prepare      here: build with CUDA and stage build-gpu/
+#   bash scripts/gpu_check.sh OUTDIR         there, from the repository root, build-gpu/ carried
+#
+# --prepare configures and builds in build-gpu-cmake/ (kept between runs so that a rebuild is
+# incremental) and stages into build-gpu/ only what the run needs: bin/ (mixprec,
+# mixprec_cuda_tests, mixprec_bench_kernels) and lib/ (the host libraries the binaries load
+# apart from glibc and the CUDA libraries, used only if the machine lacks them). It prints the
+# size, which must stay well under the 64 MiB that may be carried.
+#
+# OUTDIR: prints `nvidia-smi -L` and `ldd` of the binaries, puts the CUDA libraries of the
+# machine (cuDNN and cuBLAS from PyTorch's nvidia-* wheels, the toolkit's lib64) on
+# LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
+# the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
+# kernel benchmarks, then a PyTorch autocast + GradScaler step for comparison, and prints a
+# summary table last. Every step runs under `timeout`; the whole run stays under 8 minutes.
+# Logs (at most 7 files) go to OUTDIR: env.log, tests.log, bench.log, bench.json,
+# torch_amp_step.log, summary.txt, and build.log when it had to build.
+#
+# Exit status: 0 when the tests passed and the benchmarks ran; 1 when a test failed or a step
+# failed or timed out; 2 for bad usage or a failed --prepare; 3 when the binaries cannot run
+# and cannot be rebuilt there; 4 when there is no usable CUDA device.
+#
+# Environment: MIXPREC_JOBS (parallel jobs of --prepare, default 2),
+# MIXPREC_GPU_TEST_FILTER (Catch2 test spec, default: every test of mixprec_cuda_tests),
+# MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch step).
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+payload="${root}/build-gpu"
+tree="${root}/build-gpu-cmake"
+binaries=(mixprec mixprec_cuda_tests mixprec_bench_kernels)
+# What may be carried in all; --prepare refuses a payload above the second figure.
+carry_limit_mib=64
+payload_limit_mib=48
+
+# H200 SXM dense peaks and memory bandwidth, from NVIDIA's datasheet: the yardsticks of the
+# summary table.
+fp16_peak_tflops=989
+hbm_peak_gbs=4800
+
+# Time limits of the run, in seconds. Each step gets its own limit or what is left of the
+# whole run's, whichever is less, so that even a run that had to build stays under 8 minutes.
+run_budget=450
+startup_timeout=20
+test_timeout=200
+bench_timeout=120
+torch_timeout=90
+fallback_configure_timeout=90
+fallback_build_timeout=300
+
+# The time limit of the next step: its own, or what is left of the run's budget if less;
+# 0 when too little is left to start it.
+step_limit() {
+  local left=$(( run_budget - SECONDS ))
+  (( left < 10 )) && { echo 0; return; }
+  echo $(( $1 < left ? $1 : left ))
+}
+
+usage() {
+  cat >&2 <<'EOF'
+usage: bash scripts/gpu_check.sh --prepare   (on the build machine: stage build-gpu/)
+       bash scripts/gpu_check.sh OUTDIR      (on the GPU machine, with build-gpu/ carried)
+EOF
+  exit 2
+}
+
+log() { printf '== %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------------------------
+# --prepare
+# ---------------------------------------------------------------------------------------------
+
+# Shared libraries of the staged binaries other than glibc's and the CUDA libraries (which
+# come from the GPU machine), as resolved paths, one per line.
+bundled_library_paths() {
+  local binary
+  for binary in "$@"; do
+    ldd "${binary}"
+  done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
+    grep -Ev '^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libcuda\.so|libcublas|libcudnn|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver|libnccl)' |
+    awk '{ print $2 }' | sort -u
+}
+
+# The newest GLIBC_ symbol version the given ELF files need: they start only where the
+# machine's glibc is at least that.
+newest_glibc() {
+  objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1
+}
+
+prepare() {
+  local jobs="${MIXPREC_JOBS:-2}"
+  log "configure ${tree} (CUDA on, sm_90, no -march=native)"
+  cmake -S "${root}" -B "${tree}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_NATIVE=OFF -DMIXPREC_BUILD_TESTS=ON \
+    -DMIXPREC_BUILD_BENCH=ON || { echo "prepare: configure failed" >&2; exit 2; }
+  log "build ${binaries[*]} with -j${jobs}"
+  cmake --build "${tree}" -j "${jobs}" --target "${binaries[@]}" ||
+    { echo "prepare: build failed" >&2; exit 2; }
+
+  rm -rf "${payload}"
+  mkdir -p "${payload}/bin" "${payload}/lib"
+  local name path
+  for name in "${binaries[@]}"; do
+    path="$(find "${tree}" -type f -name "${name}" -perm -u+x | head -n 1)"
+    [[ -n "${path}" ]] || { echo "prepare: ${name} was not built" >&2; exit 2; }
+    # Symbols are not needed to run; dropping them keeps the payload small.
+    strip --strip-unneeded -o "${payload}/bin/${name}" "${path}"
+  done
+
+  local lib
+  while IFS= read -r lib; do
+    cp -L "${lib}" "${payload}/lib/"
+  done < <(bundled_library_paths "${payload}"/bin/*)
+
+  {
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) from $(git -C "${root}" rev-parse --short HEAD 2>/dev/null || echo 'an unknown commit')$(git -C "${root}" diff --quiet HEAD 2>/dev/null || echo ' with local changes')"
+    echo "bin: ${binaries[*]}"
+    echo "lib (used only when the machine lacks them): $(cd "${payload}/lib" && echo *)"
+    echo "newest glibc needed by bin: $(newest_glibc "${payload}"/bin/*), by lib: $(newest_glibc "${payload}"/lib/*)"
+  } > "${payload}/MANIFEST"
+  cat "${payload}/MANIFEST"
+
+  local size_kib size_mib
+  size_kib="$(du -sk "${payload}" | cut -f1)"
+  size_mib=$(( (size_kib + 1023) / 1024 ))
+  du -sh "${payload}"/bin/* "${payload}"/lib
+  log "build-gpu/ is ${size_mib} MiB (limit for carried paths: ${carry_limit_mib} MiB in all)"
+  if (( size_mib > payload_limit_mib )); then
+    echo "prepare: build-gpu/ is ${size_mib} MiB, above the ${payload_limit_mib} MiB this script allows" \
+      "(carry limit ${carry_limit_mib} MiB); find what grew with 'du -sh build-gpu/*'" >&2
+    exit 2
+  fi
+  log "ready: carry build-gpu and run 'bash scripts/gpu_check.sh OUTDIR' on the GPU machine"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The run on the GPU machine
+# ---------------------------------------------------------------------------------------------
+
+# Library folders of the CUDA libraries on this machine, one per line, best first: PyTorch's
+# nvidia-* wheels (cuDNN, cuBLAS; cu13 wheels keep theirs under nvidia/cu13/lib), then the
+# toolkit's lib64.
+cuda_library_dirs() {
+  if command -v python3 >/dev/null 2>&1; then
+    timeout 30 python3 - <<'EOF' 2>/dev/null
+import os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit(0)
+seen = set()
+for base in list(nvidia.__path__):
+    for top, dirs, files in os.walk(base):
+        if top[len(base):].count(os.sep) > 2:
+            dirs[:] = []
+            continue
+        if os.path.basename(top) == "lib" and any(".so" in f for f in files):
+            if top not in seen:
+                seen.add(top)
+                print(top)
+EOF
+  fi
+  local nvcc_path
+  nvcc_path="$(command -v nvcc || true)"
+  local candidates=()
+  [[ -n "${nvcc_path}" ]] && candidates+=("$(dirname "$(dirname "${nvcc_path}")")/lib64")
+  candidates+=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib)
+  local dir
+  for dir in "${candidates[@]}"; do
+    [[ -d "${dir}" ]] && readlink -f "${dir}"
+  done
+  return 0
+}
+
+# Whether every binary in bin_dir starts (loads its libraries and runs a no-op). Judged by
+# the output: Catch2 v2's --list-tags exits with the number of tags, not 0.
+binaries_start() {
+  local listed
+  timeout "${startup_timeout}" "${bin_dir}/mixprec" --version || return 1
+  listed="$(timeout "${startup_timeout}" "${bin_dir}/mixprec_cuda_tests" --list-tags 2>&1)"
+  echo "${listed}"
+  grep -q '\[cuda\]' <<<"${listed}" || return 1
+  listed="$(timeout "${startup_timeout}" "${bin_dir}/mixprec_bench_kernels" \
+    --benchmark_list_tests --benchmark_filter=Cuda 2>&1)"
+  echo "${listed}"
+  grep -q '^BM_CudaGemm' <<<"${listed}"
+}
+
+print_ldd() {
+  local name
+  for name in "${binaries[@]}"; do
+    echo "-- ldd ${bin_dir}/${name}"
+    ldd "${bin_dir}/${name}" 2>&1 || true
+  done
+}
+
+# Building here from the sources: this machine has cmake, ninja and nvcc but probably none of
+# the header and library packages mixprec builds against, which cannot be installed here.
+fallback_build() {
+  local missing=() header
+  for header in eigen3/Eigen/Core spdlog/spdlog.h fmt/core.h yaml-cpp/yaml.h CLI/CLI.hpp \
+    catch2/catch.hpp nlohmann/json.hpp benchmark/benchmark.h zlib.h; do
+    if [[ ! -e "/usr/include/${header}" && ! -e "/usr/local/include/${header}" ]]; then
+      missing+=("${header}")
+    fi
+  done
+  local tool
+  for tool in cmake ninja nvcc; do
+    command -v "${tool}" >/dev/null 2>&1 || missing+=("${tool} (program)")
+  done
+  {
+    echo "headers in /usr/include and /usr/local/include:"
+    find /usr/include /usr/local/include -mindepth 1 -maxdepth 1 -printf '%f ' 2>&1
+    echo
+  } >>"${out}/build.log"
+  if (( ${#missing[@]} > 0 )); then
+    {
+      echo "cannot build here either: missing ${missing[*]}"
+      echo "(nothing can be installed on this machine; rebuild build-gpu/ on the build machine"
+      echo " against libraries this machine has: see the ldd output above and env.log)"
+    } | tee -a "${out}/build.log" >&2
+    return 1
+  fi
+  local build_dir=/tmp/mixprec-build-gpu
+  log "building from the sources in ${build_dir}"
+  local build_limit
+  build_limit="$(step_limit "${fallback_build_timeout}")"
+  timeout "${fallback_configure_timeout}" cmake -S "${root}" -B "${build_dir}" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DMIXPREC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMIXPREC_NATIVE=OFF >>"${out}/build.log" 2>&1 &&
+    timeout "${build_limit}" cmake --build "${build_dir}" -j "$(nproc)" \
+      --target "${binaries[@]}" >>"${out}/build.log" 2>&1
+  local rc=$?
+  if (( rc != 0 )); then
+    echo "build here failed (exit ${rc}, 124 = timed out); last lines of build.log:" >&2
+    tail -n 20 "${out}/build.log" >&2
+    return 1
+  fi
+  mkdir -p "${build_dir}/staged"
+  local name
+  for name in "${binaries[@]}"; do
+    cp "$(find "${build_dir}" -type f -name "${name}" -perm -u+x -not -path '*/staged/*' | head -n 1)" \
+      "${build_dir}/staged/"
+  done
+  bin_dir="${build_dir}/staged"
+}
+
+# "passed failed" of a Catch2 v2 console log, from its last summary line.
+catch_counts() {
+  local summary
+  summary="$(grep -E '^(All tests passed|test cases:)' "$1" | tail -n 1)"
+  if [[ "${summary}" =~ ^All\ tests\ passed.*\ in\ ([0-9]+)\ test\ case ]]; then
+    echo "${BASH_REMATCH[1]} 0"
+  elif [[ "${summary}" =~ ([0-9]+)\ passed\ \|\ ([0-9]+)\ failed ]]; then
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+  elif [[ "${summary}" =~ ([0-9]+)\ failed ]]; then
+    echo "0 ${BASH_REMATCH[1]}"
+  else
+    echo "? ?"
+  fi
+}
+
+# The summary table, from the step results and bench.json / torch_amp_step.log.
+summary_table() {
+  echo "mixprec GPU check: ${gpu_name}"
+  printf '%-34s %s\n' "binaries" "${binaries_note}"
+  printf '%-34s %s\n' "CUDA tests (${test_filter:-all})" "${tests_note}"
+  if [[ -s "${out}/bench.json" ]] && command -v python3 >/dev/null 2>&1; then
+    FP16_PEAK="${fp16_peak_tflops}" HBM_PEAK="${hbm_peak_gbs}" python3 - "${out}/bench.json" <<'EOF'
+import json, os, sys
+fp16_peak = float(os.environ["FP16_PEAK"])
+hbm_peak = float(os.environ["HBM_PEAK"])
+with open(sys.argv[1]) as f:
+    runs = {b["name"]: b for b in json.load(f).get("benchmarks", [])}
+rows = [
+    ("GEMM 4096^3 FP16", "BM_CudaGemm/F16/4096/manual_time", "TFLOP/s"),
+    ("GEMM 4096^3 BF16", "BM_CudaGemm/BF16/4096/manual_time", "TFLOP/s"),
+    ("GEMM 4096^3 FP32 (TF32 off)", "BM_CudaGemm/F32/4096/manual_time", "TFLOP/s"),
+    ("GEMM 4096^3 FP32 (TF32 on)", "BM_CudaGemm/TF32/4096/manual_time", "TFLOP/s"),
+    ("add 25M FP16", "BM_CudaAdd/F16/25000000/manual_time", "GB/s"),
+    ("add 25M FP32", "BM_CudaAdd/F32/25000000/manual_time", "GB/s"),
+    ("unscale_and_check 25M/100 FP16", "BM_CudaUnscaleAndCheck/F16/manual_time", "GB/s"),
+    ("unscale_and_check 25M/100 FP32", "BM_CudaUnscaleAndCheck/F32/manual_time", "GB/s"),
+]
+for label, name, unit in rows:
+    run = runs.get(name)
+    if run is None:
+        print(f"{label:<34} not run")
+    elif run.get("error_occurred"):
+        print(f"{label:<34} error: {run.get('error_message', '?')}")
+    elif unit not in run:
+        print(f"{label:<34} no {unit} counter")
+    else:
+        value = run[unit]
+        if unit == "TFLOP/s":
+            print(f"{label:<34} {value:8.1f} TFLOP/s  {100 * value / fp16_peak:5.1f}% of {fp16_peak:.0f} FP16 peak")
+        else:
+            print(f"{label:<34} {value:8.0f} GB/s     {100 * value / hbm_peak:5.1f}% of {hbm_peak:.0f} GB/s HBM")
+EOF
+  else
+    printf '%-34s %s\n' "CUDA kernel benchmarks" "${bench_note}"
+  fi
+  printf '%-34s %s\n' "PyTorch step (torch_amp_step.py)" "${torch_note}"
+}
+
+run_on_gpu() {
+  out="$1"
+  mkdir -p "${out}" || { echo "cannot create ${out}" >&2; exit 2; }
+  out="$(cd "${out}" && pwd)"
+  local env_log="${out}/env.log"
+  : > "${env_log}"
+  bin_dir="${payload}/bin"
+  gpu_name="no GPU"
+  binaries_note="not checked"
+  tests_note="not run"
+  bench_note="not run"
+  torch_note="not run"
+  test_filter="${MIXPREC_GPU_TEST_FILTER:-}"
+  local status=0
+
+  log "nvidia-smi -L"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    timeout 20 nvidia-smi -L 2>&1 | tee -a "${env_log}"
+    gpu_name="$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>/dev/null | head -n 1)"
+    [[ -n "${gpu_name}" ]] || gpu_name="nvidia-smi lists no GPU"
+    timeout 20 nvidia-smi >>"${env_log}" 2>&1
+  else
+    echo "nvidia-smi: not found (no NVIDIA driver on this machine)" | tee -a "${env_log}"
+  fi
+
+  if [[ ! -x "${bin_dir}/mixprec" ]]; then
+    echo "no binaries in ${bin_dir}: run 'bash scripts/gpu_check.sh --prepare' on the build" \
+      "machine and carry build-gpu/ (run this from the repository root)" | tee -a "${env_log}" >&2
+    exit 3
+  fi
+  [[ -f "${payload}/MANIFEST" ]] && cat "${payload}/MANIFEST" >>"${env_log}"
+
+  # CUDA libraries of this machine first: the binaries were linked against the build
+  # machine's cuBLAS/cuDNN, whose sonames these provide.
+  local dirs
+  dirs="$(cuda_library_dirs | awk '!seen[$0]++' | paste -sd: -)"
+  export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH}" | tee -a "${env_log}"
+
+  log "ldd"
+  print_ldd | tee -a "${env_log}"
+
+  log "do the binaries start?"
+  if binaries_start >>"${env_log}" 2>&1; then
+    binaries_note="carried build-gpu/ (this machine's libraries)"
+  else
+    # Then with the host libraries carried from the build machine.
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:${payload}/lib"
+    echo "retrying with ${payload}/lib on LD_LIBRARY_PATH" | tee -a "${env_log}"
+    print_ldd >>"${env_log}"
+    if binaries_start >>"${env_log}" 2>&1; then
+      binaries_note="carried build-gpu/ (+ carried host libraries)"
+    else
+      tail -n 5 "${env_log}" >&2
+      echo "the carried binaries do not start here (see env.log); trying to build here" |
+        tee -a "${env_log}" >&2
+      if fallback_build && binaries_start >>"${env_log}" 2>&1; then
+        binaries_note="built on this machine (build.log)"
+      else
+        binaries_note="do not start, and cannot be built here"
+        summary_table | tee "${out}/summary.txt"
+        exit 3
+      fi
+    fi
+  fi
+  echo "binaries: ${binaries_note}" | tee -a "${env_log}"
+
+  log "mixprec device"
+  local device_text
+  device_text="$(timeout "${startup_timeout}" "${bin_dir}/mixprec" device 2>&1)"
+  echo "${device_text}" | tee -a "${env_log}"
+  if ! grep -q "CUDA backend: registered" <<<"${device_text}"; then
+    echo "no usable CUDA device: nothing to test or measure here (${device_text//$'\n'/; })" |
+      tee -a "${env_log}" >&2
+    tests_note="not run: no usable CUDA device"
+    summary_table > "${out}/summary.txt"
+    exit 4
+  fi
+
+  local start rc passed failed limit
+  limit="$(step_limit "${test_timeout}")"
+  if (( limit == 0 )); then
+    tests_note="not run: out of time"
+    status=1
+  else
+    log "CUDA tests (limit ${limit} s)"
+    start=${SECONDS}
+    local test_args=()
+    [[ -n "${test_filter}" ]] && test_args+=("${test_filter}")
+    timeout "${limit}" "${bin_dir}/mixprec_cuda_tests" "${test_args[@]}" --durations yes \
+      >"${out}/tests.log" 2>&1
+    rc=$?
+    read -r passed failed < <(catch_counts "${out}/tests.log")
+    tests_note="${passed} passed, ${failed} failed in $((SECONDS - start)) s"
+    if (( rc == 124 )); then
+      tests_note="timed out after ${limit} s (tests.log)"
+      status=1
+    elif (( rc != 0 )); then
+      tests_note="${tests_note}, exit ${rc} (tests.log)"
+      status=1
+    fi
+    grep -E '^(All tests passed|test cases:|assertions:)' "${out}/tests.log" | tail -n 2
+  fi
+
+  limit="$(step_limit "${bench_timeout}")"
+  if (( limit == 0 )); then
+    bench_note="not run: out of time"
+    status=1
+  else
+    log "CUDA kernel benchmarks (limit ${limit} s)"
+    start=${SECONDS}
+    timeout "${limit}" "${bin_dir}/mixprec_bench_kernels" --benchmark_filter='^BM_Cuda' \
+      --benchmark_min_time=0.2 --benchmark_out="${out}/bench.json" --benchmark_out_format=json \
+      >"${out}/bench.log" 2>&1
+    rc=$?
+    bench_note="ran in $((SECONDS - start)) s (bench.log)"
+    if (( rc != 0 )); then
+      bench_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (bench.log)"
+      status=1
+    fi
+    grep -E '^BM_Cuda' "${out}/bench.log" || true
+  fi
+
+  limit="$(step_limit "${torch_timeout}")"
+  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
+    torch_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
+  elif (( limit == 0 )); then
+    torch_note="not run: out of time"
+  else
+    log "PyTorch autocast + GradScaler step (limit ${limit} s)"
+    timeout "${limit}" python3 "${root}/scripts/torch_amp_step.py" --device cuda \
+      --model mlp --batch 512 --width 2048 --depth 4 >"${out}/torch_amp_step.log" 2>&1
+    rc=$?
+    if (( rc == 0 )); then
+      torch_note="$(grep '^summary:' "${out}/torch_amp_step.log" | tail -n 1 | sed 's/^summary: //')"
+    else
+      torch_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (torch_amp_step.log)"
+    fi
+    tail -n 6 "${out}/torch_amp_step.log"
+  fi
+
+  log "summary"
+  summary_table | tee "${out}/summary.txt"
+  exit "${status}"
+}
+
+case "${1:-}" in
+  --prepare) [[ $# -eq 1 ]] || usage; prepare ;;
+  -h | --help | "") usage ;;
+  -*) usage ;;
+  *) [[ $# -eq 1 ]] || usage; run_on_gpu "$1" ;;
+esac
