@@ -153,8 +153,8 @@ std::string accumulation_text(const AccumulationLesson& lesson) {
   return lesson_text("Loss scaling with gradient accumulation", accumulation_steps(lesson));
 }
 
-nlohmann::json accumulation_json(const AccumulationLesson& l) {
-  nlohmann::json j = nlohmann::json::object();
+LessonJson accumulation_json(const AccumulationLesson& l) {
+  LessonJson j = LessonJson::object();
   j["scale"] = json_number(l.setup.scale);
   j["loss"] = json_number(l.setup.loss_at_start);
   j["scaled_losses"] = json_numbers(l.equal.scaled_losses);
@@ -172,7 +172,7 @@ nlohmann::json accumulation_json(const AccumulationLesson& l) {
 }
 
 std::string explain_accumulation() { return accumulation_text(run_accumulation_lesson()); }
-nlohmann::json explain_accumulation_json() {
+LessonJson explain_accumulation_json() {
   return accumulation_json(run_accumulation_lesson());
 }
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -57,9 +57,9 @@ std::string accumulation_text(const AccumulationLesson& lesson);
 // expected_mean; for the unequal ones unequal_scaled_losses, unequal_buffer_after,
 // unequal_restored_mean, unequal_expected_mean, naive_mean_of_means;
 // update_inside_window_error; steps (the walk-through).
-nlohmann::json accumulation_json(const AccumulationLesson& lesson);
+LessonJson accumulation_json(const AccumulationLesson& lesson);
 
 std::string explain_accumulation();
-nlohmann::json explain_accumulation_json();
+LessonJson explain_accumulation_json();
 
 }  // namespace mixprec::explain

@@ -117,8 +117,8 @@ std::string clipping_text(const ClippingLesson& lesson) {
   return lesson_text("Loss scaling: unscale before clipping", clipping_steps(lesson));
 }
 
-nlohmann::json clipping_json(const ClippingLesson& l) {
-  nlohmann::json j = nlohmann::json::object();
+LessonJson clipping_json(const ClippingLesson& l) {
+  LessonJson j = LessonJson::object();
   j["grad"] = json_numbers(l.setup.grad);
   j["max_norm"] = json_number(l.setup.max_norm);
   j["scale"] = json_number(l.setup.scale);
@@ -137,6 +137,6 @@ nlohmann::json clipping_json(const ClippingLesson& l) {
 }
 
 std::string explain_clipping() { return clipping_text(run_clipping_lesson()); }
-nlohmann::json explain_clipping_json() { return clipping_json(run_clipping_lesson()); }
+LessonJson explain_clipping_json() { return clipping_json(run_clipping_lesson()); }
 
 }  // namespace mixprec::explain

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -43,9 +43,9 @@ std::string clipping_text(const ClippingLesson& lesson);
 // Keys: grad, max_norm, scale, scaled_grad, refusal, unscaled_grad, true_norm, correct,
 // correct_norm, scaled_norm, clipped_scaled, wrong_order, wrong_order_norm (vectors as
 // arrays of numbers), steps (the walk-through).
-nlohmann::json clipping_json(const ClippingLesson& lesson);
+LessonJson clipping_json(const ClippingLesson& lesson);
 
 std::string explain_clipping();
-nlohmann::json explain_clipping_json();
+LessonJson explain_clipping_json();
 
 }  // namespace mixprec::explain

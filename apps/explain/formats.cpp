@@ -249,8 +249,8 @@ std::string explain_formats() {
   return out;
 }
 
-nlohmann::json explain_formats_json() {
-  nlohmann::json lesson = nlohmann::json::object();
+LessonJson explain_formats_json() {
+  LessonJson lesson = LessonJson::object();
   const std::pair<const char*, const FloatFormat*> formats[] = {
       {"fp16", &fp16_format()}, {"bf16", &bf16_format()}, {"fp32", &fp32_format()}};
   for (const auto& [prefix, format] : formats) {

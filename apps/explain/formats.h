@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -62,6 +62,6 @@ std::string explain_formats();
 // The landmarks of the table as one JSON object: fp16_max, fp16_min_normal,
 // fp16_min_subnormal, fp16_epsilon, and the same for bf16_ and fp32_ (numbers, from
 // format_landmarks).
-nlohmann::json explain_formats_json();
+LessonJson explain_formats_json();
 
 }  // namespace mixprec::explain

@@ -118,12 +118,12 @@ std::string overflow_text(const OverflowLesson& lesson) {
   return lesson_text("Loss scaling: overflow, a skipped step, backoff and growth", overflow_steps(lesson));
 }
 
-nlohmann::json overflow_json(const OverflowLesson& l) {
+LessonJson overflow_json(const OverflowLesson& l) {
   MIXPREC_CHECK(l.attempts.size() >= 2, "explain overflow: the lesson has ", l.attempts.size(),
                 " attempts; it needs an overflow and a retry");
   const OverflowAttempt& first = l.attempts.front();
   const OverflowAttempt& retry = l.attempts[1];
-  nlohmann::json j = nlohmann::json::object();
+  LessonJson j = LessonJson::object();
   j["grad"] = json_number(l.setup.grad);
   j["init_scale"] = json_number(l.setup.init_scale);
   j["lr"] = json_number(l.setup.lr);
@@ -137,7 +137,7 @@ nlohmann::json overflow_json(const OverflowLesson& l) {
   j["scaled_grad_retry"] = json_number(retry.scaled_grad);
   j["w_after_step"] = json_number(retry.w_after);
   j["scale_after_growth"] = json_number(l.attempts.back().next_scale);
-  nlohmann::json attempts = nlohmann::json::array();
+  LessonJson attempts = LessonJson::array();
   for (const OverflowAttempt& a : l.attempts) {
     attempts.push_back({{"scale", json_number(a.scale)},
                         {"scaled_exact", json_number(a.scaled_exact)},
@@ -157,6 +157,6 @@ nlohmann::json overflow_json(const OverflowLesson& l) {
 }
 
 std::string explain_overflow() { return overflow_text(run_overflow_lesson()); }
-nlohmann::json explain_overflow_json() { return overflow_json(run_overflow_lesson()); }
+LessonJson explain_overflow_json() { return overflow_json(run_overflow_lesson()); }
 
 }  // namespace mixprec::explain

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -55,9 +55,9 @@ std::string overflow_text(const OverflowLesson& lesson);
 // when it overflowed: JSON has no infinity), skipped, skip_reason, w_after_skip,
 // scale_after_backoff, scaled_grad_retry, w_after_step, scale_after_growth, attempts (one
 // object per attempt with the fields of OverflowAttempt), steps (the walk-through).
-nlohmann::json overflow_json(const OverflowLesson& lesson);
+LessonJson overflow_json(const OverflowLesson& lesson);
 
 std::string explain_overflow();
-nlohmann::json explain_overflow_json();
+LessonJson explain_overflow_json();
 
 }  // namespace mixprec::explain

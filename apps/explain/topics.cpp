@@ -66,8 +66,8 @@ std::string explain_all() {
   return out;
 }
 
-nlohmann::json explain_all_json() {
-  nlohmann::json all = nlohmann::json::object();
+LessonJson explain_all_json() {
+  LessonJson all = LessonJson::object();
   for (const Topic& lesson : lessons()) all[std::string(lesson.name)] = lesson.json();
   return all;
 }
@@ -124,14 +124,14 @@ std::string wrap_text(const std::string& text, size_t width) {
   return out;
 }
 
-nlohmann::json json_number(double value) {
+LessonJson json_number(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   return value;
 }
 
-nlohmann::json json_numbers(const std::vector<float>& values) {
-  nlohmann::json array = nlohmann::json::array();
+LessonJson json_numbers(const std::vector<float>& values) {
+  LessonJson array = LessonJson::array();
   for (float v : values) array.push_back(json_number(v));
   return array;
 }

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -14,7 +14,7 @@ struct Topic {
   std::string_view name;     // the subcommand: `mixprec explain <name>`
   std::string_view summary;  // one line, for --help
   std::string (*text)();     // the lesson for a reader
-  nlohmann::json (*json)();  // the same lesson's results as one JSON object
+  LessonJson (*json)();  // the same lesson's results as one JSON object
 };
 
 // The lessons in reading order: formats, underflow, overflow, clipping, accumulation.
@@ -27,7 +27,7 @@ const Topic* find_topic(std::string_view name);
 // Every lesson's text, in order, separated by a blank line.
 std::string explain_all();
 // {"formats": {...}, "underflow": {...}, ...}: every lesson's JSON under its name.
-nlohmann::json explain_all_json();
+LessonJson explain_all_json();
 
 // ---- rendering shared by the lessons ------------------------------------------------------
 
@@ -46,7 +46,7 @@ std::string wrap_text(const std::string& text, size_t width = 96);
 std::string lesson_text(const std::string& title, const std::vector<std::string>& steps);
 // A JSON number, or "inf" / "-inf" / "nan" as a string for a non-finite value (JSON has no
 // number for them).
-nlohmann::json json_number(double value);
-nlohmann::json json_numbers(const std::vector<float>& values);
+LessonJson json_number(double value);
+LessonJson json_numbers(const std::vector<float>& values);
 
 }  // namespace mixprec::explain

@@ -155,8 +155,8 @@ std::string underflow_text(const UnderflowLesson& lesson) {
   return lesson_text("Loss scaling: saving a tiny FP16 gradient", underflow_steps(lesson));
 }
 
-nlohmann::json underflow_json(const UnderflowLesson& l) {
-  nlohmann::json j = nlohmann::json::object();
+LessonJson underflow_json(const UnderflowLesson& l) {
+  LessonJson j = LessonJson::object();
   j["true_grad"] = json_number(l.setup.true_grad);
   j["scale"] = json_number(l.setup.scale);
   j["lr"] = json_number(l.setup.lr);
@@ -178,6 +178,6 @@ nlohmann::json underflow_json(const UnderflowLesson& l) {
 }
 
 std::string explain_underflow() { return underflow_text(run_underflow_lesson()); }
-nlohmann::json explain_underflow_json() { return underflow_json(run_underflow_lesson()); }
+LessonJson explain_underflow_json() { return underflow_json(run_underflow_lesson()); }
 
 }  // namespace mixprec::explain

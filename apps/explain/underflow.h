@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "apps/explain/lesson_json.h"
 
 namespace mixprec::explain {
 
@@ -55,9 +55,9 @@ std::string underflow_text(const UnderflowLesson& lesson);
 // scaled_exact, fp16_scaled, fp16_scaled_hex ("0x095E"), restored, relative_error_percent,
 // w_new_scaled, w_new_unscaled, w_new_exact, and steps (the walk-through, one string a
 // step). Numbers are JSON numbers (json_number).
-nlohmann::json underflow_json(const UnderflowLesson& lesson);
+LessonJson underflow_json(const UnderflowLesson& lesson);
 
 std::string explain_underflow();
-nlohmann::json explain_underflow_json();
+LessonJson explain_underflow_json();
 
 }  // namespace mixprec::explain
