@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job: for now the number-format lesson,
-# `mixprec explain formats`. Arguments replace the default command line of mixprec.
+# Sets up, builds and runs the main job: for now every lesson on number formats and loss
+# scaling, `mixprec explain all`. Arguments replace the default command line of mixprec.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +9,6 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "${root}/scripts/setup.sh" >&2
 bash "${root}/scripts/build.sh" >&2
 if [[ $# -eq 0 ]]; then
-  set -- explain formats
+  set -- explain all
 fi
 exec "${root}/build/apps/mixprec" "$@"
