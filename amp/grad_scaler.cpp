@@ -56,7 +56,8 @@ struct CheckOutcome {
 };
 
 // One fused unscale-and-check pass over the gradients of `owners` (inv_scale 1: check only).
-// The host reads the flags here; on the CPU this costs nothing.
+// The host reads the per-tensor flags here, one copy that also tells whether any was set
+// (found_inf stays on the device); on the CPU this costs nothing.
 CheckOutcome check_grads(const Optimizer& optimizer, const std::vector<const Parameter*>& owners,
                          double inv_scale) {
   std::vector<Tensor> grads;
@@ -74,7 +75,7 @@ CheckOutcome check_grads(const Optimizer& optimizer, const std::vector<const Par
   const std::vector<int32_t> nonfinite = flags.to_int_vector();
   for (size_t i = 0; i < nonfinite.size(); ++i)
     if (nonfinite[i] != 0) outcome.nonfinite_tensors.push_back(owners[i]->name());
-  outcome.found_inf = found_inf.item() != 0.0;
+  outcome.found_inf = !outcome.nonfinite_tensors.empty();
   return outcome;
 }
 
