@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -25,6 +26,9 @@ namespace backend_checks {
 
 // `t` is defined and lives on `device`; the message names `op` and `what` the tensor is.
 void on_device(const char* op, const char* what, const Tensor& t, Device device);
+// on_device for each (name, tensor) pair; null tensors are skipped.
+void all_on_device(const char* op, Device device,
+                   std::initializer_list<std::pair<const char*, const Tensor*>> operands);
 // Every tensor of `ts` (null entries skipped) has the dtype of the first.
 void same_dtype(const char* op, std::initializer_list<const Tensor*> ts);
 void same_shape(const char* op, const Tensor& a, const Tensor& b);

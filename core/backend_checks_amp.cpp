@@ -1,0 +1,175 @@
+// Argument checks of the mixed-precision primitives (core/backend.h), shared by every backend.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/backend_checks.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace mixprec::backend_checks {
+namespace {
+
+// `t` is an F32 flag tensor of one element: the shared found_inf of the amp primitives.
+void found_inf_flag(const char* op, const Tensor& t, Device device) {
+  MIXPREC_CHECK(t.defined(), op, ": found_inf is undefined; pass an F32 [1] tensor");
+  on_device(op, "found_inf", t, device);
+  MIXPREC_CHECK(t.dtype() == DType::F32 && t.numel() == 1, op, ": found_inf must be F32 [1], got ",
+                describe(t));
+}
+
+}  // namespace
+
+// ---- mixed precision --------------------------------------------------------------------
+
+void unscale_and_check(Device device, const std::vector<Tensor>& grads, double inv_scale,
+                       const Tensor& found_inf, const Tensor& tensor_flags) {
+  constexpr const char* kOp = "unscale_and_check";
+  MIXPREC_CHECK(std::isfinite(inv_scale) && inv_scale > 0, kOp,
+                ": inv_scale must be finite and positive, got ", inv_scale);
+  found_inf_flag(kOp, found_inf, device);
+  MIXPREC_CHECK(tensor_flags.defined(), kOp, ": tensor_flags is undefined; pass an I32 [",
+                grads.size(), "] tensor");
+  on_device(kOp, "tensor_flags", tensor_flags, device);
+  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
+                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
+                kOp, ": tensor_flags must be I32 [", grads.size(),
+                "] (one flag per gradient), got ", describe(tensor_flags));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
+    on_device(kOp, "gradient", g, device);
+    MIXPREC_CHECK(is_floating(g.dtype()), kOp, ": gradient ", i, " is ", describe(g),
+                  "; gradients must be F32, F16 or BF16");
+  }
+}
+
+void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out) {
+  constexpr const char* kOp = "squared_norms";
+  MIXPREC_CHECK(out.defined(), kOp, ": out is undefined; pass an F32 [", xs.size(), "] tensor");
+  on_device(kOp, "out", out, device);
+  MIXPREC_CHECK(out.dtype() == DType::F32 && out.shape() == Shape{static_cast<int64_t>(xs.size())},
+                kOp, ": out must be F32 [", xs.size(), "] (one value per tensor), got ",
+                describe(out));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    MIXPREC_CHECK(x.defined(), kOp, ": tensor ", i, " is undefined");
+    on_device(kOp, "tensor", x, device);
+    MIXPREC_CHECK(is_floating(x.dtype()), kOp, ": tensor ", i, " is ", describe(x),
+                  "; only F32, F16 and BF16 tensors are supported");
+  }
+}
+
+namespace {
+
+// The F32 master and its F32 true-scale gradient of the same shape.
+void master_and_grad(const char* op, Device device, const Tensor& master, const Tensor& grad) {
+  MIXPREC_CHECK(master.defined() && grad.defined(), op, ": master and grad must be defined");
+  on_device(op, "master", master, device);
+  on_device(op, "grad", grad, device);
+  MIXPREC_CHECK(master.dtype() == DType::F32, op, ": the master must be F32, got ",
+                describe(master));
+  MIXPREC_CHECK(grad.dtype() == DType::F32 && grad.shape() == master.shape(), op,
+                ": the gradient ", describe(grad), " must be F32 with the master's shape ",
+                describe(master));
+}
+
+// An optimizer state buffer: F32 with the master's shape.
+void state_buffer(const char* op, const char* what, Device device, const Tensor& buffer,
+                  const Tensor& master) {
+  MIXPREC_CHECK(buffer.defined(), op, ": the ", what, " is undefined");
+  on_device(op, what, buffer, device);
+  MIXPREC_CHECK(buffer.dtype() == DType::F32 && buffer.shape() == master.shape(), op, ": the ",
+                what, " ", describe(buffer), " must be F32 with the master's shape ",
+                describe(master));
+}
+
+// `working` may be F16 or BF16 (the usual case), or F32 when it is a tensor distinct from the
+// master (a plain copy, e.g. a replica). A working copy that shares the master's storage is
+// rejected: under an F32 policy the master is its own working copy, and the caller passes
+// null.
+void working_copy(const char* op, Device device, const Tensor* working, const Tensor& master) {
+  if (working == nullptr) return;
+  MIXPREC_CHECK(working->defined(), op, ": the working copy is undefined; pass null for none");
+  on_device(op, "working copy", *working, device);
+  MIXPREC_CHECK(is_floating(working->dtype()) && working->shape() == master.shape(), op,
+                ": the working copy ", describe(*working), " must be F16, BF16 or F32 with the "
+                "master's shape ", describe(master));
+  MIXPREC_CHECK(working->data() != master.data() || master.numel() == 0, op,
+                ": the working copy shares the master's storage; pass null when the master is "
+                "its own working copy");
+}
+
+}  // namespace
+
+void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
+              const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
+  constexpr const char* kOp = "sgd_step";
+  master_and_grad(kOp, device, master, grad);
+  MIXPREC_CHECK(hyper.momentum == 0.0f || momentum != nullptr, kOp, ": momentum ",
+                hyper.momentum, " needs a momentum buffer (F32, ", describe(master),
+                "); pass one");
+  if (momentum != nullptr) state_buffer(kOp, "momentum buffer", device, *momentum, master);
+  working_copy(kOp, device, working, master);
+  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+}
+
+void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+               const Tensor* found_inf) {
+  constexpr const char* kOp = "adam_step";
+  MIXPREC_CHECK(std::isfinite(hyper.lr) && hyper.lr >= 0.0f, kOp,
+                ": lr must be finite and >= 0, got ", hyper.lr);
+  MIXPREC_CHECK(hyper.beta1 >= 0.0f && hyper.beta1 < 1.0f && hyper.beta2 >= 0.0f &&
+                    hyper.beta2 < 1.0f,
+                kOp, ": betas must be in [0, 1), got (", hyper.beta1, ", ", hyper.beta2, ")");
+  MIXPREC_CHECK(std::isfinite(hyper.eps) && hyper.eps >= 0.0f, kOp,
+                ": eps must be finite and >= 0, got ", hyper.eps);
+  MIXPREC_CHECK(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0.0f, kOp,
+                ": weight_decay must be finite and >= 0, got ", hyper.weight_decay);
+  MIXPREC_CHECK(hyper.step >= 1, kOp, ": step must be >= 1 (the 1-based index of this "
+                "update), got ", hyper.step, "; call set_step(t) before the update");
+  AdamHyper derived = hyper;
+  derived.set_step(hyper.step);
+  MIXPREC_CHECK(derived.step_size == hyper.step_size &&
+                    derived.bias_correction2_sqrt == hyper.bias_correction2_sqrt &&
+                    derived.decay_factor == hyper.decay_factor,
+                kOp, ": the bias corrections do not match step ", hyper.step, " and the "
+                "hyperparameters (changed after set_step?); call set_step(t) after setting them");
+  master_and_grad(kOp, device, master, grad);
+  state_buffer(kOp, "exp_avg", device, exp_avg, master);
+  state_buffer(kOp, "exp_avg_sq", device, exp_avg_sq, master);
+  MIXPREC_CHECK(exp_avg.data() != exp_avg_sq.data() || master.numel() == 0, kOp,
+                ": exp_avg and exp_avg_sq share storage; pass two distinct buffers");
+  working_copy(kOp, device, working, master);
+  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+}
+
+void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
+                       const Tensor& found_inf) {
+  constexpr const char* kOp = "update_loss_scale";
+  MIXPREC_CHECK(std::isfinite(rule.growth_factor) && rule.growth_factor > 1.0, kOp,
+                ": growth_factor must be finite and > 1, got ", rule.growth_factor);
+  MIXPREC_CHECK(rule.backoff_factor > 0.0 && rule.backoff_factor < 1.0, kOp,
+                ": backoff_factor must be > 0 and < 1, got ", rule.backoff_factor);
+  MIXPREC_CHECK(rule.growth_interval >= 1 && rule.hysteresis >= 1, kOp,
+                ": growth_interval and hysteresis must be >= 1, got ", rule.growth_interval,
+                " and ", rule.hysteresis);
+  MIXPREC_CHECK(rule.hysteresis_mode == HysteresisMode::ResetOnGrowth ||
+                    rule.hysteresis_mode == HysteresisMode::Consecutive,
+                kOp, ": hysteresis_mode has the invalid value ",
+                static_cast<int>(rule.hysteresis_mode));
+  MIXPREC_CHECK(std::isfinite(rule.max_scale) && rule.min_scale > 0.0 &&
+                    rule.min_scale <= rule.max_scale,
+                kOp, ": need 0 < min_scale <= max_scale, both finite, got min_scale ",
+                rule.min_scale, " and max_scale ", rule.max_scale);
+  MIXPREC_CHECK(state.defined(), kOp, ": state is undefined; pass an I32 [",
+                kDynamicScaleStateWords, "] tensor holding a DynamicScaleState");
+  on_device(kOp, "state", state, device);
+  MIXPREC_CHECK(state.dtype() == DType::I32 && state.shape() == Shape{kDynamicScaleStateWords},
+                kOp, ": state must be I32 [", kDynamicScaleStateWords,
+                "] (the bytes of a DynamicScaleState), got ", describe(state));
+  found_inf_flag(kOp, found_inf, device);
+}
+
+}  // namespace mixprec::backend_checks
