@@ -20,6 +20,9 @@
 // the mean over the whole effective batch. unscale/step/update throw until exactly N samples
 // were scaled, and the scale cannot change inside the window.
 //
+// Scales are tracked per gradient (Tensor::grad_scale): unscale refuses gradients that were
+// never scaled or carry another step's scale, and zeros from zero_grad(false) fit any scale.
+//
 // enabled = false turns every call into a pass-through: scale() returns the loss itself,
 // unscale() does nothing, step() calls optimizer.step() unconditionally, update() only
 // counts the step.
