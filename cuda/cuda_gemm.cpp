@@ -1,9 +1,8 @@
 // GEMM of the CUDA backend through cuBLASLt.
 //
-// Row-major onto column-major: a row-major R x C matrix is the column-major C x R matrix
-// of the same bytes, so row-major C = op(A) @ op(B) is computed as the column-major
-// C^T = op(B)^T @ op(A)^T: cuBLASLt's first operand is B, its second is A, each keeping
-// its own transpose flag, and the output is n x m with leading dimension n.
+// Row-major onto column-major: map_gemm_to_cublaslt (gemm_plan.h) decides which operand
+// becomes cuBLASLt's A and B, their transpose flags and layouts; this file only turns that
+// mapping into descriptors.
 //
 // Numerics (the CPU backend's, core/backend.h): 16-bit operands are multiplied with FP32
 // accumulation (CUBLAS_COMPUTE_32F, tensor cores), alpha and beta are FP32 (scale type
@@ -29,6 +28,7 @@
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/gemm_plan.h"
 #include "cuda/kernels/elementwise.h"
 
 namespace mixprec {
@@ -91,16 +91,15 @@ class MatmulDesc {
   cublasLtMatmulDesc_t desc_ = nullptr;
 };
 
-// A column-major rows x cols matrix with leading dimension ld, `batch` of them `stride`
-// elements apart.
+// `batch` column-major matrices laid out as `layout` says.
 class MatrixLayout {
  public:
-  MatrixLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-               int64_t stride) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<uint64_t>(rows),
-                                            static_cast<uint64_t>(cols), ld));
+  MatrixLayout(cudaDataType_t type, const LtMatrixLayout& layout, int64_t batch) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<uint64_t>(layout.rows),
+                                            static_cast<uint64_t>(layout.cols), layout.ld));
     if (batch > 1) {
       const int32_t count = static_cast<int32_t>(batch);
+      const int64_t stride = layout.stride;
       CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout_, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                     &count, sizeof count));
       CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
@@ -132,23 +131,43 @@ class MatmulPreference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
+GemmDesc gemm_desc(const GemmKey& key) {
+  return {.trans_a = key.trans_a,
+          .trans_b = key.trans_b,
+          .m = key.m,
+          .n = key.n,
+          .k = key.k,
+          .batch = key.batch,
+          .stride_a = key.stride_a,
+          .stride_b = key.stride_b,
+          .stride_c = key.stride_c};
+}
+
+// The value that belongs to `source` of the row-major problem's A and B.
+template <class T>
+T of_operand(GemmOperand source, T for_a, T for_b) {
+  return source == GemmOperand::A ? for_a : for_b;
+}
+
+int32_t cublas_op(bool transpose) {
+  return static_cast<int32_t>(transpose ? CUBLAS_OP_T : CUBLAS_OP_N);
+}
+
 // Everything a call of one problem needs besides pointers and alpha/beta. C and D share
 // one layout (cuBLASLt requires that when they are the same memory).
 struct GemmPlan {
   explicit GemmPlan(const GemmKey& key)
-      : desc(key.ab == DType::F32 && key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      : mapping(map_gemm_to_cublaslt(gemm_desc(key))),
+        desc(key.ab == DType::F32 && key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
              CUDA_R_32F),
-        // cuBLASLt's A: B's bytes, (k x n)^T when not transposed in the row-major view.
-        lt_a(cuda_type(key.ab), key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k,
-             key.trans_b ? key.k : key.n, key.batch, key.stride_b),
-        // cuBLASLt's B: A's bytes.
-        lt_b(cuda_type(key.ab), key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m,
-             key.trans_a ? key.m : key.k, key.batch, key.stride_a),
-        lt_c(cuda_type(key.c), key.n, key.m, key.n, key.batch, key.stride_c) {
-    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+        lt_a(cuda_type(key.ab), mapping.a.layout, mapping.batch),
+        lt_b(cuda_type(key.ab), mapping.b.layout, mapping.batch),
+        lt_c(cuda_type(key.c), mapping.c, mapping.batch) {
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(mapping.a.transpose));
+    desc.set(CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(mapping.b.transpose));
   }
 
+  LtGemmMapping mapping;
   MatmulDesc desc;
   MatrixLayout lt_a, lt_b, lt_c;
   cublasLtMatmulAlgo_t algo{};
@@ -168,9 +187,10 @@ std::string problem_str(const GemmKey& k) {
 void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& plan) {
   MatmulPreference pref;
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxWorkspace);
-  // B's bytes are cuBLASLt's A and the reverse.
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
-  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+           of_operand(plan.mapping.a.source, key.align_a, key.align_b));
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+           of_operand(plan.mapping.b.source, key.align_a, key.align_b));
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
   if (key.c != DType::F32) {
@@ -265,8 +285,10 @@ void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, T
   const GemmPlan& plan = plan_cache().get(handle, key);
   Scratch workspace(allocator_, plan.workspace);
   const float alpha = desc.alpha, beta = desc.beta;
-  CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc.get(), &alpha, b.data(), plan.lt_a.get(),
-                              a.data(), plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
+  const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
+  const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
+  CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
+                              lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
                               c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),
                               plan.workspace, stream_));
 }

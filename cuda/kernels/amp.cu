@@ -3,30 +3,13 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/kernels/amp_table.h"
 #include "cuda/kernels/common.cuh"
 
 namespace mixprec::kernels {
 namespace {
 
-// ---- the multi-tensor table ----------------------------------------------------------------
-
-struct TableEntry {
-  void* data;
-  int64_t numel;
-  int64_t first_chunk;
-  int32_t chunk_count;
-  int32_t dtype;  // a DType value
-};
-
-struct TableChunk {
-  int64_t tensor;
-  int64_t begin;  // first element of the chunk
-};
-
-// The chunks follow the entries at a 16-byte boundary.
-size_t chunks_offset(int64_t tensors) {
-  return (static_cast<size_t>(tensors) * sizeof(TableEntry) + 15) / 16 * 16;
-}
+// ---- the multi-tensor table (built by amp_table.cpp) -----------------------------------------
 
 __device__ __forceinline__ int64_t chunk_length(const TableEntry& e, const TableChunk& c) {
   const int64_t rest = e.numel - c.begin;
@@ -312,7 +295,7 @@ const TableEntry* table_entries(const void* device_table) {
 
 const TableChunk* table_chunks(const MultiTensorTable& table, const void* device_table) {
   return reinterpret_cast<const TableChunk*>(static_cast<const unsigned char*>(device_table) +
-                                             chunks_offset(table.tensors));
+                                             table_chunks_offset(table.tensors));
 }
 
 unsigned chunk_grid(int64_t chunks) {
@@ -320,35 +303,6 @@ unsigned chunk_grid(int64_t chunks) {
 }
 
 }  // namespace
-
-MultiTensorTable make_multi_tensor_table(const char* op, const std::vector<TensorRef>& tensors) {
-  MultiTensorTable table;
-  table.tensors = static_cast<int64_t>(tensors.size());
-  std::vector<TableEntry> entries;
-  std::vector<TableChunk> chunks;
-  entries.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorRef& t = tensors[i];
-    MIXPREC_CHECK(is_floating(t.dtype), op, ": tensor ", i, " is ", t.dtype,
-                  "; only F32, F16 and BF16 tensors are supported");
-    const int64_t count = (t.numel + kMultiTensorChunk - 1) / kMultiTensorChunk;
-    entries.push_back({t.data, t.numel, static_cast<int64_t>(chunks.size()),
-                       static_cast<int32_t>(count), static_cast<int32_t>(t.dtype)});
-    for (int64_t c = 0; c < count; ++c) {
-      chunks.push_back({static_cast<int64_t>(i), c * kMultiTensorChunk});
-    }
-  }
-  table.chunks = static_cast<int64_t>(chunks.size());
-  const size_t offset = chunks_offset(table.tensors);
-  table.bytes.assign(offset + chunks.size() * sizeof(TableChunk), 0);
-  if (!entries.empty()) {
-    std::memcpy(table.bytes.data(), entries.data(), entries.size() * sizeof(TableEntry));
-  }
-  if (!chunks.empty()) {
-    std::memcpy(table.bytes.data() + offset, chunks.data(), chunks.size() * sizeof(TableChunk));
-  }
-  return table;
-}
 
 void unscale_and_check(const MultiTensorTable& table, const void* device_table, double inv_scale,
                        bool write, float* found_inf, int32_t* flags, cudaStream_t stream) {

@@ -17,27 +17,10 @@
 
 #include "core/dtype.h"
 #include "core/math/amp.h"
+#include "cuda/kernels/amp_table.h"
 
 namespace mixprec::kernels {
 
-struct TensorRef {
-  void* data = nullptr;  // device memory
-  int64_t numel = 0;
-  DType dtype = DType::F32;  // F32, F16 or BF16
-};
-
-struct MultiTensorTable {
-  std::vector<unsigned char> bytes;  // to be copied to the device as they are
-  int64_t tensors = 0;
-  int64_t chunks = 0;  // 0 when every tensor is empty: then nothing is launched
-};
-
-// Elements per chunk; a chunk's partial sum of squares covers exactly this many (fewer at a
-// tensor's end), so the summation order is fixed by the shapes.
-inline constexpr int64_t kMultiTensorChunk = int64_t{1} << 16;
-
-// Throws mixprec::Error for a non-floating tensor (naming `op`).
-MultiTensorTable make_multi_tensor_table(const char* op, const std::vector<TensorRef>& tensors);
 
 // Every tensor's flag in `flags` (I32, table.tensors entries) becomes 1 when it holds a
 // non-finite value and 0 otherwise; *found_inf becomes 1.0f when any tensor does and is left
