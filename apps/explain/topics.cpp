@@ -9,6 +9,7 @@
 #include "apps/explain/clipping.h"
 #include "apps/explain/formats.h"
 #include "apps/explain/overflow.h"
+#include "apps/explain/policies.h"
 #include "apps/explain/underflow.h"
 
 namespace mixprec::explain {
@@ -28,6 +29,8 @@ std::vector<Topic> make_topics() {
        explain_clipping_json},
       {"accumulation", "One loss scale per effective batch; count-weighted microbatches",
        explain_accumulation, explain_accumulation_json},
+      {"policies", "How static, dynamic and hysteresis loss-scale policies move S",
+       explain_policies, explain_policies_json},
       {kAll, "Every lesson above, in order", explain_all, explain_all_json},
   };
 }

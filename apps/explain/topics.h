@@ -17,7 +17,8 @@ struct Topic {
   LessonJson (*json)();  // the same lesson's results as one JSON object
 };
 
-// The lessons in reading order: formats, underflow, overflow, clipping, accumulation.
+// The lessons in reading order: formats, underflow, overflow, clipping, accumulation,
+// policies.
 const std::vector<Topic>& lessons();
 // Every topic the CLI offers: the lessons, then "all".
 const std::vector<Topic>& topics();

@@ -50,7 +50,8 @@ TEST_CASE("mixprec explain formats prints the lesson", "[apps][cli]") {
 }
 
 TEST_CASE("mixprec explain: every topic prints its lesson and exits 0", "[apps][cli]") {
-  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation", "all"}) {
+  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation", "policies",
+                            "all"}) {
     const CliResult r = run({"explain", topic});
     INFO("mixprec explain " << topic << " -> stderr: " << r.err);
     CHECK(r.code == 0);
@@ -64,11 +65,13 @@ TEST_CASE("mixprec explain: every topic prints its lesson and exits 0", "[apps][
   const size_t overflow = all.find("overflow, a skipped step");
   const size_t clipping = all.find("unscale before clipping");
   const size_t accumulation = all.find("with gradient accumulation");
+  const size_t policies = all.find("Loss-scale policies: how S moves");
   CHECK(formats < underflow);
   CHECK(underflow < overflow);
   CHECK(overflow < clipping);
   CHECK(clipping < accumulation);
-  CHECK(accumulation != std::string::npos);
+  CHECK(accumulation < policies);
+  CHECK(policies != std::string::npos);
 }
 
 TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named fields",
@@ -88,6 +91,9 @@ TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named 
       {"accumulation",
        {"restored_mean", "unequal_restored_mean", "unequal_expected_mean", "naive_mean_of_means",
         "update_inside_window_error", "steps"}},
+      {"policies",
+       {"sequence", "none", "static", "dynamic", "hysteresis_reset_on_growth",
+        "hysteresis_consecutive", "floor_and_ceiling", "steps"}},
   };
   for (const auto& [topic, keys] : expected) {
     const CliResult r = run({"explain", topic, "--json"});
@@ -106,6 +112,25 @@ TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named 
   const nlohmann::json overflow = nlohmann::json::parse(run({"explain", "overflow", "--json"}).out);
   CHECK(overflow.at("scaled_grad") == "inf");
   CHECK(overflow.at("scale_after_backoff").get<double>() == 4096.0);
+  // Static S = 1024 never moves; the dynamic policy halves it at the first overflow (step 3).
+  const nlohmann::json policies = nlohmann::json::parse(run({"explain", "policies", "--json"}).out);
+  CHECK(policies.at("sequence").size() == 13);
+  CHECK(policies.at("static").at("next_scale") == nlohmann::json(std::vector<double>(13, 1024.0)));
+  CHECK(policies.at("dynamic").at("event")[2] == "backed_off");
+  CHECK(policies.at("dynamic").at("next_scale")[2].get<double>() == 512.0);
+}
+
+TEST_CASE("mixprec explain policies prints one table per policy", "[apps][cli]") {
+  const CliResult r = run({"explain", "policies"});
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  for (const char* heading : {"none: NoLossScale", "static: StaticLossScale(1024)", "dynamic: ",
+                              "hysteresis_reset_on_growth: ", "hysteresis_consecutive: ",
+                              "floor_and_ceiling: "}) {
+    INFO(heading);
+    CHECK(r.out.find(std::string("\n") + heading) != std::string::npos);
+  }
+  CHECK(r.out.find("overflow_at_floor") != std::string::npos);
 }
 
 TEST_CASE("mixprec explain all --json prints one object keyed by topic", "[apps][cli]") {
@@ -113,8 +138,9 @@ TEST_CASE("mixprec explain all --json prints one object keyed by topic", "[apps]
   REQUIRE(r.code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   REQUIRE(j.is_object());
-  CHECK(j.size() == 5);
-  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation"}) {
+  CHECK(j.size() == 6);
+  for (const char* topic :
+       {"formats", "underflow", "overflow", "clipping", "accumulation", "policies"}) {
     INFO("topic " << topic);
     REQUIRE(j.contains(topic));
     CHECK(j.at(topic).is_object());

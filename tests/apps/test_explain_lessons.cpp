@@ -18,6 +18,7 @@
 #include "apps/explain/clipping.h"
 #include "apps/explain/formats.h"
 #include "apps/explain/overflow.h"
+#include "apps/explain/policies.h"
 #include "apps/explain/topics.h"
 #include "apps/explain/underflow.h"
 #include "core/half.h"
@@ -331,18 +332,152 @@ TEST_CASE("explain accumulation: one scale, count-weighted microbatches", "[apps
   CHECK(contains(text, l.update_inside_window_error));
 }
 
+// ---- policies ---------------------------------------------------------------------------------
+
+namespace {
+
+// The columns of a trace, for comparing against sequences derived by hand.
+std::vector<double> scales_of(const PolicyTrace& t) {
+  std::vector<double> out;
+  for (const PolicyStep& s : t.steps) out.push_back(s.scale);
+  return out;
+}
+std::vector<std::string> events_of(const PolicyTrace& t) {
+  std::vector<std::string> out;
+  for (const PolicyStep& s : t.steps) out.push_back(s.event);
+  return out;
+}
+std::vector<double> next_scales_of(const PolicyTrace& t) {
+  std::vector<double> out;
+  for (const PolicyStep& s : t.steps) out.push_back(s.next_scale);
+  return out;
+}
+std::vector<int> trackers_of(const PolicyTrace& t) {
+  std::vector<int> out;
+  for (const PolicyStep& s : t.steps) out.push_back(s.growth_tracker);
+  return out;
+}
+std::vector<int> hysteresis_of(const PolicyTrace& t) {
+  std::vector<int> out;
+  for (const PolicyStep& s : t.steps) out.push_back(s.hysteresis_left);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("explain policies: each policy's trace over the scripted overflows", "[apps][explain]") {
+  const PoliciesLesson l = run_policies_lesson();
+  // Steps:        1   2   3    4   5    6   7   8   9    10   11  12  13
+  // overflow:     ok  ok  OVF  ok  OVF  ok  ok  ok  OVF  OVF  ok  ok  ok
+  const std::vector<bool> sequence{false, false, true,  false, true,  false, false,
+                                   false, true,  true,  false, false, false};
+  REQUIRE(l.setup.sequence == sequence);
+  const std::string K = "kept", G = "grew", B = "backed_off", T = "overflow_tolerated",
+                    F = "overflow_at_floor";
+
+  // NoLossScale and StaticLossScale never move S; an overflow is absorbed (tolerated), a
+  // finite step keeps S, and neither has a tracker or hysteresis.
+  const std::vector<std::string> fixed_events{K, K, T, K, T, K, K, K, T, T, K, K, K};
+  CHECK(scales_of(l.none) == std::vector<double>(13, 1.0));
+  CHECK(next_scales_of(l.none) == std::vector<double>(13, 1.0));
+  CHECK(events_of(l.none) == fixed_events);
+  CHECK(scales_of(l.static_scale) == std::vector<double>(13, 1024.0));
+  CHECK(next_scales_of(l.static_scale) == std::vector<double>(13, 1024.0));
+  CHECK(events_of(l.static_scale) == fixed_events);
+  CHECK(trackers_of(l.static_scale) == std::vector<int>(13, 0));
+  CHECK(hysteresis_of(l.static_scale) == std::vector<int>(13, 0));
+
+  // Hysteresis 1, interval 3: each overflow halves S and zeroes the tracker; the third finite
+  // step in a row doubles S and zeroes it.
+  CHECK(scales_of(l.dynamic) ==
+        std::vector<double>{1024, 1024, 1024, 512, 512, 256, 256, 256, 512, 256, 128, 128, 128});
+  CHECK(events_of(l.dynamic) == std::vector<std::string>{K, K, B, K, B, K, K, G, B, B, K, K, G});
+  CHECK(next_scales_of(l.dynamic) ==
+        std::vector<double>{1024, 1024, 512, 512, 256, 256, 256, 512, 256, 128, 128, 128, 256});
+  CHECK(trackers_of(l.dynamic) == std::vector<int>{1, 2, 0, 1, 0, 1, 2, 0, 0, 0, 1, 2, 0});
+  CHECK(hysteresis_of(l.dynamic) == std::vector<int>(13, 1));
+
+  // Hysteresis 2, refilled only on growth: step 3 spends the spare overflow, step 5 (with
+  // hysteresis_left 1) backs off, the growth at step 8 refills it, step 9 spends it again and
+  // step 10 backs off. A backoff leaves hysteresis_left at 1.
+  const PolicyTrace& r = l.reset_on_growth;
+  CHECK(scales_of(r) ==
+        std::vector<double>{1024, 1024, 1024, 1024, 1024, 512, 512, 512, 1024, 1024, 512, 512,
+                            512});
+  CHECK(events_of(r) == std::vector<std::string>{K, K, T, K, B, K, K, G, T, B, K, K, G});
+  CHECK(next_scales_of(r) ==
+        std::vector<double>{1024, 1024, 1024, 1024, 512, 512, 512, 1024, 1024, 512, 512, 512,
+                            1024});
+  CHECK(trackers_of(r) == std::vector<int>{1, 2, 0, 1, 0, 1, 2, 0, 0, 0, 1, 2, 0});
+  CHECK(hysteresis_of(r) == std::vector<int>{2, 2, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2});
+
+  // Hysteresis 2, refilled by every finite step: the separated overflows at 3 and 5 are both
+  // tolerated, so S keeps growing at step 8; only the run 9-10 backs off, at its second step.
+  const PolicyTrace& c = l.consecutive;
+  CHECK(scales_of(c) ==
+        std::vector<double>{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 2048, 2048, 1024,
+                            1024, 1024});
+  CHECK(events_of(c) == std::vector<std::string>{K, K, T, K, T, K, K, G, T, B, K, K, G});
+  CHECK(next_scales_of(c) ==
+        std::vector<double>{1024, 1024, 1024, 1024, 1024, 1024, 1024, 2048, 2048, 1024, 1024,
+                            1024, 2048});
+  CHECK(trackers_of(c) == std::vector<int>{1, 2, 0, 1, 0, 1, 2, 0, 0, 0, 1, 2, 0});
+  CHECK(hysteresis_of(c) == std::vector<int>{2, 2, 1, 2, 1, 2, 2, 2, 1, 1, 2, 2, 2});
+
+  // init 2, min 1, max 4, interval 3, over OVF OVF OVF then 9 finite steps: one backoff to the
+  // floor, two overflows at the floor, growth to 2 and 4, then the growth to 8 is capped at 4,
+  // so the twelfth step completes an interval but keeps S.
+  const PolicyTrace& f = l.floor_ceiling;
+  CHECK(scales_of(f) == std::vector<double>{2, 1, 1, 1, 1, 1, 2, 2, 2, 4, 4, 4});
+  CHECK(events_of(f) == std::vector<std::string>{B, F, F, K, K, G, K, K, G, K, K, K});
+  CHECK(next_scales_of(f) == std::vector<double>{1, 1, 1, 1, 1, 2, 2, 2, 4, 4, 4, 4});
+  CHECK(trackers_of(f) == std::vector<int>{0, 0, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0});
+  CHECK(hysteresis_of(f) == std::vector<int>(12, 1));
+}
+
+TEST_CASE("explain policies: text and JSON carry the traces", "[apps][explain]") {
+  const PoliciesLesson l = run_policies_lesson();
+  const nlohmann::json j = policies_json(l);
+  CHECK(j.at("sequence") == nlohmann::json(l.setup.sequence));
+  for (const PolicyTrace* t : {&l.none, &l.static_scale, &l.dynamic, &l.reset_on_growth,
+                               &l.consecutive, &l.floor_ceiling}) {
+    INFO(t->name);
+    REQUIRE(j.contains(t->name));
+    const nlohmann::json& p = j.at(t->name);
+    REQUIRE(p.at("scale").size() == t->steps.size());
+    for (size_t i = 0; i < t->steps.size(); ++i) {
+      CHECK(p.at("scale")[i].get<double>() == t->steps[i].scale);
+      CHECK(p.at("event")[i] == t->steps[i].event);
+      CHECK(p.at("next_scale")[i].get<double>() == t->steps[i].next_scale);
+      CHECK(p.at("growth_tracker")[i].get<int>() == t->steps[i].growth_tracker);
+      CHECK(p.at("hysteresis_left")[i].get<int>() == t->steps[i].hysteresis_left);
+    }
+  }
+  CHECK(j.at("floor_and_ceiling").at("sequence") == nlohmann::json(l.setup.floor_sequence));
+
+  const std::string text = policies_text(l);
+  CHECK(contains(text, "ok ok OVF ok OVF ok ok ok OVF OVF ok ok ok"));
+  // The consecutive trace's step 10: an overflow at S = 2048 backs off to 1024.
+  CHECK(text.find("  10    OVF        2048    backed_off          1024    0               1\n") !=
+        std::string::npos);
+  CHECK(contains(text, l.consecutive.notice));
+  CHECK(contains(l.consecutive.notice, "ends at 2048 where reset_on_growth ends at 1024"));
+  CHECK(contains(l.floor_ceiling.notice, "at steps 2 and 3"));
+  CHECK(contains(l.floor_ceiling.notice, "at step 12"));
+}
+
 // ---- registry and rendering -------------------------------------------------------------------
 
 TEST_CASE("explain topics: the registry in reading order", "[apps][explain]") {
   std::vector<std::string> names;
   for (const Topic& topic : topics()) names.emplace_back(topic.name);
   CHECK(names == std::vector<std::string>{"formats", "underflow", "overflow", "clipping",
-                                          "accumulation", "all"});
-  CHECK(lessons().size() == 5);
+                                          "accumulation", "policies", "all"});
+  CHECK(lessons().size() == 6);
   CHECK(find_topic("clipping") != nullptr);
   CHECK(find_topic("colours") == nullptr);
   const nlohmann::json all = explain_all_json();
-  CHECK(all.size() == 5);
+  CHECK(all.size() == 6);
   CHECK(all.at("underflow").at("fp16_scaled").get<double>() == 0.00016379356384277344);
 }
 
