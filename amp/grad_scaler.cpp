@@ -79,6 +79,24 @@ CheckOutcome check_grads(const Optimizer& optimizer, const std::vector<const Par
   return outcome;
 }
 
+// The diagnostic for an overflow at min_scale: the tensors that overflowed in the current run
+// of skipped steps, most frequent first.
+std::string floor_message(double min_scale, int64_t steps_in_a_row,
+                          const std::map<std::string, int64_t>& overflow_counts) {
+  std::vector<std::pair<int64_t, std::string>> ranked;
+  for (const auto& [name, count] : overflow_counts) ranked.emplace_back(-count, name);
+  std::sort(ranked.begin(), ranked.end());
+  std::string culprits;
+  for (const auto& [negative_count, name] : ranked)
+    culprits += (culprits.empty() ? "" : ", ") + name + " (" + std::to_string(-negative_count) +
+                "x)";
+  return spdlog::fmt_lib::format(
+      "loss scale is at its floor (min_scale {}) and gradients still overflow: {} overflowing "
+      "step(s) in a row; non-finite tensors: {}. Lowering the scale cannot help any more: "
+      "look for Inf/NaN in the data or the forward pass, or lower the learning rate",
+      min_scale, steps_in_a_row, culprits.empty() ? "(none named)" : culprits);
+}
+
 }  // namespace
 
 GradScaler::GradScaler(std::unique_ptr<LossScalePolicy> policy, bool enabled)
@@ -305,23 +323,13 @@ StepTelemetry GradScaler::update() {
   for (const std::string& name : telemetry.nonfinite_tensors) ++overflow_counts[name];
 
   telemetry.scale = scaled_this_step_ ? step_scale_ : scale_value();
-  const nlohmann::json before = policy_->state_dict();
+  // Only an overflow can hit the floor, so only then is the policy kept for a rollback.
+  std::unique_ptr<LossScalePolicy> before = telemetry.found_inf ? policy_->clone() : nullptr;
   const ScaleChange change = policy_->update(telemetry.found_inf);
   if (change.event == ScaleEvent::OverflowAtFloor && policy_->floor_policy() != FloorPolicy::Clamp) {
-    std::vector<std::pair<int64_t, std::string>> ranked;
-    for (const auto& [name, count] : overflow_counts) ranked.emplace_back(-count, name);
-    std::sort(ranked.begin(), ranked.end());
-    std::string culprits;
-    for (const auto& [negative_count, name] : ranked)
-      culprits += (culprits.empty() ? "" : ", ") + name + " (" + std::to_string(-negative_count) +
-                  "x)";
-    const std::string message = spdlog::fmt_lib::format(
-        "loss scale is at its floor (min_scale {}) and gradients still overflow: {} overflowing "
-        "step(s) in a row; non-finite tensors: {}. Lowering the scale cannot help any more: "
-        "look for Inf/NaN in the data or the forward pass, or lower the learning rate",
-        change.after, skipped_in_a_row_ + 1, culprits.empty() ? "(none named)" : culprits);
+    const std::string message = floor_message(change.after, skipped_in_a_row_ + 1, overflow_counts);
     if (policy_->floor_policy() == FloorPolicy::Error) {
-      policy_->load_state_dict(before);  // the step is not counted: state stays as it was
+      policy_ = std::move(before);  // the step is not counted: state stays as it was
       MIXPREC_FAIL("GradScaler::update: ", message, " (floor_policy: error)");
     }
     spdlog::warn("{}", message);

@@ -157,74 +157,52 @@ __device__ __forceinline__ void store_working(W* working, int64_t i, float w) {
   if constexpr (!std::is_same_v<W, NoWorking>) working[i] = from_float<W>(w);
 }
 
-// V elements per iteration (packs of V floats, and V working elements); the flag is read
-// before anything is loaded, so a skipped step costs one load per thread.
-template <class W, int V>
-__global__ void __launch_bounds__(kThreads) sgd_kernel(SgdHyper hyper, float* master,
-                                                      const float* grad, float* momentum,
-                                                      W* working, int64_t n,
-                                                      const float* found_inf) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return;
-  using PF = Pack<float, V>;
-  const int64_t packs = n / V;
-  const int64_t stride = thread_stride();
-  const int64_t first = first_thread();
-  for (int64_t p = first; p < packs; p += stride) {
-    PF w = reinterpret_cast<const PF*>(master)[p];
-    const PF g = reinterpret_cast<const PF*>(grad)[p];
-    PF b;
-    if (momentum != nullptr) b = reinterpret_cast<const PF*>(momentum)[p];
+// The optimizer-specific part of a fused step: loads its state for V elements starting at
+// element i0, updates the V master values `w` from the gradients `g`, stores its state.
+
+struct SgdElements {
+  SgdHyper hyper;
+  float* momentum;  // null when hyper.momentum == 0
+  template <int V>
+  __device__ __forceinline__ void operator()(int64_t i0, Pack<float, V>& w,
+                                             const Pack<float, V>& g) const {
+    Pack<float, V> b;
+    if (momentum != nullptr) b = *reinterpret_cast<const Pack<float, V>*>(momentum + i0);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float buf = momentum != nullptr ? b.v[j] : 0.0f;
       sgd_update(w.v[j], g.v[j], buf, hyper);
       b.v[j] = buf;
     }
-    reinterpret_cast<PF*>(master)[p] = w;
-    if (momentum != nullptr) reinterpret_cast<PF*>(momentum)[p] = b;
-    if constexpr (!std::is_same_v<W, NoWorking>) {
-      Pack<W, V> out;
+    if (momentum != nullptr) *reinterpret_cast<Pack<float, V>*>(momentum + i0) = b;
+  }
+  bool state_aligned() const { return momentum == nullptr || aligned_to(momentum, 16); }
+};
+
+struct AdamElements {
+  AdamHyper hyper;
+  float* exp_avg;
+  float* exp_avg_sq;
+  template <int V>
+  __device__ __forceinline__ void operator()(int64_t i0, Pack<float, V>& w,
+                                             const Pack<float, V>& g) const {
+    Pack<float, V> m = *reinterpret_cast<const Pack<float, V>*>(exp_avg + i0);
+    Pack<float, V> v = *reinterpret_cast<const Pack<float, V>*>(exp_avg_sq + i0);
 #pragma unroll
-      for (int j = 0; j < V; ++j) out.v[j] = from_float<W>(w.v[j]);
-      reinterpret_cast<Pack<W, V>*>(working)[p] = out;
-    }
+    for (int j = 0; j < V; ++j) adam_update(w.v[j], g.v[j], m.v[j], v.v[j], hyper);
+    *reinterpret_cast<Pack<float, V>*>(exp_avg + i0) = m;
+    *reinterpret_cast<Pack<float, V>*>(exp_avg_sq + i0) = v;
   }
-  for (int64_t i = packs * V + first; i < n; i += stride) {
-    float w = master[i];
-    float buf = momentum != nullptr ? momentum[i] : 0.0f;
-    sgd_update(w, grad[i], buf, hyper);
-    master[i] = w;
-    if (momentum != nullptr) momentum[i] = buf;
-    store_working(working, i, w);
-  }
-}
+  bool state_aligned() const { return aligned_to(exp_avg, 16) && aligned_to(exp_avg_sq, 16); }
+};
 
-template <class W>
-void launch_sgd(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
-                W* working, int64_t n, const float* found_inf, cudaStream_t stream) {
-  constexpr int V = 4;
-  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) &&
-                (momentum == nullptr || aligned_to(momentum, 16));
-  if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
-  if (vector) {
-    sgd_kernel<W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(hyper, master, grad,
-                                                                        momentum, working, n,
-                                                                        found_inf);
-  } else {
-    sgd_kernel<W, 1><<<grid_for(n), kThreads, 0, stream>>>(hyper, master, grad, momentum, working,
-                                                          n, found_inf);
-  }
-  CUDA_CHECK_LAST();
-}
-
-// ---- Adam ---------------------------------------------------------------------------------------
-
-// As sgd_kernel, with the two moment buffers.
-template <class W, int V>
-__global__ void __launch_bounds__(kThreads) adam_kernel(AdamHyper hyper, float* master,
-                                                       const float* grad, float* exp_avg,
-                                                       float* exp_avg_sq, W* working, int64_t n,
-                                                       const float* found_inf) {
+// One fused optimizer step: V elements per iteration (packs of V floats, and V working
+// elements), the rest one by one. The flag is read before anything is loaded, so a skipped
+// step costs one load per thread.
+template <class Step, class W, int V>
+__global__ void __launch_bounds__(kThreads) fused_step_kernel(Step step, float* master,
+                                                             const float* grad, W* working,
+                                                             int64_t n, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using PF = Pack<float, V>;
   const int64_t packs = n / V;
@@ -233,13 +211,8 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(AdamHyper hyper, float* 
   for (int64_t p = first; p < packs; p += stride) {
     PF w = reinterpret_cast<const PF*>(master)[p];
     const PF g = reinterpret_cast<const PF*>(grad)[p];
-    PF m = reinterpret_cast<const PF*>(exp_avg)[p];
-    PF v = reinterpret_cast<const PF*>(exp_avg_sq)[p];
-#pragma unroll
-    for (int j = 0; j < V; ++j) adam_update(w.v[j], g.v[j], m.v[j], v.v[j], hyper);
+    step.template operator()<V>(p * V, w, g);
     reinterpret_cast<PF*>(master)[p] = w;
-    reinterpret_cast<PF*>(exp_avg)[p] = m;
-    reinterpret_cast<PF*>(exp_avg_sq)[p] = v;
     if constexpr (!std::is_same_v<W, NoWorking>) {
       Pack<W, V> out;
 #pragma unroll
@@ -248,31 +221,27 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(AdamHyper hyper, float* 
     }
   }
   for (int64_t i = packs * V + first; i < n; i += stride) {
-    float w = master[i], m = exp_avg[i], v = exp_avg_sq[i];
-    adam_update(w, grad[i], m, v, hyper);
-    master[i] = w;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    store_working(working, i, w);
+    Pack<float, 1> w, g;
+    w.v[0] = master[i];
+    g.v[0] = grad[i];
+    step.template operator()<1>(i, w, g);
+    master[i] = w.v[0];
+    store_working(working, i, w.v[0]);
   }
 }
 
-template <class W>
-void launch_adam(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
-                 float* exp_avg_sq, W* working, int64_t n, const float* found_inf,
-                 cudaStream_t stream) {
+template <class Step, class W>
+void launch_fused_step(const Step& step, float* master, const float* grad, W* working, int64_t n,
+                       const float* found_inf, cudaStream_t stream) {
   constexpr int V = 4;
-  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && aligned_to(exp_avg, 16) &&
-                aligned_to(exp_avg_sq, 16);
-  if constexpr (!std::is_same_v<W, NoWorking>) {
-    vector = vector && aligned_to(working, V * sizeof(W));
-  }
+  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && step.state_aligned();
+  if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
   if (vector) {
-    adam_kernel<W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(
-        hyper, master, grad, exp_avg, exp_avg_sq, working, n, found_inf);
+    fused_step_kernel<Step, W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(
+        step, master, grad, working, n, found_inf);
   } else {
-    adam_kernel<W, 1><<<grid_for(n), kThreads, 0, stream>>>(hyper, master, grad, exp_avg,
-                                                           exp_avg_sq, working, n, found_inf);
+    fused_step_kernel<Step, W, 1><<<grid_for(n), kThreads, 0, stream>>>(step, master, grad,
+                                                                       working, n, found_inf);
   }
   CUDA_CHECK_LAST();
 }
@@ -328,32 +297,37 @@ void squared_norms(const MultiTensorTable& table, const void* device_table, floa
   CUDA_CHECK_LAST();
 }
 
+namespace {
+
+// Dispatches a fused step on the working copy's dtype (none when `working` is null).
+template <class Step>
+void run_fused_step(const char* op, const Step& step, float* master, const float* grad,
+                    void* working, DType working_dtype, int64_t n, const float* found_inf,
+                    cudaStream_t stream) {
+  if (n <= 0) return;
+  if (working == nullptr) {
+    launch_fused_step<Step, NoWorking>(step, master, grad, nullptr, n, found_inf, stream);
+    return;
+  }
+  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, op, [&] {
+    launch_fused_step(step, master, grad, static_cast<scalar_t*>(working), n, found_inf, stream);
+  });
+}
+
+}  // namespace
+
 void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
               void* working, DType working_dtype, int64_t n, const float* found_inf,
               cudaStream_t stream) {
-  if (n <= 0) return;
-  if (working == nullptr) {
-    launch_sgd<NoWorking>(hyper, master, grad, momentum, nullptr, n, found_inf, stream);
-    return;
-  }
-  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, "sgd_step", [&] {
-    launch_sgd(hyper, master, grad, momentum, static_cast<scalar_t*>(working), n, found_inf, stream);
-  });
+  run_fused_step("sgd_step", SgdElements{hyper, momentum}, master, grad, working, working_dtype,
+                 n, found_inf, stream);
 }
 
 void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
                float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
                const float* found_inf, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (working == nullptr) {
-    launch_adam<NoWorking>(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, n, found_inf,
-                           stream);
-    return;
-  }
-  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, "adam_step", [&] {
-    launch_adam(hyper, master, grad, exp_avg, exp_avg_sq, static_cast<scalar_t*>(working), n,
-                found_inf, stream);
-  });
+  run_fused_step("adam_step", AdamElements{hyper, exp_avg, exp_avg_sq}, master, grad, working,
+                 working_dtype, n, found_inf, stream);
 }
 
 void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
