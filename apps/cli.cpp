@@ -1,7 +1,10 @@
 #include "apps/cli.h"
 
+#include <unistd.h>
+
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -9,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/explain/topics.h"
+#include "apps/train/trainer.h"
 #include "core/error.h"
 
 #if MIXPREC_WITH_CUDA
@@ -130,6 +134,38 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       };
     });
   }
+
+  TrainOptions train_options;
+  CLI::App* train = app.add_subcommand("train", "Train a model from a YAML config");
+  train->add_option("config", train_options.config_path, "The YAML config file")->required();
+  train->add_option("--set", train_options.overrides,
+                    "Override a setting, e.g. --set train.steps=100 (repeatable)")
+      ->allow_extra_args(false);
+  train->add_option("--out", train_options.out_dir,
+                    "Run folder (default runs/<name>-<date>-<time>)");
+  train->add_option("--resume", train_options.resume_dir,
+                    "Continue the run in this folder from its newest checkpoint");
+  train->callback([&] {
+    action = [&] {
+      // A bar only when the output is this process's terminal; plain lines otherwise.
+      train_options.progress_bar = &out == &std::cout && ::isatty(STDOUT_FILENO) == 1;
+      const nlohmann::json summary = run_training(train_options, out);
+      out << "summary (" << summary["run_dir"].get<std::string>() << "/summary.json): "
+          << summary.dump() << "\n";
+    };
+  });
+
+  EvalOptions eval_options;
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate a checkpoint on the validation/test split");
+  eval->add_option("config", eval_options.config_path, "The YAML config file")->required();
+  eval->add_option("--checkpoint", eval_options.checkpoint,
+                   "A checkpoint folder (step_N) or a run folder (its newest checkpoint)")
+      ->required();
+  eval->add_option("--set", eval_options.overrides, "Override a setting (repeatable)")
+      ->allow_extra_args(false);
+  eval->callback([&] {
+    action = [&] { out << run_evaluation(eval_options).dump(2) << "\n"; };
+  });
 
   app.add_subcommand("device", "Show the CUDA devices and library versions this build can use")
       ->callback([&] { action = [&] { out << device_text() << "\n"; }; });

@@ -6,6 +6,8 @@
 // name, so anomaly reports and GradScaler's non-finite lists say which parameter it was.
 #include "layers/parameter.h"
 
+#include <utility>
+
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -44,6 +46,16 @@ void Parameter::require_defined(const char* what) const {
 const std::string& Parameter::name() const {
   require_defined("name");
   return impl_->name;
+}
+
+void Parameter::set_name(std::string name) {
+  require_defined("set_name");
+  MIXPREC_CHECK(!name.empty(), "Parameter '", impl_->name, "': set_name needs a non-empty name "
+                "(it names the parameter in checkpoints and messages)");
+  Impl& p = *impl_;
+  p.name = std::move(name);
+  p.master.set_name(p.name);
+  if (!p.working.is_same(p.master)) p.working.set_name(p.name);
 }
 
 const Shape& Parameter::shape() const {

@@ -30,6 +30,9 @@ class Parameter {
 
   bool defined() const { return impl_ != nullptr; }
   const std::string& name() const;
+  // Renames the parameter and its master and working tensors (Module::assign_names gives it
+  // its full dotted name). Throws for an empty name.
+  void set_name(std::string name);
   const Shape& shape() const;
   Device device() const;
   int64_t numel() const;

@@ -1,13 +1,33 @@
 // Optimizer base: parameter bookkeeping, the step loop and the learning rate.
 #include "optim/optimizer.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
 
 namespace mixprec {
+namespace {
+
+// Splits a buffer key "<buffer>.<index>"; false when it is not of that form.
+bool split_buffer_key(const std::string& key, std::string& buffer, size_t& index) {
+  const size_t dot = key.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == key.size()) return false;
+  const char* first = key.data() + dot + 1;
+  const char* last = key.data() + key.size();
+  // from_chars alone would accept a prefix ("3x") and leading zeros would give two names
+  // for one index.
+  if (*first == '0' && last - first > 1) return false;
+  const auto [end, error] = std::from_chars(first, last, index);
+  if (error != std::errc() || end != last) return false;
+  buffer = key.substr(0, dot);
+  return true;
+}
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<Parameter> params, std::string name)
     : params_(std::move(params)), name_(std::move(name)) {
@@ -61,6 +81,114 @@ void Optimizer::set_lr(double lr) {
                 "optimizer '", name_, "': the learning rate must be finite, non-negative and "
                 "within FP32's range, got ", lr);
   lr_ = lr;
+}
+
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState state;
+  nlohmann::json names = nlohmann::json::array();
+  for (const Parameter& p : params_) names.push_back(p.name());
+  state.scalars["type"] = type_name();
+  state.scalars["name"] = name_;
+  state.scalars["steps_taken"] = steps_taken_;
+  state.scalars["lr"] = lr_;
+  state.scalars["params"] = std::move(names);
+  save_state(state);
+  // Copies, so that later steps do not change a state that is still being written out.
+  for (auto& entry : state.tensors) {
+    Tensor& t = entry.second;
+    t = t.device().is_cpu() ? t.clone() : t.to(kCPU);
+  }
+  return state;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& state) {
+  const nlohmann::json& s = state.scalars;
+  MIXPREC_CHECK(s.is_object(), "optimizer '", name_, "': the optimizer state's scalars must be "
+                "a JSON object, got ", s.type_name());
+  const auto type = s.find("type");
+  MIXPREC_CHECK(type != s.end() && type->is_string(), "optimizer '", name_,
+                "': the optimizer state has no \"type\" string");
+  const std::string state_type = type->get<std::string>();
+  MIXPREC_CHECK(state_type == type_name(), "optimizer '", name_, "': the optimizer state is for '",
+                state_type, "', this optimizer is '", type_name(), "'");
+
+  const auto steps = s.find("steps_taken");
+  MIXPREC_CHECK(steps != s.end() && steps->is_number_integer() && steps->get<int64_t>() >= 0,
+                "optimizer '", name_, "': the optimizer state needs \"steps_taken\", a "
+                "non-negative integer, got ", steps == s.end() ? "nothing" : steps->dump());
+  const int64_t steps_taken = steps->get<int64_t>();
+
+  const auto lr_entry = s.find("lr");
+  MIXPREC_CHECK(lr_entry != s.end() && lr_entry->is_number(), "optimizer '", name_,
+                "': the optimizer state needs \"lr\", a number, got ",
+                lr_entry == s.end() ? "nothing" : lr_entry->dump());
+  const double lr = lr_entry->get<double>();
+  MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
+                "optimizer '", name_, "': the optimizer state's lr must be finite, non-negative "
+                "and within FP32's range, got ", lr);
+
+  const auto names = s.find("params");
+  MIXPREC_CHECK(names != s.end() && names->is_array(), "optimizer '", name_,
+                "': the optimizer state has no \"params\" list of parameter names");
+  MIXPREC_CHECK(names->size() == params_.size(), "optimizer '", name_, "': the optimizer state "
+                "holds ", names->size(), " parameters, this optimizer has ", params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const nlohmann::json& n = (*names)[i];
+    MIXPREC_CHECK(n.is_string() && n.get<std::string>() == params_[i].name(), "optimizer '",
+                  name_, "': parameter ", i, " is ", n.dump(), " in the optimizer state but '",
+                  params_[i].name(), "' here; the state belongs to other parameters (or another "
+                  "order)");
+  }
+
+  std::set<std::string> seen;
+  for (const auto& [key, t] : state.tensors) {
+    std::string buffer;
+    size_t index = 0;
+    MIXPREC_CHECK(split_buffer_key(key, buffer, index), "optimizer '", name_,
+                  "': the optimizer state's tensor '", key, "' is not named <buffer>.<index>");
+    MIXPREC_CHECK(index < params_.size(), "optimizer '", name_, "': the optimizer state's tensor '",
+                  key, "' names parameter ", index, " but there are ", params_.size());
+    MIXPREC_CHECK(seen.insert(key).second, "optimizer '", name_, "': the optimizer state lists '",
+                  key, "' twice");
+    const Parameter& p = params_[index];
+    MIXPREC_CHECK(t.defined(), "optimizer '", name_, "': ", key, " is undefined");
+    MIXPREC_CHECK(t.dtype() == DType::F32, "optimizer '", name_, "': ", key, " is ",
+                  t.dtype(), " but optimizer buffers are F32");
+    MIXPREC_CHECK(t.shape() == p.shape(), "optimizer '", name_, "': ", key, " has shape ",
+                  shape_str(t.shape()), " but parameter '", p.name(), "' has ",
+                  shape_str(p.shape()));
+  }
+
+  // load_state checks its part before writing; past it nothing can throw, so a failure
+  // anywhere leaves the optimizer as it was.
+  load_state(state);
+  steps_taken_ = steps_taken;
+  lr_ = lr;
+}
+
+const Tensor* Optimizer::find_buffer(const OptimizerState& state, const std::string& buffer,
+                                     size_t index) {
+  const std::string key = buffer + "." + std::to_string(index);
+  for (const auto& entry : state.tensors) {
+    if (entry.first == key) return &entry.second;
+  }
+  return nullptr;
+}
+
+void Optimizer::check_known_buffers(const OptimizerState& state,
+                                    const std::vector<std::string>& known) const {
+  for (const auto& entry : state.tensors) {
+    const std::string buffer = entry.first.substr(0, entry.first.rfind('.'));
+    bool found = false;
+    for (const std::string& k : known) found = found || k == buffer;
+    MIXPREC_CHECK(found, "optimizer '", name_, "': the optimizer state's tensor '", entry.first,
+                  "' is not a buffer of ", type_name());
+  }
+}
+
+Tensor Optimizer::restore_buffer(const Tensor& stored, size_t index) const {
+  const Device device = params_.at(index).device();
+  return stored.device() == device ? stored.clone() : stored.to(device);
 }
 
 }  // namespace mixprec

@@ -1,15 +1,26 @@
-// Optimizer: the interface every optimizer implements (SGD now; Adam and AdamW with the
-// training issue). An optimizer owns per-parameter state, reads true-scale FP32 gradients,
-// updates the FP32 masters and rewrites the working copies in the same pass.
+// Optimizer: the interface every optimizer implements (SGD, Adam, AdamW). An optimizer owns
+// per-parameter state, reads true-scale FP32 gradients, updates the FP32 masters and rewrites
+// the working copies in the same pass.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "layers/parameter.h"
 
 namespace mixprec {
+
+// What a checkpoint keeps of an optimizer: JSON scalars and named F32 tensors (moment buffers,
+// keyed "<buffer>.<parameter index>", e.g. "exp_avg.3"). The checkpoint code stores the
+// tensors bit-exactly, so a resumed run continues with the same bits.
+struct OptimizerState {
+  nlohmann::json scalars = nlohmann::json::object();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
 
 class Optimizer {
  public:
@@ -38,10 +49,38 @@ class Optimizer {
   // Throws for a negative or non-finite value.
   void set_lr(double lr);
 
+  // scalars: {"type": type_name(), "name", "steps_taken", "lr", "params": [names in order],
+  // plus what the concrete optimizer adds}; tensors: copies (on the CPU) of its buffers.
+  OptimizerState state_dict() const;
+  // Restores a state_dict() of the same type over the same parameters (names and shapes,
+  // in order). Everything is checked before anything is written: a different type, other
+  // parameters, a missing or misshapen buffer throw mixprec::Error saying which, and the
+  // optimizer is unchanged.
+  void load_state_dict(const OptimizerState& state);
+  // "sgd", "adam", "adamw".
+  virtual const char* type_name() const = 0;
+
  protected:
+  // Adds the concrete optimizer's scalars and its defined buffers (the live tensors;
+  // state_dict() copies them to the CPU) to `state`.
+  virtual void save_state(OptimizerState& state) const = 0;
+  // Checks then restores them; on a bad state throws before changing anything. Called by
+  // load_state_dict once the common part is checked: the scalars "type", "steps_taken", "lr"
+  // and "params" are valid, and every tensor is a defined F32 tensor named
+  // "<buffer>.<index>", index < params().size(), shaped like that parameter, listed once.
+  virtual void load_state(const OptimizerState& state) = 0;
   // The update of one parameter that has a gradient; `index` is its position in params().
   virtual void update(size_t index, const Parameter& param, const Tensor& grad) = 0;
   void set_initial_lr(double lr) { set_lr(lr); }
+
+  // Helpers for load_state. The tensor stored as "<buffer>.<index>", or null.
+  static const Tensor* find_buffer(const OptimizerState& state, const std::string& buffer,
+                                   size_t index);
+  // Throws naming the first tensor of `state` whose buffer is not one of `known`.
+  void check_known_buffers(const OptimizerState& state,
+                           const std::vector<std::string>& known) const;
+  // A copy of a stored buffer on params()[index]'s device, never sharing the stored data.
+  Tensor restore_buffer(const Tensor& stored, size_t index) const;
 
  private:
   std::vector<Parameter> params_;

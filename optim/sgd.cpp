@@ -3,6 +3,7 @@
 #include "optim/sgd.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "core/backend.h"
@@ -63,6 +64,28 @@ void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
     buffer.mark_modified();
     momentum_[index] = buffer;
   }
+}
+
+void SGD::save_state(OptimizerState& state) const {
+  for (size_t i = 0; i < momentum_.size(); ++i) {
+    if (momentum_[i].defined()) state.tensors.emplace_back("momentum." + std::to_string(i),
+                                                           momentum_[i]);
+  }
+}
+
+void SGD::load_state(const OptimizerState& state) {
+  check_known_buffers(state, {"momentum"});
+  MIXPREC_CHECK(options_.momentum != 0.0 || state.tensors.empty(), "SGD '", name(),
+                "': the optimizer state holds momentum buffers (", state.tensors.front().first,
+                ") but this SGD has momentum 0");
+  // Every copy is made before the first buffer is replaced.
+  std::vector<Tensor> momentum(momentum_.size());
+  for (size_t i = 0; i < momentum.size(); ++i) {
+    if (const Tensor* stored = find_buffer(state, "momentum", i)) {
+      momentum[i] = restore_buffer(*stored, i);
+    }
+  }
+  momentum_.swap(momentum);
 }
 
 }  // namespace mixprec

@@ -26,9 +26,15 @@ class SGD final : public Optimizer {
   // The momentum buffer of params()[index] (F32, undefined until its first update or when
   // momentum is 0).
   Tensor momentum_buffer(size_t index) const { return momentum_.at(index); }
+  const char* type_name() const override { return "sgd"; }
 
  private:
   void update(size_t index, const Parameter& param, const Tensor& grad) override;
+  // The momentum buffers as "momentum.<index>" (those defined); no scalars beyond the base's.
+  // Loading buffers into an SGD without momentum throws (they would be ignored); a parameter
+  // without a stored buffer starts its momentum afresh on its next update, as in torch.
+  void save_state(OptimizerState& state) const override;
+  void load_state(const OptimizerState& state) override;
   SgdOptions options_;
   std::vector<Tensor> momentum_;
 };

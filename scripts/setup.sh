@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that mixprec builds against. Idempotent: when everything is
+# Installs the Debian packages that mixprec builds against, the Fashion-MNIST data set
+# (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/) that the main job
+# trains on, and PyTorch for the CPU (python3-torch), which the checkpoint-compatibility test
+# and the comparison scripts under scripts/ use. Idempotent: when everything is
 # already installed it only asks dpkg (no apt-get update), so it is cheap to run before
 # every build. Needs root or sudo only when something is missing.
 set -euo pipefail
@@ -18,6 +21,9 @@ packages=(
   nlohmann-json3-dev
   zlib1g-dev
   libbenchmark-dev
+  dataset-fashion-mnist
+  python3-torch
+  python3-numpy
 )
 
 missing=()

@@ -1,0 +1,132 @@
+// The training config: every section of a YAML config as plain values, with defaults, and
+// the loader that validates a file against it.
+//
+// Loading rules (all errors are mixprec::Error, caught by the CLI as exit code 2):
+// - Malformed YAML: "<path>:<line>:<col>: <parser message>".
+// - An unknown key names its full path and, when a known key is within edit distance 2,
+//   suggests it: "config.yaml: unknown key 'optimizer.lerning_rate' (did you mean 'lr'?)".
+// - A wrong type names the key, the expected type and what was found: "train.batch_size:
+//   expected an integer, got 'abc'".
+// - An out-of-range value names the key, the range and the value: "train.batch_size must be
+//   >= 1, got 0".
+// - Relative data paths are resolved against the config file's folder first, then the
+//   working directory; a data file that exists in neither is an error naming both places.
+// - `overrides` are "key.path=value" strings (the CLI's --set), applied to the YAML tree
+//   before validation; the value is parsed as YAML ("train.steps=100", "precision=bf16",
+//   "optimizer.betas=[0.9,0.95]"). A malformed override ("noequals") is an error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "layers/model_spec.h"
+
+namespace mixprec {
+
+struct ModelConfig {
+  enum class Type { Cnn, Gpt };
+  Type type = Type::Cnn;
+  CnnSpec cnn;  // type cnn: in_channels, input_size, layers
+  GptSpec gpt;  // type gpt
+};
+
+struct DataConfig {
+  enum class Kind { Idx, CharText };
+  Kind kind = Kind::Idx;  // `kind: idx | text`
+  // idx: absolute paths after loading
+  std::string train_images, train_labels, test_images, test_labels;
+  int64_t num_classes = 10;
+  std::optional<double> mean, std;  // `normalize: {mean, std}`
+  int64_t limit_train = 0, limit_test = 0;
+  // text
+  std::string path;
+  double val_fraction = 0.1;
+  int64_t eval_batches = 20;
+  // both
+  bool shuffle = true;
+};
+
+struct LossScaleConfig {
+  std::string policy = "auto";  // auto (the precision's default) | dynamic | static | none
+  double init_scale = 65536.0;  // dynamic: initial S; static: the S
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t hysteresis = 1;
+  double min_scale = 1.0;      // dynamic: floor
+  double max_scale = 16777216.0;  // 2^24
+  std::string floor_policy = "clamp";  // clamp | warn | error
+};
+
+struct OptimizerConfig {
+  std::string type = "sgd";  // sgd | adam | adamw
+  double lr = 0.01;
+  double momentum = 0.0;     // sgd
+  bool nesterov = false;     // sgd
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999;  // `betas: [b1, b2]`
+  double eps = 1e-8;
+};
+
+struct ScheduleConfig {
+  std::string type = "constant";  // constant | step | cosine
+  int64_t step_size = 1000;       // step
+  double gamma = 0.1;             // step
+  int64_t warmup_steps = 0;       // cosine
+  int64_t decay_steps = 0;        // cosine; 0 = the run's total steps
+  double min_lr = 0.0;            // cosine
+};
+
+struct TrainLoopConfig {
+  int64_t epochs = 0;  // exactly one of epochs / steps is > 0 (steps = optimizer steps)
+  int64_t steps = 0;
+  int64_t batch_size = 128;  // per microbatch
+  int64_t accumulation_steps = 1;
+  double clip_grad_norm = 0.0;  // 0 = off
+  uint64_t seed = 0;
+  int64_t eval_every = 0;  // optimizer steps; 0 = only at the end
+  int64_t log_every = 50;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;  // optimizer steps; 0 = only at the end
+  int64_t keep = 3;   // newest N kept; 0 = keep all
+  bool save_initial = false;
+};
+
+struct DebugConfig {
+  bool detect_anomaly = false;
+  int64_t inject_step = -1;    // `inject_nonfinite: {step, tensor}`; -1 = off
+  std::string inject_tensor;   // a parameter name
+  std::string inject_value = "inf";  // inf | nan
+};
+
+struct TrainConfig {
+  std::string source_path;  // the file it was loaded from
+  std::string name;         // `name:` or the file's stem
+  ModelConfig model;
+  DataConfig data;
+  std::string precision = "fp32";  // fp32 | fp16 | bf16
+  LossScaleConfig loss_scale;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainLoopConfig train;
+  CheckpointConfig checkpoint;
+  std::string device = "cpu";  // cpu | cuda | auto
+  DebugConfig debug;
+};
+
+TrainConfig load_train_config(const std::string& path,
+                              const std::vector<std::string>& overrides = {});
+// The same from YAML text (`origin` names it in messages; relative paths resolve against
+// `base_dir`).
+TrainConfig parse_train_config(const std::string& yaml_text, const std::string& origin,
+                               const std::string& base_dir,
+                               const std::vector<std::string>& overrides = {});
+// Every setting, defaults included, as YAML that load_train_config reads back to the same
+// TrainConfig (the run directory's config.yaml).
+std::string to_yaml(const TrainConfig& config);
+
+}  // namespace mixprec

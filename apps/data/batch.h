@@ -1,0 +1,43 @@
+// A training or evaluation batch, and the interface every data set offers the trainer.
+//
+// Batches are a pure function of (seed, batch number): a data set never keeps a cursor, so
+// the data position in a checkpoint is one integer (the number of the next batch) and a
+// resumed run sees exactly the batches an uninterrupted run would have seen.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mixprec {
+
+struct Batch {
+  Tensor inputs;   // images F32 [N, C, H, W] (scaled, normalised) or token ids I32 [N, T]
+  Tensor targets;  // labels I32 [N] or next-token ids I32 [N, T]
+  int64_t number = 0;  // the batch number it was made for
+  int64_t epoch = 0;   // epoch it belongs to (0-based; text data: number / batches_per_epoch)
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Training batch `number` (0, 1, 2, ...): batch_size examples. Thread-safe for concurrent
+  // calls with different numbers (the prefetcher calls it from its own thread).
+  virtual Batch train_batch(int64_t number) const = 0;
+  // How many training batches make one epoch (images: floor(train examples / batch_size),
+  // the last partial batch dropped; text: train tokens / (batch_size * block_size), at least 1).
+  virtual int64_t batches_per_epoch() const = 0;
+  // Evaluation batches over the validation/test split, in a fixed order independent of the
+  // seed: images, the whole test set in order (the last batch may be smaller); text, a fixed
+  // set of windows. eval_batch_count() of them, numbered 0..count-1.
+  virtual int64_t eval_batch_count() const = 0;
+  virtual Batch eval_batch(int64_t number) const = 0;
+  // "classification" (targets [N], accuracy is meaningful) or "language_model".
+  virtual bool is_classification() const = 0;
+  // Classes (images) or vocabulary size (text).
+  virtual int64_t num_classes() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace mixprec

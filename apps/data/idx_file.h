@@ -1,0 +1,24 @@
+// IDX files (the MNIST / Fashion-MNIST layout, http://yann.lecun.com/exdb/mnist/), raw or
+// gzip-compressed (detected from the first two bytes, not from the name).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mixprec {
+
+struct IdxImages {
+  int64_t count = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> pixels;  // count * rows * cols, row-major
+};
+
+// Magic 0x00000803 (unsigned bytes, 3 dims). Throws mixprec::Error naming the path and the
+// problem: missing or unreadable file, corrupt gzip stream, wrong magic (with the value found),
+// zero or absurd extents, a file shorter than its header says ("truncated: expected N bytes
+// of pixels, found M"), trailing bytes.
+IdxImages read_idx_images(const std::string& path);
+// Magic 0x00000801 (unsigned bytes, 1 dim), same errors.
+std::vector<uint8_t> read_idx_labels(const std::string& path);
+
+}  // namespace mixprec

@@ -1,0 +1,207 @@
+// Image data: the IDX bytes are kept as they are (a quarter of the memory of floats) and a
+// batch maps them through a 256-entry table of the scaled, normalised values, which costs the
+// same as copying floats and gives the same numbers for every batch.
+#include "apps/data/image_data.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "apps/data/idx_file.h"
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace mixprec {
+namespace {
+
+struct Split {
+  int64_t count = 0;
+  std::vector<uint8_t> pixels;  // count * rows * cols
+  std::vector<uint8_t> labels;  // count
+};
+
+// Reads one split's images and labels, checks them against each other and against
+// num_classes, then keeps the first `limit` examples (all of them when limit is 0).
+Split read_split(const std::string& images_path, const std::string& labels_path,
+                 const char* split_name, int64_t num_classes, int64_t limit, int64_t& rows,
+                 int64_t& cols) {
+  IdxImages images = read_idx_images(images_path);
+  std::vector<uint8_t> labels = read_idx_labels(labels_path);
+  MIXPREC_CHECK(images.count == static_cast<int64_t>(labels.size()), split_name, " split: '",
+                images_path, "' holds ", images.count, " images but '", labels_path, "' holds ",
+                labels.size(), " labels");
+  for (size_t i = 0; i < labels.size(); ++i) {
+    MIXPREC_CHECK(labels[i] < num_classes, "IDX file '", labels_path, "': label ",
+                  static_cast<int>(labels[i]), " at index ", i, " is out of range [0, ",
+                  num_classes, ")");
+  }
+  if (rows == 0) {
+    rows = images.rows;
+    cols = images.cols;
+  }
+  MIXPREC_CHECK(images.rows == rows && images.cols == cols, split_name, " split: '", images_path,
+                "' holds ", images.rows, "x", images.cols, " images, the training split ", rows,
+                "x", cols);
+  Split split;
+  split.count = limit > 0 ? std::min(limit, images.count) : images.count;
+  images.pixels.resize(static_cast<size_t>(split.count * rows * cols));
+  labels.resize(static_cast<size_t>(split.count));
+  split.pixels = std::move(images.pixels);
+  split.labels = std::move(labels);
+  return split;
+}
+
+// A 64-bit random word for `counter` under `seed`.
+uint64_t philox_u64(uint64_t seed, uint64_t counter) {
+  const Philox4 r = philox4x32(seed, counter);
+  return (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+}
+
+class ImageData final : public BatchSource {
+ public:
+  ImageData(ImageDataOptions options, Split train, Split test, int64_t rows, int64_t cols)
+      : options_(std::move(options)), train_(std::move(train)), test_(std::move(test)),
+        rows_(rows), cols_(cols) {
+    // The arithmetic of torchvision's ToTensor and Normalize, in FP32.
+    const bool normalise = options_.mean.has_value();
+    const float mean = normalise ? static_cast<float>(*options_.mean) : 0.f;
+    const float stddev = normalise ? static_cast<float>(*options_.std) : 1.f;
+    for (int p = 0; p < 256; ++p) {
+      const float x = static_cast<float>(p) / 255.f;
+      table_[p] = normalise ? (x - mean) / stddev : x;
+    }
+  }
+
+  Batch train_batch(int64_t number) const override {
+    MIXPREC_CHECK(number >= 0, "image data: training batch number must be >= 0, got ", number);
+    const int64_t per_epoch = batches_per_epoch();
+    const int64_t epoch = number / per_epoch;
+    const int64_t first = (number % per_epoch) * options_.batch_size;
+    std::vector<int64_t> indices(static_cast<size_t>(options_.batch_size));
+    if (options_.shuffle) {
+      const std::shared_ptr<const std::vector<int32_t>> order = epoch_order(epoch);
+      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = (*order)[first + i];
+    } else {
+      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = first + i;
+    }
+    return make_batch(train_, indices, number, epoch);
+  }
+
+  int64_t batches_per_epoch() const override { return train_.count / options_.batch_size; }
+
+  int64_t eval_batch_count() const override {
+    return (test_.count + options_.batch_size - 1) / options_.batch_size;
+  }
+
+  Batch eval_batch(int64_t number) const override {
+    MIXPREC_CHECK(number >= 0 && number < eval_batch_count(), "image data: evaluation batch ",
+                  number, " is out of range [0, ", eval_batch_count(), ")");
+    const int64_t first = number * options_.batch_size;
+    const int64_t size = std::min(options_.batch_size, test_.count - first);
+    std::vector<int64_t> indices(static_cast<size_t>(size));
+    for (int64_t i = 0; i < size; ++i) indices[i] = first + i;
+    return make_batch(test_, indices, number, 0);
+  }
+
+  bool is_classification() const override { return true; }
+  int64_t num_classes() const override { return options_.num_classes; }
+
+  std::string describe() const override {
+    std::ostringstream out;
+    out << "Fashion-MNIST-style IDX: " << train_.count << " train / " << test_.count
+        << " test images " << rows_ << "x" << cols_ << ", " << options_.num_classes
+        << " classes";
+    return out.str();
+  }
+
+ private:
+  Batch make_batch(const Split& split, const std::vector<int64_t>& indices, int64_t number,
+                   int64_t epoch) const {
+    const int64_t n = static_cast<int64_t>(indices.size());
+    const int64_t image_size = rows_ * cols_;
+    Batch batch;
+    batch.inputs = Tensor::empty({n, 1, rows_, cols_}, DType::F32);
+    batch.targets = Tensor::empty({n}, DType::I32);
+    float* inputs = batch.inputs.data_as<float>();
+    int32_t* targets = batch.targets.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* pixels = split.pixels.data() + indices[i] * image_size;
+      float* out = inputs + i * image_size;
+      for (int64_t k = 0; k < image_size; ++k) out[k] = table_[pixels[k]];
+      targets[i] = split.labels[indices[i]];
+    }
+    batch.number = number;
+    batch.epoch = epoch;
+    return batch;
+  }
+
+  // Epoch e's order: Fisher-Yates over 0..N-1, step k (i = N-1-k) swapping i with a j drawn
+  // uniformly from [0, i] by counter e * N + k. The modulo bias of a 64-bit word reduced to
+  // at most 2^32 values is below 2^-32. An epoch's order is kept until another epoch is asked
+  // for: consecutive batches share it, and computing it costs N Philox calls.
+  std::shared_ptr<const std::vector<int32_t>> epoch_order(int64_t epoch) const {
+    std::lock_guard<std::mutex> lock(order_mutex_);
+    if (order_ != nullptr && order_epoch_ == epoch) return order_;
+    const int64_t n = train_.count;
+    auto order = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) (*order)[i] = static_cast<int32_t>(i);
+    const uint64_t base = static_cast<uint64_t>(epoch) * static_cast<uint64_t>(n);
+    for (int64_t k = 0; k + 1 < n; ++k) {
+      const int64_t i = n - 1 - k;
+      const uint64_t j = philox_u64(options_.seed, base + k) % static_cast<uint64_t>(i + 1);
+      std::swap((*order)[i], (*order)[j]);
+    }
+    order_ = std::move(order);
+    order_epoch_ = epoch;
+    return order_;
+  }
+
+  ImageDataOptions options_;
+  Split train_, test_;
+  int64_t rows_, cols_;
+  float table_[256];
+  mutable std::mutex order_mutex_;
+  mutable std::shared_ptr<const std::vector<int32_t>> order_;
+  mutable int64_t order_epoch_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> load_image_data(const ImageDataOptions& options) {
+  MIXPREC_CHECK(options.num_classes >= 1, "image data: num_classes must be >= 1, got ",
+                options.num_classes);
+  MIXPREC_CHECK(options.num_classes <= 256, "image data: num_classes ", options.num_classes,
+                " exceeds what a one-byte IDX label can name (256)");
+  MIXPREC_CHECK(options.batch_size >= 1, "image data: batch_size must be >= 1, got ",
+                options.batch_size);
+  MIXPREC_CHECK(options.limit_train >= 0 && options.limit_test >= 0,
+                "image data: limit_train and limit_test must be >= 0 (0: no limit), got ",
+                options.limit_train, " and ", options.limit_test);
+  MIXPREC_CHECK(options.mean.has_value() == options.std.has_value(),
+                "image data: give both mean and std or neither, got only ",
+                options.mean.has_value() ? "mean" : "std");
+  if (options.mean.has_value()) {
+    MIXPREC_CHECK(std::isfinite(*options.mean), "image data: mean must be finite, got ",
+                  *options.mean);
+    MIXPREC_CHECK(std::isfinite(*options.std) && *options.std > 0.0,
+                  "image data: std must be > 0 and finite, got ", *options.std);
+  }
+  int64_t rows = 0, cols = 0;
+  Split train = read_split(options.train_images, options.train_labels, "training",
+                           options.num_classes, options.limit_train, rows, cols);
+  Split test = read_split(options.test_images, options.test_labels, "test", options.num_classes,
+                          options.limit_test, rows, cols);
+  MIXPREC_CHECK(options.batch_size <= train.count, "image data: batch_size ", options.batch_size,
+                " is larger than the training split ('", options.train_images, "', ",
+                train.count, " examples)");
+  // The shuffled order is kept as int32 indices.
+  MIXPREC_CHECK(train.count <= INT32_MAX, "image data: '", options.train_images, "' holds ",
+                train.count, " examples, more than the 2^31 - 1 supported");
+  return std::make_unique<ImageData>(options, std::move(train), std::move(test), rows, cols);
+}
+
+}  // namespace mixprec

@@ -1,0 +1,337 @@
+// The training loop of DESIGN.md section 1, driven by a config: data -> model (working dtype)
+// -> scaled loss -> backward -> unscale -> clip -> step (or skip) -> update the scale, with
+// metrics, evaluation and checkpoints around it.
+#include "apps/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+#include "amp/grad_scaler.h"
+#include "apps/checkpoint/checkpoint_dir.h"
+#include "apps/config/train_config.h"
+#include "apps/data/prefetcher.h"
+#include "apps/train/batch_loss.h"
+#include "apps/train/progress.h"
+#include "apps/train/run_directory.h"
+#include "apps/train/run_state.h"
+#include "apps/train/training_setup.h"
+#include "core/autograd/grad_mode.h"
+#include "core/error.h"
+#include "optim/clip_grad_norm.h"
+
+namespace mixprec {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// The model, data and training objects of one run, built from its config.
+struct Session {
+  TrainConfig config;
+  Device device;
+  PrecisionPolicy precision;
+  std::unique_ptr<BatchSource> data;
+  std::shared_ptr<Generator> dropout_gen;
+  std::shared_ptr<Module> model;
+  std::vector<Parameter> params;
+};
+
+Session open_session(const std::string& config_path, const std::vector<std::string>& overrides) {
+  Session s;
+  s.config = load_train_config(config_path, overrides);
+  s.device = resolve_device(s.config.device);
+  s.precision = make_precision_policy(s.config);
+  s.data = make_batch_source(s.config);
+  // Two streams from the seed: one initialises the weights, one draws dropout masks; the
+  // second is checkpointed.
+  Generator init(s.config.train.seed);
+  s.dropout_gen = std::make_shared<Generator>(s.config.train.seed ^ 0x9e3779b97f4a7c15ULL);
+  s.model = make_model(s.config, s.data->num_classes(), init, s.dropout_gen, s.device);
+  s.params = s.model->parameters();
+  s.precision.apply(s.params);
+  return s;
+}
+
+// The parameter debug.inject_nonfinite names; bad input when there is none.
+Parameter injection_target(const std::vector<Parameter>& params, const DebugConfig& debug) {
+  for (const Parameter& param : params) {
+    if (param.name() == debug.inject_tensor) return param;
+  }
+  std::string names;
+  for (const Parameter& param : params) names += (names.empty() ? "" : ", ") + param.name();
+  MIXPREC_FAIL("debug.inject_nonfinite.tensor: no parameter named '", debug.inject_tensor,
+               "'; the model has: ", names);
+}
+
+// Writes Inf (or NaN) into the first element of the parameter's gradient, as an overflow in
+// backward would.
+void inject_nonfinite(const Parameter& target, const DebugConfig& debug) {
+  Tensor grad = target.grad();
+  MIXPREC_CHECK(grad.defined(), "debug.inject_nonfinite: parameter '", debug.inject_tensor,
+                "' has no gradient at this step");
+  Tensor host = grad.to(kCPU).clone();
+  host.set(0, debug.inject_value == "nan" ? std::numeric_limits<double>::quiet_NaN()
+                                          : std::numeric_limits<double>::infinity());
+  grad.copy_(host.to(grad.device()));
+}
+
+CheckpointData checkpoint_data(const Session& s, const RunPosition& position,
+                               const Optimizer& optimizer, const GradScaler& scaler) {
+  CheckpointData data;
+  data.model = s.model->state_dict();
+  data.state = make_run_state(s.config, position, optimizer, scaler, *s.dropout_gen);
+  return data;
+}
+
+nlohmann::json eval_record(int64_t step, const EvalResult& eval, bool classification) {
+  nlohmann::json record{{"event", "eval"}, {"step", step}, {"val_loss", eval.loss}};
+  if (classification) record["val_accuracy"] = eval.accuracy;
+  return record;
+}
+
+}  // namespace
+
+nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
+  Session s = open_session(options.config_path, options.overrides);
+  const TrainConfig& config = s.config;
+  const bool resuming = !options.resume_dir.empty();
+  MIXPREC_CHECK(!resuming || options.out_dir.empty() || options.out_dir == options.resume_dir,
+                "--resume continues the run in its own folder; drop --out or make it equal");
+  const std::string run_dir = resuming ? options.resume_dir
+                              : !options.out_dir.empty() ? options.out_dir
+                                                         : default_run_dir(config.name);
+  const std::string checkpoints_dir = (fs::path(run_dir) / "checkpoints").string();
+
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(config, s.params);
+  GradScaler scaler(make_loss_scale_policy(config));
+  const int64_t accumulation = config.train.accumulation_steps;
+  const int64_t batch_size = config.train.batch_size;
+  const bool classification = s.data->is_classification();
+  const int64_t tokens_per_sample =
+      classification ? 1 : config.model.gpt.block_size;  // throughput unit: samples or tokens
+
+  RunPosition position;
+  position.schedule_steps = total_optimizer_steps(config, *s.data);
+  if (resuming) {
+    const LoadedCheckpoint checkpoint = load_checkpoint(options.resume_dir);
+    try {
+      s.model->load_state_dict(checkpoint.model, true);
+    } catch (const Error& e) {
+      MIXPREC_FAIL(checkpoint.path, "/model.safetensors does not fit this model: ", e.what());
+    }
+    position = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config,
+                                 *optimizer, scaler, *s.dropout_gen);
+  } else {
+    require_fresh_run_dir(run_dir);
+  }
+  const int64_t total_steps = config.train.steps > 0 ? config.train.steps
+                                                     : total_optimizer_steps(config, *s.data);
+  const std::unique_ptr<LrSchedule> schedule = make_schedule(config, position.schedule_steps);
+  optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
+  Parameter inject_target;
+  if (config.debug.inject_step >= 0) inject_target = injection_target(s.params, config.debug);
+
+  // Everything is checked; from here on the run directory is written.
+  fs::create_directories(run_dir);
+  write_text_file_atomically((fs::path(run_dir) / "config.yaml").string(), to_yaml(config));
+  MetricsLog metrics(run_dir, resuming ? position.step : -1);
+  Progress progress(log, options.progress_bar);
+  progress.message("run " + run_dir + ": " + s.data->describe() + "; " +
+                   std::to_string(s.model->parameter_count()) + " parameters on " +
+                   s.device.str() + "; " + s.precision.describe() + "; loss scale " +
+                   scaler.policy().kind() + "; " + schedule->describe());
+  if (resuming) {
+    progress.message("resumed at step " + std::to_string(position.step) + " of " +
+                     std::to_string(total_steps));
+  }
+  if (!resuming && config.checkpoint.save_initial) {
+    save_checkpoint(checkpoints_dir, 0, checkpoint_data(s, position, *optimizer, scaler),
+                    config.checkpoint.keep);
+  }
+
+  AnomalyModeGuard anomaly(config.debug.detect_anomaly);
+  Prefetcher batches(*s.data, position.next_batch);
+  std::vector<double> step_seconds;
+  std::deque<double> recent_losses;  // the last stepped losses, for the summary
+  double window_loss = 0.0;
+  int64_t window_steps = 0;
+  int64_t last_saved = resuming ? position.step : -1;
+  EvalResult last_eval;
+  bool evaluated = false;
+  const int64_t samples_per_step = batch_size * accumulation;
+  const DType working = s.precision.working_dtype();
+
+  while (position.step < total_steps) {
+    const Clock::time_point start = Clock::now();
+    const int64_t step = position.step + 1;
+    optimizer->zero_grad();
+    if (accumulation > 1) scaler.begin_accumulation(samples_per_step);
+    double step_loss = 0.0;
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      const Batch batch = batches.next();
+      ++position.next_batch;
+      const BatchLoss out = batch_loss(*s.model, batch, s.device, working);
+      const int64_t samples = batch.inputs.size(0);
+      Tensor scaled = accumulation > 1 ? scaler.scale(out.loss, samples) : scaler.scale(out.loss);
+      scaled.backward();
+      step_loss += out.loss.item() * static_cast<double>(samples) / samples_per_step;
+    }
+    if (step == config.debug.inject_step) inject_nonfinite(inject_target, config.debug);
+    if (config.train.clip_grad_norm > 0.0) {
+      scaler.unscale(*optimizer);
+      scaler.record_grad_norm(clip_grad_norm(s.params, config.train.clip_grad_norm));
+    }
+    const StepResult result = scaler.step(*optimizer);
+    StepTelemetry telemetry = scaler.update();
+    if (result.stepped()) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
+    position.step = step;
+    if (result.skipped()) ++position.skipped_steps;
+    const double seconds = seconds_since(start);
+    position.train_seconds += seconds;
+    step_seconds.push_back(seconds);
+    if (std::isfinite(step_loss)) {
+      window_loss += step_loss;
+      ++window_steps;
+      recent_losses.push_back(step_loss);
+      if (recent_losses.size() > 50) recent_losses.pop_front();
+    }
+
+    const double step_time = median(step_seconds);
+    const double throughput =
+        step_time > 0 ? static_cast<double>(samples_per_step * tokens_per_sample) / step_time : 0;
+    const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
+                          result.skipped() || step == 1;
+    if (log_step) {
+      nlohmann::json record = telemetry.to_json();
+      record["event"] = "step";
+      record["step"] = step;
+      record["loss"] = std::isfinite(step_loss) ? nlohmann::json(step_loss)
+                                                : nlohmann::json(std::to_string(step_loss));
+      record["train_loss"] = window_steps > 0 ? nlohmann::json(window_loss / window_steps)
+                                              : nlohmann::json(nullptr);
+      record["lr"] = optimizer->lr();
+      record["step_ms"] = seconds * 1000.0;
+      record["epoch"] = (position.next_batch - 1) / s.data->batches_per_epoch();
+      record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
+      metrics.write(record);
+      window_loss = 0.0;
+      window_steps = 0;
+      if (result.skipped()) progress.message("step " + std::to_string(step) + " skipped: " +
+                                             result.reason);
+    }
+    if (progress.bar() || log_step) {
+      ProgressLine line;
+      line.step = step;
+      line.total = total_steps;
+      line.loss = step_loss;
+      line.scale = telemetry.next_scale;
+      line.lr = optimizer->lr();
+      line.throughput = throughput;
+      line.unit = classification ? "samples/s" : "tokens/s";
+      line.eta_s = step_time * static_cast<double>(total_steps - step);
+      line.skipped = result.skipped();
+      progress.step(line);
+    }
+    const bool last = step == total_steps;
+    if ((config.train.eval_every > 0 && step % config.train.eval_every == 0) || last) {
+      last_eval = evaluate(*s.model, *s.data, s.device, working);
+      evaluated = true;
+      metrics.write(eval_record(step, last_eval, classification));
+      char text[128];
+      std::snprintf(text, sizeof text, "eval at step %lld: val_loss %.4f%s",
+                    static_cast<long long>(step), last_eval.loss,
+                    classification
+                        ? (", val_accuracy " + std::to_string(last_eval.accuracy)).c_str()
+                        : "");
+      progress.message(text);
+    }
+    if ((config.checkpoint.every > 0 && step % config.checkpoint.every == 0) || last) {
+      save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+                      config.checkpoint.keep);
+      last_saved = step;
+    }
+  }
+  progress.finish();
+  if (!evaluated) last_eval = evaluate(*s.model, *s.data, s.device, working);
+  if (last_saved != position.step) {
+    save_checkpoint(checkpoints_dir, position.step,
+                    checkpoint_data(s, position, *optimizer, scaler), config.checkpoint.keep);
+  }
+
+  // The first step pays for allocation and warm-up; leave it out of the median when there
+  // are others.
+  if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
+  const double median_s = median(step_seconds);
+  double train_loss = 0.0;
+  for (double loss : recent_losses) train_loss += loss;
+  if (!recent_losses.empty()) train_loss /= static_cast<double>(recent_losses.size());
+  nlohmann::json summary{
+      {"name", config.name},
+      {"run_dir", run_dir},
+      {"steps", position.step},
+      {"skipped_steps", position.skipped_steps},
+      {"final_scale", scaler.scale_value()},
+      {"train_loss", recent_losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(train_loss)},
+      {"val_loss", last_eval.loss},
+      {"median_step_ms", median_s * 1000.0},
+      {"train_seconds", position.train_seconds},
+      {"precision", config.precision},
+      {"device", s.device.str()},
+      {"parameters", s.model->parameter_count()},
+      {"batch_size", batch_size},
+      {"accumulation_steps", accumulation},
+  };
+  const double per_s = median_s > 0 ? static_cast<double>(samples_per_step) / median_s : 0.0;
+  if (classification) {
+    summary["val_accuracy"] = last_eval.accuracy;
+    summary["samples_per_s"] = per_s;
+  } else {
+    summary["tokens_per_s"] = per_s * static_cast<double>(tokens_per_sample);
+  }
+  write_text_file_atomically((fs::path(run_dir) / "summary.json").string(),
+                             summary.dump(2) + "\n");
+  return summary;
+}
+
+nlohmann::json run_evaluation(const EvalOptions& options) {
+  Session s = open_session(options.config_path, options.overrides);
+  const LoadedCheckpoint checkpoint = load_checkpoint(options.checkpoint);
+  try {
+    s.model->load_state_dict(checkpoint.model, true);
+  } catch (const Error& e) {
+    MIXPREC_FAIL(checkpoint.path, "/model.safetensors does not fit this model: ", e.what());
+  }
+  const EvalResult eval =
+      evaluate(*s.model, *s.data, s.device, s.precision.working_dtype());
+  nlohmann::json result{
+      {"checkpoint", checkpoint.path},
+      {"step", checkpoint.state.value("step", int64_t{-1})},
+      {"split", s.data->is_classification() ? "test" : "validation"},
+      {"loss", eval.loss},
+      {"targets", eval.targets},
+      {"precision", s.config.precision},
+      {"device", s.device.str()},
+  };
+  if (s.data->is_classification()) result["accuracy"] = eval.accuracy;
+  return result;
+}
+
+}  // namespace mixprec

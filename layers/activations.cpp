@@ -1,0 +1,11 @@
+#include "layers/activations.h"
+
+#include "core/ops/ops.h"
+
+namespace mixprec {
+
+Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+
+Tensor GELU::forward(const Tensor& x) { return ops::gelu(x); }
+
+}  // namespace mixprec

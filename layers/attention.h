@@ -1,0 +1,48 @@
+// CausalSelfAttention: nanoGPT's multi-head causal self-attention with its parameter names.
+//
+//   qkv = c_attn(x)                  [B, T, 3C], split into q, k, v [B, T, C]
+//   q, k, v -> [B, T, H, D] -> [B, H, T, D]          (D = C / H)
+//   y = softmax(q k^T / sqrt(D) + causal mask) v     (ops::causal_attention)
+//   y -> [B, T, H, D] -> [B, T, C] -> c_proj -> resid_dropout
+//
+// nanoGPT also drops out entries of the attention matrix (attn_dropout); the attention op
+// here has no dropout, so only the residual dropout is applied. With dropout 0 (the usual
+// setting for the small models trained here) the two are identical.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/generator.h"
+#include "layers/dropout.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace mixprec {
+
+class CausalSelfAttention : public Module {
+ public:
+  // Children `c_attn` Linear(C, 3C, bias), `c_proj` Linear(C, C, bias) with torch's default
+  // initialisation (GPT re-initialises them), and `resid_dropout` Dropout(dropout,
+  // dropout_gen). Throws for n_embd or n_head < 1 and n_embd not divisible by n_head.
+  CausalSelfAttention(int64_t n_embd, int64_t n_head, bool bias, double dropout,
+                      std::shared_ptr<Generator> dropout_gen, Generator& init,
+                      Device device = kCPU);
+
+  // x [B, T, n_embd] in the working dtype -> [B, T, n_embd]; position t attends to
+  // positions 0..t only.
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+  const std::shared_ptr<Linear>& c_attn() const { return c_attn_; }
+  const std::shared_ptr<Linear>& c_proj() const { return c_proj_; }
+
+ private:
+  int64_t n_embd_, n_head_;
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+  std::shared_ptr<Dropout> resid_dropout_;
+};
+
+}  // namespace mixprec

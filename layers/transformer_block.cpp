@@ -1,0 +1,46 @@
+#include "layers/transformer_block.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/ops/ops.h"
+
+namespace mixprec {
+
+Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,
+         Generator& init, Device device)
+    : n_embd_(n_embd) {
+  c_fc_ = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias, init, device));
+  gelu_ = register_module("gelu", std::make_shared<GELU>());
+  c_proj_ =
+      register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, init, device));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout, std::move(dropout_gen)));
+}
+
+Tensor Mlp::forward(const Tensor& x) {
+  return dropout_->forward(c_proj_->forward(gelu_->forward(c_fc_->forward(x))));
+}
+
+std::string Mlp::describe() const { return detail::concat("MLP(n_embd=", n_embd_, ")"); }
+
+Block::Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
+             std::shared_ptr<Generator> dropout_gen, Generator& init, Device device)
+    : n_embd_(n_embd), n_head_(n_head) {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(n_embd, bias, device));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(
+                                      n_embd, n_head, bias, dropout, dropout_gen, init, device));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(n_embd, bias, device));
+  mlp_ = register_module("mlp",
+                         std::make_shared<Mlp>(n_embd, bias, dropout, dropout_gen, init, device));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  const Tensor h = x + attn_->forward(ln_1_->forward(x));
+  return h + mlp_->forward(ln_2_->forward(h));
+}
+
+std::string Block::describe() const {
+  return detail::concat("Block(n_embd=", n_embd_, ", n_head=", n_head_, ")");
+}
+
+}  // namespace mixprec

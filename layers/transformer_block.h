@@ -1,0 +1,62 @@
+// nanoGPT's transformer block (pre-norm) and its MLP, with their parameter names.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/generator.h"
+#include "layers/activations.h"
+#include "layers/attention.h"
+#include "layers/dropout.h"
+#include "layers/layer_norm.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace mixprec {
+
+// x -> c_fc Linear(C, 4C, bias) -> gelu -> c_proj Linear(4C, C, bias) -> dropout.
+// The GELU is the tanh form (see GELU in layers/activations.h); nanoGPT's nn.GELU() is the
+// erf form.
+class Mlp : public Module {
+ public:
+  Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,
+      Generator& init, Device device = kCPU);
+  // x [..., n_embd] -> [..., n_embd].
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+  const std::shared_ptr<Linear>& c_fc() const { return c_fc_; }
+  const std::shared_ptr<Linear>& c_proj() const { return c_proj_; }
+
+ private:
+  int64_t n_embd_;
+  std::shared_ptr<Linear> c_fc_, c_proj_;
+  std::shared_ptr<GELU> gelu_;
+  std::shared_ptr<Dropout> dropout_;
+};
+
+// Children ln_1, attn, ln_2, mlp:
+//   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+class Block : public Module {
+ public:
+  Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
+        std::shared_ptr<Generator> dropout_gen, Generator& init, Device device = kCPU);
+  // x [B, T, n_embd] -> [B, T, n_embd].
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+  const std::shared_ptr<LayerNorm>& ln_1() const { return ln_1_; }
+  const std::shared_ptr<CausalSelfAttention>& attn() const { return attn_; }
+  const std::shared_ptr<LayerNorm>& ln_2() const { return ln_2_; }
+  const std::shared_ptr<Mlp>& mlp() const { return mlp_; }
+
+ private:
+  int64_t n_embd_, n_head_;
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<Mlp> mlp_;
+};
+
+}  // namespace mixprec

@@ -1,0 +1,162 @@
+// Adam and AdamW: one Backend::adam_step per parameter updates the master, both moments and
+// the working copy together.
+#include "optim/adam.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace mixprec {
+namespace {
+
+const char* label(bool decoupled) { return decoupled ? "AdamW" : "Adam"; }
+
+// The primitive computes in FP32, so a value must also survive the narrowing.
+void check_finite(bool decoupled, const std::string& name, const char* option, double value) {
+  MIXPREC_CHECK(std::isfinite(value) && std::isfinite(static_cast<float>(value)),
+                label(decoupled), " '", name, "': ", option,
+                " must be finite (and within FP32 range), got ", value);
+}
+
+// A beta that rounds to 1 in FP32 would make 1 - beta^t zero: the bias correction divides
+// by it.
+void check_beta(bool decoupled, const std::string& name, const char* option, double value) {
+  check_finite(decoupled, name, option, value);
+  MIXPREC_CHECK(value >= 0.0 && value < 1.0 && static_cast<float>(value) < 1.0f,
+                label(decoupled), " '", name, "': ", option,
+                " must be in [0, 1) (also once rounded to FP32), got ", value);
+}
+
+}  // namespace
+
+bool decay_matrices_only(const Parameter& param) { return param.shape().size() >= 2; }
+
+Adam::Adam(std::vector<Parameter> params, AdamOptions options, std::string name)
+    : Adam(std::move(params), std::move(options), std::move(name), false) {}
+
+Adam::Adam(std::vector<Parameter> params, AdamOptions options, std::string name, bool decoupled)
+    : Optimizer(std::move(params), std::move(name)),
+      options_(std::move(options)),
+      decoupled_(decoupled) {
+  check_finite(decoupled_, this->name(), "lr", options_.lr);
+  MIXPREC_CHECK(options_.lr >= 0.0, label(decoupled_), " '", this->name(),
+                "': lr must not be negative, got ", options_.lr);
+  check_beta(decoupled_, this->name(), "beta1", options_.beta1);
+  check_beta(decoupled_, this->name(), "beta2", options_.beta2);
+  check_finite(decoupled_, this->name(), "eps", options_.eps);
+  // eps keeps the denominator away from zero; one that vanishes in FP32 would not.
+  MIXPREC_CHECK(options_.eps > 0.0 && static_cast<float>(options_.eps) > 0.0f, label(decoupled_),
+                " '", this->name(), "': eps must be positive (also once rounded to FP32), got ",
+                options_.eps);
+  check_finite(decoupled_, this->name(), "weight_decay", options_.weight_decay);
+  MIXPREC_CHECK(options_.weight_decay >= 0.0, label(decoupled_), " '", this->name(),
+                "': weight_decay must not be negative, got ", options_.weight_decay);
+  set_initial_lr(options_.lr);
+
+  const size_t n = this->params().size();
+  decays_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Parameter& p = this->params()[i];
+    if (options_.decay_filter) decays_[i] = options_.decay_filter(p);
+    else decays_[i] = decoupled_ ? decay_matrices_only(p) : true;
+  }
+  exp_avg_.resize(n);
+  exp_avg_sq_.resize(n);
+  param_steps_.assign(n, 0);
+}
+
+AdamW::AdamW(std::vector<Parameter> params, AdamOptions options, std::string name)
+    : Adam(std::move(params), std::move(options), std::move(name), true) {}
+
+void Adam::update(size_t index, const Parameter& param, const Tensor& grad) {
+  AdamHyper hyper;
+  hyper.lr = static_cast<float>(lr());
+  hyper.beta1 = static_cast<float>(options_.beta1);
+  hyper.beta2 = static_cast<float>(options_.beta2);
+  hyper.eps = static_cast<float>(options_.eps);
+  hyper.weight_decay = decays_[index] ? static_cast<float>(options_.weight_decay) : 0.0f;
+  hyper.decoupled_weight_decay = decoupled_;
+  // set_step reads lr, the betas and weight_decay, so it comes last.
+  hyper.set_step(param_steps_[index] + 1);
+
+  Tensor master = param.master();
+  // The moments are created on the parameter's first update and kept only once that update
+  // succeeded, like SGD's momentum buffer.
+  Tensor exp_avg = exp_avg_[index];
+  Tensor exp_avg_sq = exp_avg_sq_[index];
+  if (!exp_avg.defined()) exp_avg = Tensor::zeros(master.shape(), DType::F32, master.device());
+  if (!exp_avg_sq.defined()) {
+    exp_avg_sq = Tensor::zeros(master.shape(), DType::F32, master.device());
+  }
+  Tensor working;
+  if (param.working_dtype() != DType::F32) working = param.working();
+
+  backend_for(master.device())
+      .adam_step(hyper, master, grad, exp_avg, exp_avg_sq,
+                 working.defined() ? &working : nullptr, nullptr);
+  master.mark_modified();
+  if (working.defined()) working.mark_modified();
+  exp_avg.mark_modified();
+  exp_avg_sq.mark_modified();
+  exp_avg_[index] = exp_avg;
+  exp_avg_sq_[index] = exp_avg_sq;
+  ++param_steps_[index];
+}
+
+void Adam::save_state(OptimizerState& state) const {
+  state.scalars["param_steps"] = param_steps_;
+  for (size_t i = 0; i < param_steps_.size(); ++i) {
+    if (exp_avg_[i].defined()) {
+      state.tensors.emplace_back("exp_avg." + std::to_string(i), exp_avg_[i]);
+    }
+    if (exp_avg_sq_[i].defined()) {
+      state.tensors.emplace_back("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
+    }
+  }
+}
+
+void Adam::load_state(const OptimizerState& state) {
+  check_known_buffers(state, {"exp_avg", "exp_avg_sq"});
+  const size_t n = params().size();
+  const auto entry = state.scalars.find("param_steps");
+  MIXPREC_CHECK(entry != state.scalars.end() && entry->is_array() && entry->size() == n,
+                label(decoupled_), " '", name(), "': the optimizer state needs \"param_steps\", "
+                "a list of ", n, " step counts, got ",
+                entry == state.scalars.end() ? "nothing" : entry->dump());
+  // load_state_dict has checked it already.
+  const int64_t steps_taken = state.scalars.at("steps_taken").get<int64_t>();
+
+  std::vector<int64_t> param_steps(n, 0);
+  std::vector<Tensor> exp_avg(n), exp_avg_sq(n);
+  for (size_t i = 0; i < n; ++i) {
+    const nlohmann::json& count = (*entry)[i];
+    MIXPREC_CHECK(count.is_number_integer() && count.get<int64_t>() >= 0 &&
+                      count.get<int64_t>() <= steps_taken,
+                  label(decoupled_), " '", name(), "': param_steps[", i, "] must be an integer "
+                  "in [0, steps_taken = ", steps_taken, "], got ", count.dump());
+    param_steps[i] = count.get<int64_t>();
+    const Tensor* m = find_buffer(state, "exp_avg", i);
+    const Tensor* v = find_buffer(state, "exp_avg_sq", i);
+    // A parameter that has been updated has both moments; one that has not has neither
+    // (its first update starts them from zero).
+    const bool started = param_steps[i] > 0;
+    for (const auto& [buffer, stored] : {std::pair{"exp_avg", m}, std::pair{"exp_avg_sq", v}}) {
+      MIXPREC_CHECK(started == (stored != nullptr), label(decoupled_), " '", name(), "': ",
+                    started ? "the optimizer state lacks " : "the optimizer state holds ", buffer,
+                    ".", i, " but param_steps[", i, "] is ", param_steps[i], " (parameter '",
+                    params()[i].name(), "')");
+    }
+    if (started) {
+      exp_avg[i] = restore_buffer(*m, i);
+      exp_avg_sq[i] = restore_buffer(*v, i);
+    }
+  }
+  param_steps_.swap(param_steps);
+  exp_avg_.swap(exp_avg);
+  exp_avg_sq_.swap(exp_avg_sq);
+}
+
+}  // namespace mixprec

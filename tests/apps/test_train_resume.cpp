@@ -1,0 +1,197 @@
+// Resume is bit-identical to an uninterrupted run; an injected non-finite gradient skips
+// exactly its step and leaves the weights as they were.
+#include <catch2/catch.hpp>
+
+#include "apps/checkpoint/safetensors.h"
+#include <cstring>
+
+#include "train_test_support.h"
+
+using mixprec::Tensor;
+
+using namespace train_test;
+
+namespace {
+
+std::vector<std::string> cnn_args(const std::string& out, int steps,
+                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"train", config_path("cnn_fashion.yaml"), "--out", out,
+                                "--set", "train.steps=" + std::to_string(steps),
+                                "--set", "train.batch_size=16",
+                                "--set", "train.accumulation_steps=2",
+                                "--set", "train.log_every=1",
+                                "--set", "data.limit_train=512",
+                                "--set", "data.limit_test=64",
+                                "--set", "checkpoint.every=4",
+                                "--set", "checkpoint.keep=0",
+                                "--set", "device=cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// A tiny GPT with dropout on the shakespeare corpus, so that the dropout generator's state
+// is part of what a resume must restore.
+std::vector<std::string> gpt_args(const std::string& out, int steps,
+                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out,
+                                "--set", "data.path=" + shakespeare_path().string(),
+                                "--set", "model.n_layer=1", "--set", "model.n_head=2",
+                                "--set", "model.n_embd=32", "--set", "model.block_size=16",
+                                "--set", "model.dropout=0.1",
+                                "--set", "precision=bf16",
+                                "--set", "train.steps=" + std::to_string(steps),
+                                "--set", "train.batch_size=4",
+                                "--set", "train.log_every=1", "--set", "train.eval_every=0",
+                                "--set", "data.eval_batches=2",
+                                "--set", "checkpoint.every=3", "--set", "checkpoint.keep=0",
+                                "--set", "device=cpu"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+void require_ok(const CliResult& r) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == 0);
+}
+
+std::string checkpoint_file(const std::string& run, int step, const char* file) {
+  return run + "/checkpoints/step_" + std::to_string(step) + "/" + file;
+}
+
+}  // namespace
+
+// The same arguments continuing `run` instead of starting it.
+std::vector<std::string> as_resume(std::vector<std::string> args) {
+  for (auto& a : args) {
+    if (a == "--out") a = "--resume";
+  }
+  return args;
+}
+
+bool same_bytes(const std::string& a, const std::string& b) {
+  const std::string x = read_text(a), y = read_text(b);
+  return !x.empty() && x == y;
+}
+
+TEST_CASE("resume: fp16 with accumulation and a skipped step is bit-identical", "[apps][train]") {
+  if (!fashion_mnist_installed()) {
+    WARN("Fashion-MNIST is not installed; skipped");
+    return;
+  }
+  ScratchDir dir("resume-cnn");
+  const std::string straight = dir / "straight", resumed = dir / "resumed";
+  // Step 3 overflows (injected Inf), so the skip and the scale's backoff happen before the
+  // checkpoint the resumed run starts from.
+  const std::vector<std::string> inject{"--set",
+                                        "debug.inject_nonfinite={step: 3, tensor: 4.weight}"};
+  require_ok(run_cli(cnn_args(straight, 8, inject)));
+  require_ok(run_cli(cnn_args(resumed, 4, inject)));
+  // Starting again into a folder that holds a run is refused and changes nothing.
+  const std::string before = read_text(resumed + "/metrics.jsonl");
+  const CliResult again = run_cli(cnn_args(resumed, 8, inject));
+  CHECK(again.code == 2);
+  CHECK(again.err.find("already holds a run") != std::string::npos);
+  CHECK(read_text(resumed + "/metrics.jsonl") == before);
+
+  require_ok(run_cli(as_resume(cnn_args(resumed, 8, inject))));
+  CHECK(same_bytes(checkpoint_file(straight, 8, "model.safetensors"),
+                   checkpoint_file(resumed, 8, "model.safetensors")));
+  const nlohmann::json a = read_json(checkpoint_file(straight, 8, "state.json"));
+  const nlohmann::json b = read_json(checkpoint_file(resumed, 8, "state.json"));
+  CHECK(a["optimizer"] == b["optimizer"]);
+  CHECK(a["scaler"] == b["scaler"]);
+  CHECK(a["next_batch"] == b["next_batch"]);
+  CHECK(a["skipped_steps"] == 1);
+  CHECK(b["skipped_steps"] == 1);
+  // metrics.jsonl of the resumed run has each step once, 1..8.
+  std::vector<int64_t> steps;
+  for (const auto& r : read_jsonl(resumed + "/metrics.jsonl")) {
+    if (r["event"] == "step") steps.push_back(r["step"].get<int64_t>());
+  }
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+}
+
+TEST_CASE("resume: a bf16 GPT with dropout is bit-identical", "[apps][train]") {
+  if (!fs::exists(shakespeare_path())) {
+    WARN("tiny shakespeare not found at " << shakespeare_path() << "; skipped");
+    return;
+  }
+  ScratchDir dir("resume-gpt");
+  const std::string straight = dir / "straight", resumed = dir / "resumed";
+  require_ok(run_cli(gpt_args(straight, 6)));
+  require_ok(run_cli(gpt_args(resumed, 3)));
+  require_ok(run_cli(as_resume(gpt_args(resumed, 6))));
+  CHECK(same_bytes(checkpoint_file(straight, 6, "model.safetensors"),
+                   checkpoint_file(resumed, 6, "model.safetensors")));
+  const nlohmann::json a = read_json(checkpoint_file(straight, 6, "state.json"));
+  const nlohmann::json b = read_json(checkpoint_file(resumed, 6, "state.json"));
+  CHECK(a["dropout_generator"] == b["dropout_generator"]);
+  CHECK(a["optimizer"] == b["optimizer"]);
+  // The generator moved: dropout drew masks.
+  CHECK(a["dropout_generator"]["offset"].get<uint64_t>() > 0);
+}
+
+TEST_CASE("resume refuses a checkpoint of another config", "[apps][train]") {
+  if (!fs::exists(shakespeare_path())) {
+    WARN("tiny shakespeare not found; skipped");
+    return;
+  }
+  ScratchDir dir("resume-mismatch");
+  const std::string run = dir / "run";
+  require_ok(run_cli(gpt_args(run, 3)));
+  auto args = as_resume(gpt_args(run, 6, {"--set", "optimizer.lr=0.5"}));
+  const std::string before = read_text(run + "/metrics.jsonl");
+  const CliResult r = run_cli(args);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("another config") != std::string::npos);
+  CHECK(read_text(run + "/metrics.jsonl") == before);
+  // A folder without checkpoints cannot be resumed.
+  fs::create_directories(dir / "empty");
+  const CliResult none = run_cli(as_resume(gpt_args(dir / "empty", 6)));
+  CHECK(none.code == 2);
+}
+
+TEST_CASE("inject_nonfinite skips exactly that step and leaves the weights bit-identical",
+          "[apps][train]") {
+  if (!fashion_mnist_installed()) {
+    WARN("Fashion-MNIST is not installed; skipped");
+    return;
+  }
+  ScratchDir dir("inject");
+  const std::string two = dir / "two", three = dir / "three";
+  require_ok(run_cli(cnn_args(two, 2)));
+  require_ok(run_cli(cnn_args(three, 3, {"--set", "debug.inject_nonfinite={step: 3, tensor: 9.weight}"})));
+
+  const auto a = mixprec::read_safetensors(checkpoint_file(two, 2, "model.safetensors"));
+  const auto b = mixprec::read_safetensors(checkpoint_file(three, 3, "model.safetensors"));
+  for (const auto& [name, tensor] : a.tensors) {
+    // Batch-norm statistics move in the forward pass of the skipped step too, as in torch;
+    // the weights must not move.
+    if (name.find("running_") != std::string::npos || name.find("num_batches") != std::string::npos) {
+      continue;
+    }
+    INFO(name);
+    const Tensor& other = b.tensors.at(name);
+    REQUIRE(other.nbytes() == tensor.nbytes());
+    CHECK(std::memcmp(other.data(), tensor.data(), tensor.nbytes()) == 0);
+  }
+  const auto metrics = read_jsonl(three + "/metrics.jsonl");
+  bool seen = false;
+  for (const auto& r : metrics) {
+    if (r["event"] != "step") continue;
+    const bool is_three = r["step"] == 3;
+    CHECK(r["skipped"].get<bool>() == is_three);
+    if (is_three) {
+      seen = true;
+      CHECK(r["nonfinite_tensors"] == nlohmann::json::array({"9.weight"}));
+      CHECK(r["scale"] == 65536.0);
+      CHECK(r["next_scale"] == 32768.0);
+    }
+  }
+  CHECK(seen);
+  CHECK(read_json(three + "/summary.json")["skipped_steps"] == 1);
+  // An unknown tensor name is bad input that lists the names there are.
+  const CliResult bad = run_cli(cnn_args(dir / "bad", 3, {"--set", "debug.inject_nonfinite={step: 1, tensor: nope}"}));
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("9.weight") != std::string::npos);
+}
