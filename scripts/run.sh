@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job: for now every lesson on number formats and loss
-# scaling, `mixprec explain all`. Arguments replace the default command line of mixprec.
+# Sets up, builds and runs the main job: trains the CNN of configs/cnn_fashion.yaml on
+# Fashion-MNIST in FP16 with dynamic loss scaling (3 epochs on the CPU, or on a GPU when one is
+# usable), writing its run folder under runs/. Arguments replace the default command line of
+# mixprec, e.g. `bash scripts/run.sh explain all`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "${root}/scripts/setup.sh" >&2
 bash "${root}/scripts/build.sh" >&2
 if [[ $# -eq 0 ]]; then
-  set -- explain all
+  cd "${root}"
+  set -- train configs/cnn_fashion.yaml
 fi
 exec "${root}/build/apps/mixprec" "$@"

@@ -324,12 +324,19 @@ TEST_CASE("config errors: out-of-range values name the range and the value", "[c
        {"optimizer={type: sgd, nesterov: true}",
         "optimizer.nesterov: Nesterov momentum needs optimizer.momentum > 0, got 0.0"}});
 
-  // Exactly one of epochs / steps.
+  // Exactly one of epochs / steps. In the file both is an error; an override of one replaces
+  // the other (`--set train.steps=100` on a config that says epochs), unless both are set.
+  CHECK_THAT(parse_error(dir, std::string(kCnn) + "  steps: 100\n"),
+             Contains("exactly one of train.epochs and train.steps must be > 0, got "
+                      "epochs 3 and steps 100"));
+  const mixprec::TrainConfig by_steps =
+      mixprec::parse_train_config(kCnn, kOrigin, dir.path().string(), {"train.steps=100"});
+  CHECK(by_steps.train.steps == 100);
+  CHECK(by_steps.train.epochs == 0);
+  CHECK_THAT(parse_error(dir, kCnn, {"train.steps=100", "train.epochs=2"}),
+             Contains("got epochs 2 and steps 100"));
   check_cases(dir, kCnn,
-              {{"train.steps=100",
-                "exactly one of train.epochs and train.steps must be > 0, got "
-                "epochs 3 and steps 100"},
-               {"train.epochs=0",
+              {{"train.epochs=0",
                 "exactly one of train.epochs and train.steps must be > 0, got "
                 "epochs 0 and steps 0"}});
 
