@@ -2,7 +2,8 @@
 # Installs the Debian packages that mixprec builds against, the Fashion-MNIST data set
 # (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/) that the main job
 # trains on, and PyTorch for the CPU (python3-torch), which the checkpoint-compatibility test
-# and the comparison scripts under scripts/ use. Idempotent: when everything is
+# and the comparison scripts under scripts/ use, with OpenBLAS (libopenblas0-pthread) so that
+# its matrix products do not fall back to the reference BLAS. Idempotent: when everything is
 # already installed it only asks dpkg (no apt-get update), so it is cheap to run before
 # every build. Needs root or sudo only when something is missing.
 set -euo pipefail
@@ -24,6 +25,7 @@ packages=(
   dataset-fashion-mnist
   python3-torch
   python3-numpy
+  libopenblas0-pthread
 )
 
 missing=()
