@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <functional>
 #include <iostream>
 #include <ostream>
@@ -194,6 +196,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return 0;
   } catch (const Error& e) {
     err << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that cannot be read or written (permissions, a file where a
+    // folder should be, a full disk): bad input, not a defect.
+    err << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    err << "error: out of memory; use a smaller model, batch_size or data limit\n";
     return kExitBadInput;
   } catch (const std::exception& e) {
     err << "internal error: " << e.what() << "\n";

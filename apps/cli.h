@@ -9,7 +9,8 @@ namespace mixprec {
 // diagnostics to `err`. Returns the process exit code:
 //   0  success, and for --help / --version
 //   2  bad input: unknown subcommand or option, missing or invalid argument, or a
-//      mixprec::Error thrown by the command; one line "error: <message>" goes to `err`
+//      mixprec::Error thrown by the command, a file-system error on a path the user gave, or
+//      memory exhausted by the sizes asked for; one line "error: <message>" goes to `err`
 //   1  any other exception (a defect), reported as "internal error: <message>"
 // Never lets an exception escape.
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);

@@ -137,10 +137,19 @@ std::optional<double> parse_double(const std::string& text) {
 }
 
 // The allowed values of an integer setting.
+// Every integer setting has an upper bound too: far beyond any real run, but low enough that
+// products of settings (batch_size * block_size, eval_batches * batch_size, ...) cannot
+// overflow and a typo cannot ask for exabytes.
 struct IntRange {
   std::optional<int64_t> min;
-  static IntRange at_least(int64_t min) { return IntRange{min}; }
+  std::optional<int64_t> max;
+  static IntRange at_least(int64_t min) { return IntRange{min, std::nullopt}; }
+  static IntRange between(int64_t min, int64_t max) { return IntRange{min, max}; }
 };
+
+constexpr int64_t kMaxExtent = int64_t{1} << 20;    // sizes of layers, batches, windows
+constexpr int64_t kMaxCount = int64_t{1} << 40;     // steps and other counts of events
+constexpr int64_t kMaxInt32 = 2147483647;           // settings the scaler keeps as int
 
 // The allowed values of a real setting; every one must also be finite.
 struct DoubleRange {
@@ -524,6 +533,8 @@ class ConfigReader {
                  const IntRange& range) const {
     if (range.min && value < *range.min)
       fail_range(node, path, "must be >= " + std::to_string(*range.min));
+    if (range.max && value > *range.max)
+      fail_range(node, path, "must be <= " + std::to_string(*range.max));
   }
 
   void check_double(const YAML::Node& node, const std::string& path, double value,
@@ -589,8 +600,8 @@ class ConfigReader {
                  {{{"channels", "in_channels"}, {"image_size", "input_size"}},
                   {kGptKeys.begin() + 1, kGptKeys.end()},
                   "a setting of type gpt, not cnn"});
-      read_int(map, path, "in_channels", model.cnn.in_channels, IntRange::at_least(1));
-      read_int(map, path, "input_size", model.cnn.input_size, IntRange::at_least(1));
+      read_int(map, path, "in_channels", model.cnn.in_channels, IntRange::between(1, kMaxExtent));
+      read_int(map, path, "input_size", model.cnn.input_size, IntRange::between(1, kMaxExtent));
       read_layers(map, path, model.cnn);
     } else {
       model.type = ModelConfig::Type::Gpt;
@@ -603,11 +614,11 @@ class ConfigReader {
                   {kCnnKeys.begin() + 1, kCnnKeys.end()},
                   "a setting of type cnn, not gpt"});
       GptSpec& gpt = model.gpt;
-      read_int(map, path, "vocab_size", gpt.vocab_size, IntRange::at_least(0));
-      read_int(map, path, "block_size", gpt.block_size, IntRange::at_least(1));
-      read_int(map, path, "n_layer", gpt.n_layer, IntRange::at_least(1));
-      read_int(map, path, "n_head", gpt.n_head, IntRange::at_least(1));
-      read_int(map, path, "n_embd", gpt.n_embd, IntRange::at_least(1));
+      read_int(map, path, "vocab_size", gpt.vocab_size, IntRange::between(0, kMaxExtent));
+      read_int(map, path, "block_size", gpt.block_size, IntRange::between(1, kMaxExtent));
+      read_int(map, path, "n_layer", gpt.n_layer, IntRange::between(1, kMaxExtent));
+      read_int(map, path, "n_head", gpt.n_head, IntRange::between(1, kMaxExtent));
+      read_int(map, path, "n_embd", gpt.n_embd, IntRange::between(1, kMaxExtent));
       read_double(map, path, "dropout", gpt.dropout, DoubleRange::between(0.0, false, 1.0, true));
       read_bool(map, path, "bias", gpt.bias);
       read_bool(map, path, "tie_weights", gpt.tie_weights);
@@ -698,20 +709,20 @@ class ConfigReader {
       case Kind::Conv:
         check_keys(item, path, {"conv", "kernel", "padding", "stride", "bias"}, hints);
         layer.out = to_int(value, value_path);
-        check_int(value, value_path, layer.out, IntRange::at_least(1));
-        read_int(item, path, "kernel", layer.kernel, IntRange::at_least(1));
-        read_int(item, path, "padding", layer.padding, IntRange::at_least(0));
-        read_int(item, path, "stride", layer.stride, IntRange::at_least(1));
+        check_int(value, value_path, layer.out, IntRange::between(1, kMaxExtent));
+        read_int(item, path, "kernel", layer.kernel, IntRange::between(1, kMaxExtent));
+        read_int(item, path, "padding", layer.padding, IntRange::between(0, kMaxExtent));
+        read_int(item, path, "stride", layer.stride, IntRange::between(1, kMaxExtent));
         read_bool(item, path, "bias", layer.bias);
         break;
       case Kind::MaxPool:
       case Kind::AvgPool: {
         check_keys(item, path, {name, "stride", "padding"}, hints);
         layer.kernel = to_int(value, value_path);
-        check_int(value, value_path, layer.kernel, IntRange::at_least(1));
+        check_int(value, value_path, layer.kernel, IntRange::between(1, kMaxExtent));
         layer.stride = layer.kernel;
-        read_int(item, path, "stride", layer.stride, IntRange::at_least(1));
-        read_int(item, path, "padding", layer.padding, IntRange::at_least(0));
+        read_int(item, path, "stride", layer.stride, IntRange::between(1, kMaxExtent));
+        read_int(item, path, "padding", layer.padding, IntRange::between(0, kMaxExtent));
         // PyTorch's rule: a window must always overlap the unpadded input.
         if (layer.padding > layer.kernel / 2)
           fail_range(item["padding"], join_key(path, "padding"),
@@ -721,7 +732,7 @@ class ConfigReader {
       case Kind::Linear:
         check_keys(item, path, {"linear", "bias"}, hints);
         layer.out = to_int(value, value_path);
-        check_int(value, value_path, layer.out, IntRange::at_least(1));
+        check_int(value, value_path, layer.out, IntRange::between(1, kMaxExtent));
         read_bool(item, path, "bias", layer.bias);
         break;
       case Kind::Dropout:
@@ -791,7 +802,7 @@ class ConfigReader {
       read_data_path(map, path, "train_labels", kind, data.train_labels);
       read_data_path(map, path, "test_images", kind, data.test_images);
       read_data_path(map, path, "test_labels", kind, data.test_labels);
-      read_int(map, path, "num_classes", data.num_classes, IntRange::at_least(2));
+      read_int(map, path, "num_classes", data.num_classes, IntRange::between(2, kMaxExtent));
       const YAML::Node normalize = section(map, path, "normalize");
       const std::string normalize_path = join_key(path, "normalize");
       if (normalize.size() > 0) {
@@ -806,8 +817,8 @@ class ConfigReader {
         data.mean = mean;
         data.std = std;
       }
-      read_int(map, path, "limit_train", data.limit_train, IntRange::at_least(0));
-      read_int(map, path, "limit_test", data.limit_test, IntRange::at_least(0));
+      read_int(map, path, "limit_train", data.limit_train, IntRange::between(0, kMaxCount));
+      read_int(map, path, "limit_test", data.limit_test, IntRange::between(0, kMaxCount));
     } else {
       data.kind = DataConfig::Kind::CharText;
       check_keys(map, path, kTextKeys,
@@ -817,7 +828,7 @@ class ConfigReader {
       read_data_path(map, path, "path", kind, data.path);
       read_double(map, path, "val_fraction", data.val_fraction,
                   DoubleRange::between(0.0, true, 1.0, true));
-      read_int(map, path, "eval_batches", data.eval_batches, IntRange::at_least(1));
+      read_int(map, path, "eval_batches", data.eval_batches, IntRange::between(1, kMaxExtent));
     }
     read_bool(map, path, "shuffle", data.shuffle);
   }
@@ -838,8 +849,8 @@ class ConfigReader {
     read_double(map, path, "growth_factor", scale.growth_factor, DoubleRange::above(1.0));
     read_double(map, path, "backoff_factor", scale.backoff_factor,
                 DoubleRange::between(0.0, true, 1.0, true));
-    read_int(map, path, "growth_interval", scale.growth_interval, IntRange::at_least(1));
-    read_int(map, path, "hysteresis", scale.hysteresis, IntRange::at_least(1));
+    read_int(map, path, "growth_interval", scale.growth_interval, IntRange::between(1, kMaxInt32));
+    read_int(map, path, "hysteresis", scale.hysteresis, IntRange::between(1, kMaxInt32));
     read_double(map, path, "min_scale", scale.min_scale, DoubleRange::above(0.0));
     read_double(map, path, "max_scale", scale.max_scale, DoubleRange::above(0.0));
     read_choice(map, path, "floor_policy", scale.floor_policy, {"clamp", "warn", "error"});
@@ -906,10 +917,10 @@ class ConfigReader {
     check_keys(map, path, {"type", "step_size", "gamma", "warmup_steps", "decay_steps", "min_lr"},
                {{{"warmup", "warmup_steps"}, {"decay", "decay_steps"}, {"name", "type"}}, {}, ""});
     read_choice(map, path, "type", schedule.type, {"constant", "step", "cosine"});
-    read_int(map, path, "step_size", schedule.step_size, IntRange::at_least(1));
+    read_int(map, path, "step_size", schedule.step_size, IntRange::between(1, kMaxCount));
     read_double(map, path, "gamma", schedule.gamma, DoubleRange::between(0.0, true, 1.0, false));
-    read_int(map, path, "warmup_steps", schedule.warmup_steps, IntRange::at_least(0));
-    read_int(map, path, "decay_steps", schedule.decay_steps, IntRange::at_least(0));
+    read_int(map, path, "warmup_steps", schedule.warmup_steps, IntRange::between(0, kMaxCount));
+    read_int(map, path, "decay_steps", schedule.decay_steps, IntRange::between(0, kMaxCount));
     read_double(map, path, "min_lr", schedule.min_lr, DoubleRange::at_least(0.0));
     if (schedule.type != "cosine") return;
     if (schedule.decay_steps > 0 && schedule.decay_steps < schedule.warmup_steps) {
@@ -941,8 +952,8 @@ class ConfigReader {
                  {"max_grad_norm", "clip_grad_norm"}},
                 {},
                 ""});
-    const bool epochs_given = read_int(map, path, "epochs", train.epochs, IntRange::at_least(0));
-    const bool steps_given = read_int(map, path, "steps", train.steps, IntRange::at_least(0));
+    const bool epochs_given = read_int(map, path, "epochs", train.epochs, IntRange::between(0, kMaxExtent));
+    const bool steps_given = read_int(map, path, "steps", train.steps, IntRange::between(0, kMaxCount));
     // A config that names neither runs one epoch, so that the train section stays optional.
     if (!epochs_given && !steps_given) train.epochs = 1;
     if ((train.epochs > 0) == (train.steps > 0)) {
@@ -952,21 +963,21 @@ class ConfigReader {
            "exactly one of " + path + ".epochs and " + path + ".steps must be > 0, got epochs " +
                std::to_string(train.epochs) + " and steps " + std::to_string(train.steps));
     }
-    read_int(map, path, "batch_size", train.batch_size, IntRange::at_least(1));
-    read_int(map, path, "accumulation_steps", train.accumulation_steps, IntRange::at_least(1));
+    read_int(map, path, "batch_size", train.batch_size, IntRange::between(1, kMaxExtent));
+    read_int(map, path, "accumulation_steps", train.accumulation_steps, IntRange::between(1, kMaxExtent));
     read_double(map, path, "clip_grad_norm", train.clip_grad_norm, DoubleRange::at_least(0.0));
     const YAML::Node seed = map["seed"];
     if (seed.IsDefined()) train.seed = to_uint(seed, join_key(path, "seed"));
-    read_int(map, path, "eval_every", train.eval_every, IntRange::at_least(0));
-    read_int(map, path, "log_every", train.log_every, IntRange::at_least(1));
+    read_int(map, path, "eval_every", train.eval_every, IntRange::between(0, kMaxCount));
+    read_int(map, path, "log_every", train.log_every, IntRange::between(1, kMaxCount));
   }
 
   void read_checkpoint(const YAML::Node& map, const std::string& path,
                        CheckpointConfig& checkpoint) const {
     check_keys(map, path, {"every", "keep", "save_initial"},
                {{{"keep_last", "keep"}, {"interval", "every"}}, {}, ""});
-    read_int(map, path, "every", checkpoint.every, IntRange::at_least(0));
-    read_int(map, path, "keep", checkpoint.keep, IntRange::at_least(0));
+    read_int(map, path, "every", checkpoint.every, IntRange::between(0, kMaxCount));
+    read_int(map, path, "keep", checkpoint.keep, IntRange::between(0, kMaxCount));
     read_bool(map, path, "save_initial", checkpoint.save_initial);
   }
 
@@ -984,7 +995,7 @@ class ConfigReader {
              inject_path + "." + key +
                  " is missing: injection needs the "
                  "step and the parameter name");
-    read_int(inject, inject_path, "step", debug.inject_step, IntRange::at_least(0));
+    read_int(inject, inject_path, "step", debug.inject_step, IntRange::between(1, kMaxCount));
     read_string(inject, inject_path, "tensor", debug.inject_tensor);
     if (debug.inject_tensor.empty())
       fail(inject["tensor"], inject_path + ".tensor", inject_path + ".tensor must not be empty");

@@ -107,6 +107,35 @@ nlohmann::json eval_record(int64_t step, const EvalResult& eval, bool classifica
   return record;
 }
 
+// Runs the model once on the first evaluation batch (eval mode, no graph, so nothing moves:
+// no batch statistics, no dropout draws) and builds the first training batch: a model that
+// does not fit its data, labels beyond the model's outputs or data that cannot be batched
+// are reported before the run folder is written.
+void probe_model_and_data(Session& s, int64_t first_batch) {
+  try {
+    NoGradGuard no_grad;
+    s.model->eval();
+    const Batch batch = s.data->eval_batch(0);
+    batch_loss(*s.model, batch, s.device, s.precision.working_dtype());
+    s.model->train();
+    s.data->train_batch(first_batch);
+  } catch (const Error& e) {
+    s.model->train();
+    MIXPREC_FAIL("the model does not fit the data: ", e.what());
+  }
+}
+
+// The run folder that `--resume` names: it must be a run folder (config.yaml or
+// checkpoints/ directly inside), not one of its checkpoints.
+void require_run_folder(const std::string& dir) {
+  std::error_code ignored;
+  MIXPREC_CHECK(fs::is_directory(dir, ignored), "--resume ", dir, ": no such folder");
+  const bool run = fs::exists(fs::path(dir) / "checkpoints", ignored) ||
+                   fs::exists(fs::path(dir) / "config.yaml", ignored);
+  MIXPREC_CHECK(run, "--resume ", dir, ": not a run folder (it has neither config.yaml nor "
+                "checkpoints/); give the folder that `mixprec train --out` wrote");
+}
+
 }  // namespace
 
 nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
@@ -128,10 +157,12 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   const int64_t tokens_per_sample =
       classification ? 1 : config.model.gpt.block_size;  // throughput unit: samples or tokens
 
+  const int64_t total_steps = total_optimizer_steps(config, *s.data);
   RunPosition position;
-  position.schedule_steps = total_optimizer_steps(config, *s.data);
+  position.schedule_steps = total_steps;
   if (resuming) {
-    const LoadedCheckpoint checkpoint = load_checkpoint(options.resume_dir);
+    require_run_folder(run_dir);
+    const LoadedCheckpoint checkpoint = load_checkpoint(run_dir);
     try {
       s.model->load_state_dict(checkpoint.model, true);
     } catch (const Error& e) {
@@ -139,18 +170,27 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     }
     position = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config,
                                  *optimizer, scaler, *s.dropout_gen);
+    MIXPREC_CHECK(position.step < total_steps, "--resume ", run_dir, ": its newest checkpoint is at step ",
+                  position.step, " and this run has ", total_steps,
+                  " steps, so there is nothing left to do; raise train.steps to continue it");
   } else {
     require_fresh_run_dir(run_dir);
   }
-  const int64_t total_steps = config.train.steps > 0 ? config.train.steps
-                                                     : total_optimizer_steps(config, *s.data);
   const std::unique_ptr<LrSchedule> schedule = make_schedule(config, position.schedule_steps);
   optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
   Parameter inject_target;
-  if (config.debug.inject_step >= 0) inject_target = injection_target(s.params, config.debug);
+  if (config.debug.inject_step >= 0) {
+    inject_target = injection_target(s.params, config.debug);
+    MIXPREC_CHECK(config.debug.inject_step <= total_steps, "debug.inject_nonfinite.step is ",
+                  config.debug.inject_step, " but the run has only ", total_steps, " steps");
+  }
+  probe_model_and_data(s, position.next_batch);
 
   // Everything is checked; from here on the run directory is written.
-  fs::create_directories(run_dir);
+  std::error_code fs_error;
+  fs::create_directories(run_dir, fs_error);
+  MIXPREC_CHECK(!fs_error && fs::is_directory(run_dir, fs_error), "cannot create the run folder '",
+                run_dir, "': ", fs_error ? fs_error.message() : "a file of that name exists");
   write_text_file_atomically((fs::path(run_dir) / "config.yaml").string(), to_yaml(config));
   MetricsLog metrics(run_dir, resuming ? position.step : -1);
   Progress progress(log, options.progress_bar);
@@ -159,8 +199,14 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
                    s.device.str() + "; " + s.precision.describe() + "; loss scale " +
                    scaler.policy().kind() + "; " + schedule->describe());
   if (resuming) {
-    progress.message("resumed at step " + std::to_string(position.step) + " of " +
-                     std::to_string(total_steps));
+    std::string text = "resumed at step " + std::to_string(position.step) + " of " +
+                       std::to_string(total_steps);
+    if (position.schedule_steps != total_steps && config.schedule.type == "cosine" &&
+        config.schedule.decay_steps == 0) {
+      text += "; the cosine schedule keeps the length of the run that started it (" +
+              std::to_string(position.schedule_steps) + " steps)";
+    }
+    progress.message(text);
   }
   if (!resuming && config.checkpoint.save_initial) {
     save_checkpoint(checkpoints_dir, 0, checkpoint_data(s, position, *optimizer, scaler),
@@ -323,7 +369,10 @@ nlohmann::json run_evaluation(const EvalOptions& options) {
       evaluate(*s.model, *s.data, s.device, s.precision.working_dtype());
   nlohmann::json result{
       {"checkpoint", checkpoint.path},
-      {"step", checkpoint.state.value("step", int64_t{-1})},
+      {"step", checkpoint.state.is_object() && checkpoint.state.contains("step") &&
+                       checkpoint.state["step"].is_number_integer()
+                   ? checkpoint.state["step"].get<int64_t>()
+                   : int64_t{-1}},
       {"split", s.data->is_classification() ? "test" : "validation"},
       {"loss", eval.loss},
       {"targets", eval.targets},

@@ -74,6 +74,14 @@ TEST_CASE("train: every kind of bad input exits 2 with one clear message", "[app
       {"unknown tensor to inject", good, {"--set", "debug.inject_nonfinite={step: 1, tensor: x}"},
        {"no parameter named 'x'", "1.weight"}},
       {"cuda without a device", good, {"--set", "device=cuda"}, {"device"}},
+      {"a model for other images", good, {"--set", "model.input_size=32"},
+       {"does not fit the data"}},
+      {"fewer outputs than classes", good, {"--set", "model.layers=[flatten, {linear: 5}]"},
+       {"does not fit the data"}},
+      {"injection after the last step", good,
+       {"--set", "debug.inject_nonfinite={step: 5, tensor: 1.weight}"}, {"only 1 steps"}},
+      {"an absurd size", good, {"--set", "train.batch_size=1152921504606846976"},
+       {"train.batch_size", "<="}},
   };
   for (const BadCase& c : cases) {
 #if MIXPREC_WITH_CUDA
@@ -94,6 +102,49 @@ TEST_CASE("train: every kind of bad input exits 2 with one clear message", "[app
     for (const char* needle : c.needles) CHECK(r.err.find(needle) != std::string::npos);
     CHECK_FALSE(fs::exists(run));  // nothing written
   }
+}
+
+TEST_CASE("train: bad text data and a run folder that is a file exit 2", "[apps][train]") {
+  ScratchDir dir("bad-text");
+  const auto gpt_config = [&](const std::string& text_path) {
+    return "model: {type: gpt, block_size: 8, n_layer: 1, n_head: 1, n_embd: 8}\n"
+           "data: {kind: text, path: " + text_path + "}\n"
+           "train: {steps: 1, batch_size: 2}\ndevice: cpu\n";
+  };
+  const std::string empty = dir / "empty.txt", invalid = dir / "invalid.txt",
+                    short_text = dir / "short.txt", good_text = dir / "good.txt";
+  write_text(empty, "");
+  write_text(invalid, "abc\xff\xfe def");
+  write_text(short_text, "abcdefghij");  // 9 train + 1 validation characters, windows of 9
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += "to be or not to be ";
+  write_text(good_text, long_text);
+  const std::vector<std::pair<std::string, std::vector<const char*>>> cases{
+      {empty, {"empty"}},
+      {invalid, {"UTF-8", "offset 3"}},
+      {short_text, {"block_size"}},
+  };
+  for (const auto& [path, needles] : cases) {
+    INFO(path);
+    const std::string config = dir / "gpt.yaml";
+    write_text(config, gpt_config(path));
+    const CliResult r = run_cli({"train", config, "--out", dir / "run"});
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(path) != std::string::npos);
+    for (const char* needle : needles) CHECK(r.err.find(needle) != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "run"));
+  }
+  // A file where the run folder should go.
+  const std::string config = dir / "gpt.yaml";
+  write_text(config, gpt_config(good_text));
+  const std::string a_file = dir / "a_file";
+  write_text(a_file, "x");
+  const CliResult r = run_cli({"train", config, "--out", a_file + "/run"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find(a_file) != std::string::npos);
+  CHECK(read_text(a_file) == "x");
 }
 
 TEST_CASE("eval: a damaged checkpoint exits 2 naming the file", "[apps][train]") {

@@ -24,6 +24,7 @@ std::vector<std::string> cnn_args(const std::string& out, int steps,
                                 "--set", "data.limit_test=64",
                                 "--set", "checkpoint.every=4",
                                 "--set", "checkpoint.keep=0",
+                                "--set", "schedule.warmup_steps=2",
                                 "--set", "device=cpu"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -44,6 +45,7 @@ std::vector<std::string> gpt_args(const std::string& out, int steps,
                                 "--set", "train.log_every=1", "--set", "train.eval_every=0",
                                 "--set", "data.eval_batches=2",
                                 "--set", "checkpoint.every=3", "--set", "checkpoint.keep=0",
+                                "--set", "schedule.warmup_steps=1",
                                 "--set", "device=cpu"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -68,6 +70,18 @@ std::vector<std::string> as_resume(std::vector<std::string> args) {
   return args;
 }
 
+// A copy of a finished run as a crash after checkpoint `step` would leave it: the later
+// checkpoints and the summary gone (metrics.jsonl keeps its later lines, which the resumed
+// run must replace).
+void crash_copy(const std::string& run, const std::string& copy, int step) {
+  fs::copy(run, copy, fs::copy_options::recursive);
+  fs::remove(copy + "/summary.json");
+  for (const auto& entry : fs::directory_iterator(copy + "/checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (std::stoi(name.substr(5)) > step) fs::remove_all(entry.path());
+  }
+}
+
 bool same_bytes(const std::string& a, const std::string& b) {
   const std::string x = read_text(a), y = read_text(b);
   return !x.empty() && x == y;
@@ -84,8 +98,9 @@ TEST_CASE("resume: fp16 with accumulation and a skipped step is bit-identical", 
   // checkpoint the resumed run starts from.
   const std::vector<std::string> inject{"--set",
                                         "debug.inject_nonfinite={step: 3, tensor: 4.weight}"};
+  // 8 steps with checkpoints at 4 and 8; the cosine decay starts after step 2.
   require_ok(run_cli(cnn_args(straight, 8, inject)));
-  require_ok(run_cli(cnn_args(resumed, 4, inject)));
+  crash_copy(straight, resumed, 4);
   // Starting again into a folder that holds a run is refused and changes nothing.
   const std::string before = read_text(resumed + "/metrics.jsonl");
   const CliResult again = run_cli(cnn_args(resumed, 8, inject));
@@ -119,7 +134,7 @@ TEST_CASE("resume: a bf16 GPT with dropout is bit-identical", "[apps][train]") {
   ScratchDir dir("resume-gpt");
   const std::string straight = dir / "straight", resumed = dir / "resumed";
   require_ok(run_cli(gpt_args(straight, 6)));
-  require_ok(run_cli(gpt_args(resumed, 3)));
+  crash_copy(straight, resumed, 3);
   require_ok(run_cli(as_resume(gpt_args(resumed, 6))));
   CHECK(same_bytes(checkpoint_file(straight, 6, "model.safetensors"),
                    checkpoint_file(resumed, 6, "model.safetensors")));
@@ -149,6 +164,17 @@ TEST_CASE("resume refuses a checkpoint of another config", "[apps][train]") {
   fs::create_directories(dir / "empty");
   const CliResult none = run_cli(as_resume(gpt_args(dir / "empty", 6)));
   CHECK(none.code == 2);
+  // Nor a checkpoint folder in place of its run folder (the run would land inside it).
+  const CliResult inner = run_cli(as_resume(gpt_args(run + "/checkpoints/step_3", 6)));
+  CHECK(inner.code == 2);
+  CHECK(inner.err.find("not a run folder") != std::string::npos);
+  // A finished run has nothing left to do at its own length, or a shorter one.
+  for (int steps : {3, 2}) {
+    const CliResult done = run_cli(as_resume(gpt_args(run, steps)));
+    CHECK(done.code == 2);
+    CHECK(done.err.find("nothing left to do") != std::string::npos);
+  }
+  CHECK(read_text(run + "/metrics.jsonl") == before);
 }
 
 TEST_CASE("inject_nonfinite skips exactly that step and leaves the weights bit-identical",
@@ -159,8 +185,12 @@ TEST_CASE("inject_nonfinite skips exactly that step and leaves the weights bit-i
   }
   ScratchDir dir("inject");
   const std::string two = dir / "two", three = dir / "three";
-  require_ok(run_cli(cnn_args(two, 2)));
-  require_ok(run_cli(cnn_args(three, 3, {"--set", "debug.inject_nonfinite={step: 3, tensor: 9.weight}"})));
+  // S = 1024: far from FP16's overflow on this model, so the injected Inf is the only one.
+  const std::vector<std::string> scale{"--set", "loss_scale={policy: dynamic, init_scale: 1024}"};
+  require_ok(run_cli(cnn_args(two, 2, scale)));
+  std::vector<std::string> inject = scale;
+  inject.insert(inject.end(), {"--set", "debug.inject_nonfinite={step: 3, tensor: 9.weight}"});
+  require_ok(run_cli(cnn_args(three, 3, inject)));
 
   const auto a = mixprec::read_safetensors(checkpoint_file(two, 2, "model.safetensors"));
   const auto b = mixprec::read_safetensors(checkpoint_file(three, 3, "model.safetensors"));
@@ -184,8 +214,8 @@ TEST_CASE("inject_nonfinite skips exactly that step and leaves the weights bit-i
     if (is_three) {
       seen = true;
       CHECK(r["nonfinite_tensors"] == nlohmann::json::array({"9.weight"}));
-      CHECK(r["scale"] == 65536.0);
-      CHECK(r["next_scale"] == 32768.0);
+      CHECK(r["scale"] == 1024.0);
+      CHECK(r["next_scale"] == 512.0);
     }
   }
   CHECK(seen);

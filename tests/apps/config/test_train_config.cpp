@@ -552,7 +552,7 @@ TEST_CASE("config: empty sections and the YAML spellings of numbers and booleans
   yaml += "train: {epochs: +2, clip_grad_norm: 5, batch_size: 32}\n";
   yaml += "schedule: {min_lr: .5e-3, gamma: 1.}\n";
   yaml += "checkpoint: {save_initial: True}\n";
-  yaml += "debug: {detect_anomaly: FALSE, inject_nonfinite: {step: 0, tensor: fc.bias}}\n";
+  yaml += "debug: {detect_anomaly: FALSE, inject_nonfinite: {step: 1, tensor: fc.bias}}\n";
   const TrainConfig c = parse_in(dir, yaml);
   CHECK(c.optimizer.lr == 0.01);
   CHECK(c.train.epochs == 2);
@@ -562,7 +562,7 @@ TEST_CASE("config: empty sections and the YAML spellings of numbers and booleans
   CHECK(c.schedule.gamma == 1.0);
   CHECK(c.checkpoint.save_initial);
   CHECK_FALSE(c.debug.detect_anomaly);
-  CHECK(c.debug.inject_step == 0);
+  CHECK(c.debug.inject_step == 1);
   CHECK(c.debug.inject_tensor == "fc.bias");
   CHECK(c.debug.inject_value == "inf");
 }

@@ -319,7 +319,10 @@ TEST_CASE("config errors: out-of-range values name the range and the value", "[c
        {"model.layers[3].dropout=1.0", "model.layers[3].dropout must be >= 0 and < 1, got 1.0"},
        {"model.layers[3].dropout=-0.1", "model.layers[3].dropout must be >= 0 and < 1, got -0.1"},
        {"debug.inject_nonfinite={step: -2, tensor: w}",
-        "debug.inject_nonfinite.step must be >= 0, got -2"},
+        "debug.inject_nonfinite.step must be >= 1, got -2"},
+       {"train.batch_size=2000000", "train.batch_size must be <= 1048576, got 2000000"},
+       {"loss_scale.growth_interval=4294967297",
+        "loss_scale.growth_interval must be <= 2147483647, got 4294967297"},
        {"debug.inject_nonfinite={step: 2}", "debug.inject_nonfinite.tensor is missing"},
        {"optimizer={type: sgd, nesterov: true}",
         "optimizer.nesterov: Nesterov momentum needs optimizer.momentum > 0, got 0.0"}});
