@@ -3,10 +3,9 @@
 // metrics, evaluation and checkpoints around it.
 #include "apps/train/trainer.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
+#include <optional>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -19,6 +18,8 @@
 #include "apps/train/progress.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/run_state.h"
+#include "apps/train/run_stats.h"
+#include "apps/train/session.h"
 #include "apps/train/training_setup.h"
 #include "core/autograd/grad_mode.h"
 #include "core/error.h"
@@ -34,40 +35,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
-// The model, data and training objects of one run, built from its config.
-struct Session {
-  TrainConfig config;
-  Device device;
-  PrecisionPolicy precision;
-  std::unique_ptr<BatchSource> data;
-  std::shared_ptr<Generator> dropout_gen;
-  std::shared_ptr<Module> model;
-  std::vector<Parameter> params;
-};
-
-Session open_session(const std::string& config_path, const std::vector<std::string>& overrides) {
-  Session s;
-  s.config = load_train_config(config_path, overrides);
-  s.device = resolve_device(s.config.device);
-  s.precision = make_precision_policy(s.config);
-  s.data = make_batch_source(s.config);
-  // Two streams from the seed: one initialises the weights, one draws dropout masks; the
-  // second is checkpointed.
-  Generator init(s.config.train.seed);
-  s.dropout_gen = std::make_shared<Generator>(s.config.train.seed ^ 0x9e3779b97f4a7c15ULL);
-  s.model = make_model(s.config, s.data->num_classes(), init, s.dropout_gen, s.device);
-  s.params = s.model->parameters();
-  s.precision.apply(s.params);
-  return s;
 }
 
 // The parameter debug.inject_nonfinite names; bad input when there is none.
@@ -163,11 +130,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   if (resuming) {
     require_run_folder(run_dir);
     const LoadedCheckpoint checkpoint = load_checkpoint(run_dir);
-    try {
-      s.model->load_state_dict(checkpoint.model, true);
-    } catch (const Error& e) {
-      MIXPREC_FAIL(checkpoint.path, "/model.safetensors does not fit this model: ", e.what());
-    }
+    load_model_weights(s, checkpoint.model, checkpoint.path);
     position = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config,
                                  *optimizer, scaler, *s.dropout_gen);
     MIXPREC_CHECK(position.step < total_steps, "--resume ", run_dir, ": its newest checkpoint is at step ",
@@ -215,10 +178,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
 
   AnomalyModeGuard anomaly(config.debug.detect_anomaly);
   Prefetcher batches(*s.data, position.next_batch);
-  std::vector<double> step_seconds;
-  std::deque<double> recent_losses;  // the last stepped losses, for the summary
-  double window_loss = 0.0;
-  int64_t window_steps = 0;
+  RunStats stats;
   int64_t last_saved = resuming ? position.step : -1;
   EvalResult last_eval;
   bool evaluated = false;
@@ -252,15 +212,9 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     if (result.skipped()) ++position.skipped_steps;
     const double seconds = seconds_since(start);
     position.train_seconds += seconds;
-    step_seconds.push_back(seconds);
-    if (std::isfinite(step_loss)) {
-      window_loss += step_loss;
-      ++window_steps;
-      recent_losses.push_back(step_loss);
-      if (recent_losses.size() > 50) recent_losses.pop_front();
-    }
+    stats.record(seconds, step_loss);
 
-    const double step_time = median(step_seconds);
+    const double step_time = stats.recent_step_seconds();
     const double throughput =
         step_time > 0 ? static_cast<double>(samples_per_step * tokens_per_sample) / step_time : 0;
     const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
@@ -271,15 +225,13 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       record["step"] = step;
       record["loss"] = std::isfinite(step_loss) ? nlohmann::json(step_loss)
                                                 : nlohmann::json(std::to_string(step_loss));
-      record["train_loss"] = window_steps > 0 ? nlohmann::json(window_loss / window_steps)
-                                              : nlohmann::json(nullptr);
+      const std::optional<double> window_loss = stats.take_window_loss();
+      record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
       record["lr"] = optimizer->lr();
       record["step_ms"] = seconds * 1000.0;
       record["epoch"] = (position.next_batch - 1) / s.data->batches_per_epoch();
       record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
       metrics.write(record);
-      window_loss = 0.0;
-      window_steps = 0;
       if (result.skipped()) progress.message("step " + std::to_string(step) + " skipped: " +
                                              result.reason);
     }
@@ -322,20 +274,15 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
                     checkpoint_data(s, position, *optimizer, scaler), config.checkpoint.keep);
   }
 
-  // The first step pays for allocation and warm-up; leave it out of the median when there
-  // are others.
-  if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
-  const double median_s = median(step_seconds);
-  double train_loss = 0.0;
-  for (double loss : recent_losses) train_loss += loss;
-  if (!recent_losses.empty()) train_loss /= static_cast<double>(recent_losses.size());
+  const double median_s = stats.median_step_seconds();
+  const std::optional<double> train_loss = stats.recent_loss();
   nlohmann::json summary{
       {"name", config.name},
       {"run_dir", run_dir},
       {"steps", position.step},
       {"skipped_steps", position.skipped_steps},
       {"final_scale", scaler.scale_value()},
-      {"train_loss", recent_losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(train_loss)},
+      {"train_loss", train_loss ? nlohmann::json(*train_loss) : nlohmann::json(nullptr)},
       {"val_loss", last_eval.loss},
       {"median_step_ms", median_s * 1000.0},
       {"train_seconds", position.train_seconds},
@@ -355,32 +302,6 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   write_text_file_atomically((fs::path(run_dir) / "summary.json").string(),
                              summary.dump(2) + "\n");
   return summary;
-}
-
-nlohmann::json run_evaluation(const EvalOptions& options) {
-  Session s = open_session(options.config_path, options.overrides);
-  const LoadedCheckpoint checkpoint = load_checkpoint(options.checkpoint);
-  try {
-    s.model->load_state_dict(checkpoint.model, true);
-  } catch (const Error& e) {
-    MIXPREC_FAIL(checkpoint.path, "/model.safetensors does not fit this model: ", e.what());
-  }
-  const EvalResult eval =
-      evaluate(*s.model, *s.data, s.device, s.precision.working_dtype());
-  nlohmann::json result{
-      {"checkpoint", checkpoint.path},
-      {"step", checkpoint.state.is_object() && checkpoint.state.contains("step") &&
-                       checkpoint.state["step"].is_number_integer()
-                   ? checkpoint.state["step"].get<int64_t>()
-                   : int64_t{-1}},
-      {"split", s.data->is_classification() ? "test" : "validation"},
-      {"loss", eval.loss},
-      {"targets", eval.targets},
-      {"precision", s.config.precision},
-      {"device", s.device.str()},
-  };
-  if (s.data->is_classification()) result["accuracy"] = eval.accuracy;
-  return result;
 }
 
 }  // namespace mixprec
