@@ -12,10 +12,13 @@ double median_of(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-void RunStats::record(double seconds, double loss) {
+void RunStats::record_time(double seconds) {
   step_seconds_.push_back(seconds);
   recent_seconds_.push_back(seconds);
   if (recent_seconds_.size() > kRecent) recent_seconds_.pop_front();
+}
+
+void RunStats::record_loss(double loss) {
   if (!std::isfinite(loss)) return;
   window_loss_ += loss;
   ++window_steps_;

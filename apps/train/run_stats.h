@@ -13,7 +13,14 @@ class RunStats {
  public:
   // One finished step: its wall time and its loss (non-finite losses are timed but left out
   // of every loss average).
-  void record(double seconds, double loss);
+  void record(double seconds, double loss) {
+    record_time(seconds);
+    record_loss(loss);
+  }
+  // The two halves of record(), for a loop that reads its losses from the device only now
+  // and then: times every step, losses in step order when they are read.
+  void record_time(double seconds);
+  void record_loss(double loss);
 
   // Median wall time of the last 50 steps (what the bar and log lines show), 0 before any.
   double recent_step_seconds() const;

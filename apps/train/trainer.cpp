@@ -23,7 +23,12 @@
 #include "apps/train/training_setup.h"
 #include "core/autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/ops/ops.h"
 #include "optim/clip_grad_norm.h"
+
+#if MIXPREC_WITH_CUDA
+#include "cuda/register.h"
+#endif
 
 namespace mixprec {
 
@@ -35,6 +40,16 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// How often the host has waited for `device` so far (0 on the CPU, which has nothing to wait
+// for).
+uint64_t device_host_syncs(Device device) {
+#if MIXPREC_WITH_CUDA
+  if (device.is_cuda()) return cuda_host_syncs();
+#endif
+  (void)device;
+  return 0;
 }
 
 // The parameter debug.inject_nonfinite names; bad input when there is none.
@@ -179,6 +194,12 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   AnomalyModeGuard anomaly(config.debug.detect_anomaly);
   Prefetcher batches(*s.data, position.next_batch);
   RunStats stats;
+  std::vector<Tensor> pending_losses;  // losses of the steps since they were last read
+  double step_loss = std::numeric_limits<double>::quiet_NaN();  // the last loss read
+  const uint64_t syncs_at_start = device_host_syncs(s.device);
+  uint64_t syncs_at_last_log = syncs_at_start;
+  int64_t step_at_last_log = position.step;
+  const int64_t first_step = position.step;
   int64_t last_saved = resuming ? position.step : -1;
   EvalResult last_eval;
   bool evaluated = false;
@@ -190,7 +211,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     const int64_t step = position.step + 1;
     optimizer->zero_grad();
     if (accumulation > 1) scaler.begin_accumulation(samples_per_step);
-    double step_loss = 0.0;
+    Tensor step_loss_on_device;  // F32 scalar: the microbatch losses weighted by their sizes
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       const Batch batch = batches.next();
       ++position.next_batch;
@@ -198,8 +219,13 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       const int64_t samples = batch.inputs.size(0);
       Tensor scaled = accumulation > 1 ? scaler.scale(out.loss, samples) : scaler.scale(out.loss);
       scaled.backward();
-      step_loss += out.loss.item() * static_cast<double>(samples) / samples_per_step;
+      NoGradGuard no_grad;
+      const Tensor weighted = ops::mul_scalar(
+          out.loss.detach(), static_cast<double>(samples) / static_cast<double>(samples_per_step));
+      step_loss_on_device =
+          step_loss_on_device.defined() ? ops::add(step_loss_on_device, weighted) : weighted;
     }
+    pending_losses.push_back(step_loss_on_device);
     if (step == config.debug.inject_step) inject_nonfinite(inject_target, config.debug);
     if (config.train.clip_grad_norm > 0.0) {
       scaler.unscale(*optimizer);
@@ -212,13 +238,22 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     if (result.skipped()) ++position.skipped_steps;
     const double seconds = seconds_since(start);
     position.train_seconds += seconds;
-    stats.record(seconds, step_loss);
+    stats.record_time(seconds);
 
     const double step_time = stats.recent_step_seconds();
     const double throughput =
         step_time > 0 ? static_cast<double>(samples_per_step * tokens_per_sample) / step_time : 0;
     const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
                           result.skipped() || step == 1;
+    // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
+    // steps; on the CPU reading is free and the bar shows every step's loss.
+    if (log_step || (progress.bar() && s.device.is_cpu())) {
+      for (const Tensor& loss : pending_losses) {
+        step_loss = loss.item();
+        stats.record_loss(step_loss);
+      }
+      pending_losses.clear();
+    }
     if (log_step) {
       nlohmann::json record = telemetry.to_json();
       record["event"] = "step";
@@ -231,6 +266,13 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       record["step_ms"] = seconds * 1000.0;
       record["epoch"] = (position.next_batch - 1) / s.data->batches_per_epoch();
       record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
+      if (!s.device.is_cpu()) {
+        const uint64_t syncs = device_host_syncs(s.device);
+        record["host_syncs_per_step"] = static_cast<double>(syncs - syncs_at_last_log) /
+                                        static_cast<double>(step - step_at_last_log);
+        syncs_at_last_log = syncs;
+        step_at_last_log = step;
+      }
       metrics.write(record);
       if (result.skipped()) progress.message("step " + std::to_string(step) + " skipped: " +
                                              result.reason);
@@ -292,6 +334,12 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       {"batch_size", batch_size},
       {"accumulation_steps", accumulation},
   };
+  if (!s.device.is_cpu() && position.step > first_step) {
+    // Evaluations and checkpoints wait for the device too; they are counted in.
+    summary["host_syncs_per_step"] =
+        static_cast<double>(device_host_syncs(s.device) - syncs_at_start) /
+        static_cast<double>(position.step - first_step);
+  }
   const double per_s = median_s > 0 ? static_cast<double>(samples_per_step) / median_s : 0.0;
   if (classification) {
     summary["val_accuracy"] = last_eval.accuracy;
