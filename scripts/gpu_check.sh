@@ -15,10 +15,18 @@
 # machine (cuDNN and cuBLAS from PyTorch's nvidia-* wheels, the toolkit's lib64) on
 # LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
 # the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
-# kernel benchmarks, then a PyTorch autocast + GradScaler step for comparison, and prints a
-# summary table last. Every step runs under `timeout`; the whole run stays under 8 minutes.
-# Logs (at most 7 files) go to OUTDIR: env.log, tests.log, bench.log, bench.json,
-# torch_amp_step.log, summary.txt, and build.log when it had to build.
+# kernel benchmarks, a short training stage (`mixprec train` of the GPU GPT config and of the
+# CNN config, FP32 and FP16 each), then a PyTorch autocast + GradScaler step for comparison, and
+# prints a summary table last. Every step runs under `timeout`; the whole run stays under 8
+# minutes. Logs (at most 8 files, all that comes back from the machine) go to OUTDIR: env.log,
+# tests.log, bench.log, bench.json, train.json (each training run's summary.json and the end of
+# its output), torch_amp_step.log, summary.txt, and build.log when it had to build.
+#
+# Data: --prepare copies tiny shakespeare and MNIST's test set into build-gpu/data, and the
+# run points MIXPREC_DATA_DIR there unless it is set. The training stage and the end-to-end
+# CUDA tests look for them in $MIXPREC_DATA_DIR, then the repository's shared/data, then the
+# shared/data beside the repository, and for Fashion-MNIST in
+# /usr/share/datasets/fashion-mnist (MNIST's test set stands in for it when it is absent). A run whose data is missing is reported as such.
 #
 # Exit status: 0 when the tests passed and the benchmarks ran; 1 when a test failed or a step
 # failed or timed out; 2 for bad usage or a failed --prepare; 3 when the binaries cannot run
@@ -26,7 +34,8 @@
 #
 # Environment: MIXPREC_JOBS (parallel jobs of --prepare, default 2),
 # MIXPREC_GPU_TEST_FILTER (Catch2 test spec, default: every test of mixprec_cuda_tests),
-# MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch step).
+# MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch step), MIXPREC_GPU_SKIP_TRAIN=1 (skip the
+# training stage), MIXPREC_DATA_DIR (see Data).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,9 +57,16 @@ run_budget=450
 startup_timeout=20
 test_timeout=200
 bench_timeout=120
+train_timeout=90
 torch_timeout=90
 fallback_configure_timeout=90
 fallback_build_timeout=300
+
+# Each training run keeps this many seconds of the training stage's limit for every run still
+# to come after it, so that a slow first run cannot starve the others of their chance to start.
+train_run_reserve=10
+
+fashion_mnist_dir=/usr/share/datasets/fashion-mnist
 
 # The time limit of the next step: its own, or what is left of the run's budget if less;
 # 0 when too little is left to start it.
@@ -115,6 +131,16 @@ prepare() {
   while IFS= read -r lib; do
     cp -L "${lib}" "${payload}/lib/"
   done < <(bundled_library_paths "${payload}"/bin/*)
+
+  # The small data sets travel inside build-gpu/ (2.8 MiB): a shared/ folder beside the
+  # checkout is not copied to the GPU machine.
+  local data
+  for data in tinyshakespeare mnist; do
+    if [[ -d "${root}/../shared/data/${data}" ]]; then
+      mkdir -p "${payload}/data"
+      cp -r "${root}/../shared/data/${data}" "${payload}/data/"
+    fi
+  done
 
   {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) from $(git -C "${root}" rev-parse --short HEAD 2>/dev/null || echo 'an unknown commit')$(git -C "${root}" diff --quiet HEAD 2>/dev/null || echo ' with local changes')"
@@ -304,8 +330,173 @@ EOF
   else
     printf '%-34s %s\n' "CUDA kernel benchmarks" "${bench_note}"
   fi
+  if [[ -s "${out}/train.json" ]] && command -v python3 >/dev/null 2>&1; then
+    python3 - "${out}/train.json" <<'EOF'
+import json, math, sys
+with open(sys.argv[1]) as f:
+    runs = json.load(f)["runs"]
+def number(value):
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+# FP16's speed-up is the FP32 run's median step time over its own, per config.
+fp32_ms = {}
+for run in runs:
+    ms = number(run.get("summary", {}).get("median_step_ms"))
+    if run["precision"] == "fp32" and run["status"] == "ok" and ms:
+        fp32_ms[run["config"]] = ms
+print(f"{'training (mixprec train)':<34} median step, throughput, final val loss, FP16 speed-up")
+for run in runs:
+    label = f"train {run['config']} {run['precision']}"
+    summary = run.get("summary")
+    if run["status"] != "ok" or summary is None:
+        print(f"{label:<34} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
+        continue
+    ms = number(summary.get("median_step_ms")) or 0.0
+    if "tokens_per_s" in summary:
+        throughput = f"{number(summary['tokens_per_s']) or 0.0:9.0f} tokens/s "
+    else:
+        throughput = f"{number(summary.get('samples_per_s')) or 0.0:9.0f} samples/s"
+    val_loss = number(summary.get("val_loss"))
+    line = f"{label:<34} {ms:8.2f} ms/step {throughput}  val_loss " + \
+        (f"{val_loss:.3f}" if val_loss is not None else "n/a")
+    if summary.get("skipped_steps"):
+        line += f"  {summary['skipped_steps']} skipped"
+    if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
+        line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
+    print(line)
+EOF
+  else
+    printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
+  fi
   printf '%-34s %s\n' "PyTorch step (torch_amp_step.py)" "${torch_note}"
 }
+
+# The first data folder that holds `relative` (e.g. tinyshakespeare/input.txt), as the file's
+# absolute path; fails when none does. See Data at the top.
+find_data() {
+  local relative="$1" dir
+  for dir in "${MIXPREC_DATA_DIR:-}" "${payload}/data" "${root}/shared/data" \
+    "${root}/../shared/data"; do
+    if [[ -n "${dir}" && -f "${dir}/${relative}" ]]; then
+      readlink -f "${dir}/${relative}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# One line of ${train_dir}/runs.tsv: config label, precision, status ("ok", "exit N", "timed
+# out after N s", "not run: ..."), run folder, console log.
+train_record() {
+  printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"${train_dir}/runs.tsv"
+}
+
+# One run of the training stage: a config label, the precision, a folder name, the number of
+# runs still to come after this one, then the `mixprec train` arguments. Its time limit is
+# what is left of the stage's, less train_run_reserve for each run still to come.
+train_one() {
+  local label="$1" precision="$2" key="$3" runs_after="$4"
+  shift 4
+  local run_dir="${train_dir}/${key}-${precision}" run_log="${train_dir}/${key}-${precision}.log"
+  local limit=$(( train_deadline - SECONDS - train_run_reserve * runs_after ))
+  if (( limit < 5 )); then
+    train_record "${label}" "${precision}" "not run: out of time" "" ""
+    train_failed=1
+    return
+  fi
+  log "mixprec train ${label} ${precision} (limit ${limit} s)"
+  timeout "${limit}" "${bin_dir}/mixprec" train "$@" --set "precision=${precision}" \
+    --out "${run_dir}" >"${run_log}" 2>&1
+  local rc=$? status=ok
+  if (( rc == 124 )); then
+    status="timed out after ${limit} s"
+  elif (( rc != 0 )); then
+    status="exit ${rc}"
+  fi
+  [[ "${status}" == ok ]] || train_failed=1
+  tail -n 2 "${run_log}"
+  train_record "${label}" "${precision}" "${status}" "${run_dir}" "${run_log}"
+}
+
+# The training stage, within $1 seconds: `mixprec train` of configs/gpt_shakespeare_gpu.yaml
+# (100 steps, 4 evaluation batches) and of configs/cnn_fashion.yaml (200 steps of 512), each
+# in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end. The runs'
+# summary.json and the end of their output are gathered into train.json. Sets train_failed
+# when a run failed or ran out of time.
+training_stage() {
+  local limit="$1"
+  train_dir="$(mktemp -d /tmp/mixprec-train.XXXXXX)"
+  train_deadline=$(( SECONDS + limit ))
+  train_failed=0
+  : >"${train_dir}/runs.tsv"
+  local common=(--set device=cuda --set train.eval_every=0 --set checkpoint.every=0)
+
+  local text gpt_args=()
+  if text="$(find_data tinyshakespeare/input.txt)"; then
+    gpt_args=("${root}/configs/gpt_shakespeare_gpu.yaml" "${common[@]}" --set "data.path=${text}"
+      --set train.steps=100 --set data.eval_batches=4)
+  fi
+  local images labels cnn_label=cnn_fashion cnn_args=()
+  local cnn_common=("${root}/configs/cnn_fashion.yaml" "${common[@]}" --set train.steps=200
+    --set train.batch_size=512)
+  if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" ]]; then
+    cnn_args=("${cnn_common[@]}")
+  elif images="$(find_data mnist/t10k-images-idx3-ubyte.gz)" &&
+    labels="$(find_data mnist/t10k-labels-idx1-ubyte.gz)"; then
+    # No Fashion-MNIST here: MNIST's test set, as both splits, measures the same model.
+    cnn_label="cnn_fashion on MNIST"
+    cnn_args=("${cnn_common[@]}" --set "data.train_images=${images}"
+      --set "data.train_labels=${labels}" --set "data.test_images=${images}"
+      --set "data.test_labels=${labels}" --set data.normalize.mean=0.1307
+      --set data.normalize.std=0.3081)
+  fi
+
+  local planned=0 precision
+  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 2 ))
+  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 2 ))
+  for precision in fp32 fp16; do
+    if (( ${#gpt_args[@]} > 0 )); then
+      planned=$(( planned - 1 ))
+      train_one gpt_shakespeare_gpu "${precision}" gpt "${planned}" "${gpt_args[@]}"
+    else
+      train_record gpt_shakespeare_gpu "${precision}" \
+        "not run: no tinyshakespeare/input.txt (set MIXPREC_DATA_DIR)" "" ""
+    fi
+  done
+  for precision in fp32 fp16; do
+    if (( ${#cnn_args[@]} > 0 )); then
+      planned=$(( planned - 1 ))
+      train_one "${cnn_label}" "${precision}" cnn "${planned}" "${cnn_args[@]}"
+    else
+      train_record "${cnn_label}" "${precision}" \
+        "not run: no Fashion-MNIST (${fashion_mnist_dir}) nor MNIST (set MIXPREC_DATA_DIR)" "" ""
+    fi
+  done
+
+  if ! command -v python3 >/dev/null 2>&1; then
+    train_note="ran, but without python3 no table: see ${train_dir}"
+    return
+  fi
+  python3 - "${train_dir}/runs.tsv" "${out}/train.json" <<'EOF'
+import json, os, sys
+runs = []
+with open(sys.argv[1]) as f:
+    for line in f:
+        config, precision, status, run_dir, run_log = line.rstrip("\n").split("\t")
+        run = {"config": config, "precision": precision, "status": status}
+        summary = os.path.join(run_dir, "summary.json") if run_dir else ""
+        if summary and os.path.isfile(summary):
+            with open(summary) as s:
+                run["summary"] = json.load(s)
+        if run_log and os.path.isfile(run_log):
+            with open(run_log, errors="replace") as s:
+                run["output_tail"] = s.read().splitlines()[-20:]
+        runs.append(run)
+with open(sys.argv[2], "w") as f:
+    json.dump({"runs": runs}, f, indent=2)
+EOF
+  train_note="see train.json"
+}
+
 
 run_on_gpu() {
   out="$1"
@@ -319,6 +510,7 @@ run_on_gpu() {
   tests_note="not run"
   bench_note="not run"
   torch_note="not run"
+  train_note="not run"
   test_filter="${MIXPREC_GPU_TEST_FILTER:-}"
   local status=0
 
@@ -346,6 +538,23 @@ run_on_gpu() {
   dirs="$(cuda_library_dirs | awk '!seen[$0]++' | paste -sd: -)"
   export LD_LIBRARY_PATH="${dirs}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH}" | tee -a "${env_log}"
+
+  # The end-to-end CUDA tests were compiled in another checkout: this tells them where the
+  # configs are (and, below them or beside them, shared/data).
+  export MIXPREC_SOURCE_DIR="${root}"
+  if [[ -z "${MIXPREC_DATA_DIR:-}" && -d "${payload}/data" ]]; then
+    export MIXPREC_DATA_DIR="${payload}/data"
+  fi
+  {
+    echo "MIXPREC_SOURCE_DIR=${MIXPREC_SOURCE_DIR}"
+    echo "tiny shakespeare: $(find_data tinyshakespeare/input.txt || echo 'not found')"
+    echo "MNIST test set: $(find_data mnist/t10k-images-idx3-ubyte.gz || echo 'not found')"
+    if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" ]]; then
+      echo "Fashion-MNIST: ${fashion_mnist_dir}"
+    else
+      echo "Fashion-MNIST: not found (MNIST's test set stands in)"
+    fi
+  } | tee -a "${env_log}"
 
   log "ldd"
   print_ldd | tee -a "${env_log}"
@@ -429,6 +638,18 @@ run_on_gpu() {
       status=1
     fi
     grep -E '^BM_Cuda' "${out}/bench.log" || true
+  fi
+
+  limit="$(step_limit "${train_timeout}")"
+  if [[ "${MIXPREC_GPU_SKIP_TRAIN:-0}" == 1 ]]; then
+    train_note="skipped (MIXPREC_GPU_SKIP_TRAIN=1)"
+  elif (( limit == 0 )); then
+    train_note="not run: out of time"
+    status=1
+  else
+    log "training stage (limit ${limit} s)"
+    training_stage "${limit}"
+    (( train_failed == 0 )) || status=1
   fi
 
   limit="$(step_limit "${torch_timeout}")"

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/scratch_dir.h"
+
 #include "apps/cli.h"
 
 namespace train_test {
@@ -29,29 +31,8 @@ inline fs::path shakespeare_path() {
   return repo_root().parent_path() / "shared" / "data" / "tinyshakespeare" / "input.txt";
 }
 
-// A fresh empty folder under the system temp dir, removed when the object dies.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag) {
-    path_ = fs::temp_directory_path() /
-            ("mixprec-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static int& counter() {
-    static int value = 0;
-    return value;
-  }
-  fs::path path_;
-};
+using mixprec_test::ScratchDir;
+using mixprec_test::read_jsonl;
 
 struct CliResult {
   int code = -1;
@@ -84,13 +65,5 @@ inline void write_text(const std::string& path, const std::string& text) {
 
 inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_text(path)); }
 
-inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> records;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
-  }
-  return records;
-}
 
 }  // namespace train_test
