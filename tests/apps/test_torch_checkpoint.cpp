@@ -127,16 +127,17 @@ nlohmann::json describe_model(const mixprec::TrainConfig& config, int64_t data_c
 }
 
 // Rebuilds the model of `config` with the weights of `checkpoint`, and writes to `path` what
-// it computes on train batch 0 (see the top of this file).
+// it computes on train batch 0 (see the top of this file), in training mode or, with
+// `eval_mode`, in evaluation mode (batch norm on the checkpoint's running statistics).
 void write_reference(const mixprec::TrainConfig& config, const std::string& checkpoint,
-                     const std::string& path) {
+                     const std::string& path, bool eval_mode = false) {
   using mixprec::Tensor;
   const auto source = mixprec::make_batch_source(config);
   mixprec::Generator init(config.train.seed + 12345);  // weights come from the checkpoint
   auto dropout_gen = std::make_shared<mixprec::Generator>(config.train.seed);
   auto model = mixprec::make_model(config, source->num_classes(), init, dropout_gen, mixprec::kCPU);
   model->load_state_dict(mixprec::load_checkpoint(checkpoint).model, true);
-  model->train();
+  model->train(!eval_mode);
 
   const mixprec::Batch batch = source->train_batch(0);
   const mixprec::BatchLoss out = mixprec::batch_loss(*model, batch, mixprec::kCPU,
@@ -158,7 +159,7 @@ void write_reference(const mixprec::TrainConfig& config, const std::string& chec
 
   mixprec::write_safetensors(path, tensors,
                              {{"model", describe_model(config, source->num_classes()).dump()},
-                              {"mode", "train"},
+                              {"mode", eval_mode ? "eval" : "train"},
                               {"lr", "0.1"}});
 }
 
@@ -211,12 +212,21 @@ TEST_CASE("torch check: a cnn_fashion checkpoint computes the same in torch", "[
   }
   ScratchDir dir("torch-cnn");
   // Constant lr so that three Adam steps move every weight off its initial value.
-  train_and_check(dir, "cnn_fashion.yaml",
-                  {"precision=fp32", "schedule.type=constant", "train.steps=3",
-                   "train.batch_size=16", "train.log_every=1", "train.eval_every=0",
-                   "data.limit_train=256", "data.limit_test=64", "checkpoint.every=0",
-                   "device=cpu"},
-                  3);
+  const std::vector<std::string> overrides{
+      "precision=fp32", "schedule.type=constant", "train.steps=3",
+      "train.batch_size=16", "train.log_every=1", "train.eval_every=0",
+      "data.limit_train=256", "data.limit_test=64", "checkpoint.every=0",
+      "device=cpu"};
+  const auto [checkpoint, reference] = train_and_check(dir, "cnn_fashion.yaml", overrides, 3);
+
+  // Evaluation mode: batch norm normalises with the checkpoint's running statistics, which
+  // three training steps moved (momentum 0.1, unbiased variance, as torch updates them).
+  const std::string eval_reference = dir / "eval_reference.safetensors";
+  write_reference(mixprec::load_train_config(config_path("cnn_fashion.yaml"), overrides),
+                  checkpoint, eval_reference, true);
+  const ScriptResult eval_check = run_check_script(checkpoint, eval_reference, dir / "eval.log");
+  INFO(eval_check.output);
+  CHECK(eval_check.code == 0);
 }
 
 TEST_CASE("torch check: gpt checkpoints compute the same in torch; tampering is caught",
