@@ -10,7 +10,7 @@ namespace mixprec {
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, bool bias, double dropout,
                                          std::shared_ptr<Generator> dropout_gen, Generator& init,
                                          Device device)
-    : n_embd_(n_embd), n_head_(n_head) {
+    : n_embd_(n_embd), n_head_(n_head), attn_dropout_(dropout), attn_dropout_gen_(dropout_gen) {
   MIXPREC_CHECK(n_embd >= 1 && n_head >= 1, "CausalSelfAttention: n_embd (", n_embd,
                 ") and n_head (", n_head, ") must be >= 1");
   MIXPREC_CHECK(n_embd % n_head == 0, "CausalSelfAttention: n_embd (", n_embd,
@@ -34,13 +34,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto heads = [&](const Tensor& part) {
     return ops::permute(ops::reshape(part, {b, t, h, d}), {0, 2, 1, 3});  // [B, H, T, D]
   };
-  Tensor y = ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  Tensor y = attn_dropout_ > 0.0 && is_training()
+                 ? ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                         attn_dropout_, true, *attn_dropout_gen_)
+                 : ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
   y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});  // heads side by side again
   return resid_dropout_->forward(c_proj_->forward(y));
 }
 
 std::string CausalSelfAttention::describe() const {
-  return detail::concat("CausalSelfAttention(n_embd=", n_embd_, ", n_head=", n_head_, ")");
+  return detail::concat("CausalSelfAttention(n_embd=", n_embd_, ", n_head=", n_head_,
+                        ", dropout=", attn_dropout_, ")");
 }
 
 }  // namespace mixprec

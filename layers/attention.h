@@ -2,12 +2,11 @@
 //
 //   qkv = c_attn(x)                  [B, T, 3C], split into q, k, v [B, T, C]
 //   q, k, v -> [B, T, H, D] -> [B, H, T, D]          (D = C / H)
-//   y = softmax(q k^T / sqrt(D) + causal mask) v     (ops::causal_attention)
+//   y = attn_dropout(softmax(q k^T / sqrt(D) + causal mask)) v     (ops::causal_attention)
 //   y -> [B, T, H, D] -> [B, T, C] -> c_proj -> resid_dropout
 //
-// nanoGPT also drops out entries of the attention matrix (attn_dropout); the attention op
-// here has no dropout, so only the residual dropout is applied. With dropout 0 (the usual
-// setting for the small models trained here) the two are identical.
+// Both dropouts use the module's `dropout` probability in training mode, as nanoGPT's
+// attn_dropout and resid_dropout do; the attention mask is drawn inside the fused op.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +25,8 @@ class CausalSelfAttention : public Module {
  public:
   // Children `c_attn` Linear(C, 3C, bias), `c_proj` Linear(C, C, bias) with torch's default
   // initialisation (GPT re-initialises them), and `resid_dropout` Dropout(dropout,
-  // dropout_gen). Throws for n_embd or n_head < 1 and n_embd not divisible by n_head.
+  // dropout_gen); the attention dropout draws from dropout_gen too (which may be null only
+  // when dropout is 0). Throws for n_embd or n_head < 1 and n_embd not divisible by n_head.
   CausalSelfAttention(int64_t n_embd, int64_t n_head, bool bias, double dropout,
                       std::shared_ptr<Generator> dropout_gen, Generator& init,
                       Device device = kCPU);
@@ -41,6 +41,8 @@ class CausalSelfAttention : public Module {
 
  private:
   int64_t n_embd_, n_head_;
+  double attn_dropout_;
+  std::shared_ptr<Generator> attn_dropout_gen_;
   std::shared_ptr<Linear> c_attn_, c_proj_;
   std::shared_ptr<Dropout> resid_dropout_;
 };

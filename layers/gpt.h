@@ -14,8 +14,8 @@
 // every Linear bias 0, LayerNorm weight 1 and bias 0, and then every parameter whose name
 // ends in "c_proj.weight" (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)).
 //
-// Differences from nanoGPT: no dropout on the attention matrix (see layers/attention.h), and
-// GELU is the tanh form (see layers/activations.h). forward returns the logits of every
+// Difference from nanoGPT: GELU is the tanh form (see layers/activations.h). Dropout is
+// nanoGPT's: embeddings, the attention matrix, and both residual branches. forward returns the logits of every
 // position; the loss is the caller's (ops::cross_entropy over [B*T, V]).
 #pragma once
 

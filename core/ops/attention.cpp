@@ -7,10 +7,14 @@
 //   dV = P^T dO,  dP = dO V^T,  dS = softmax_backward(P, dP) / sqrt(D),  dQ = dS K,  dK = dS^T Q
 // with dP written in F32 and dS rounded once to q's dtype as a GEMM operand (masked entries
 // have P = 0, so dS is 0 there and no gradient reaches future positions).
+// With attention dropout (nanoGPT's attn_dropout) the F32 probabilities are dropped out,
+// P~ = dropout(P), before the rounding; P~ is not stored: the backward replays the mask from
+// its Philox key, dV = P~^T dO and dP = dropout(dO V^T) with the same key.
 #include <cmath>
 #include <limits>
 
 #include "core/autograd/record.h"
+#include "core/generator.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/gemm_desc.h"
@@ -21,7 +25,9 @@ namespace mixprec::ops {
 namespace {
 
 struct CausalAttentionBackward final : Node {
-  Tensor q, k, v, probs;  // probs: F32 [B, H, T, T]
+  Tensor q, k, v, probs;  // probs: F32 [B, H, T, T], before dropout
+  float dropout_p = 0.0f;  // 0: no dropout
+  PhiloxKey dropout_key{};
   std::string name() const override { return "causal_attention"; }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
@@ -36,7 +42,12 @@ struct CausalAttentionBackward final : Node {
 
     Tensor dv;
     if (need_v) {
-      const Tensor p = cast_untracked(probs, dtype);
+      Tensor kept = probs;
+      if (dropout_p > 0.0f) {
+        kept = Tensor::empty(probs.shape(), DType::F32, q.device());
+        be.dropout(probs, dropout_p, dropout_key, kept);
+      }
+      const Tensor p = cast_untracked(kept, dtype);
       dv = Tensor::empty(v.shape(), dtype, v.device());
       be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
     }
@@ -44,6 +55,11 @@ struct CausalAttentionBackward final : Node {
     if (need_q || need_k) {
       Tensor dp32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp32);
+      if (dropout_p > 0.0f) {
+        Tensor dropped = Tensor::empty(probs.shape(), DType::F32, q.device());
+        be.dropout(dp32, dropout_p, dropout_key, dropped);
+        dp32 = dropped;
+      }
       Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.softmax_backward(probs, dp32, ds32, false);
       const Tensor ds = cast_untracked(ds32, dtype);
@@ -69,7 +85,10 @@ struct CausalAttentionBackward final : Node {
 
 }  // namespace
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+namespace {
+
+Tensor causal_attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
+                             Generator* gen) {
   const char* op = "causal_attention";
   check_floating(op, q);
   check_floating(op, k);
@@ -79,6 +98,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   MIXPREC_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), op, ": q, k and v must have "
                 "one shape [B, H, T, D], got q ", describe(q), ", k ", describe(k), ", v ",
                 describe(v));
+  MIXPREC_CHECK(dropout_p >= 0.0 && static_cast<float>(dropout_p) < 1.0f, op,
+                ": dropout must be in [0, 1), got ", dropout_p);
 
   Backend& be = backend_for(q.device());
   const DType dtype = q.dtype();
@@ -93,7 +114,15 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   be.causal_mask(scores, -std::numeric_limits<float>::infinity(), scores);
   Tensor probs = Tensor::empty(scores.shape(), DType::F32, q.device());
   be.softmax(scores, probs, false);
-  const Tensor p = cast_untracked(probs, dtype);
+  Tensor kept = probs;
+  PhiloxKey key{};
+  const bool drop = dropout_p > 0.0 && gen != nullptr;
+  if (drop) {
+    key = gen->next(static_cast<uint64_t>(probs.numel()));
+    kept = Tensor::empty(probs.shape(), DType::F32, q.device());
+    be.dropout(probs, static_cast<float>(dropout_p), key, kept);
+  }
+  const Tensor p = cast_untracked(kept, dtype);
   Tensor out = Tensor::empty(q.shape(), dtype, q.device());
   be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
 
@@ -102,10 +131,25 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
     node->k = save_for_backward(*node, k);
     node->v = save_for_backward(*node, v);
     node->probs = probs;
+    if (drop) {
+      node->dropout_p = static_cast<float>(dropout_p);
+      node->dropout_key = key;
+    }
     attach_output(node, out);
   }
   check_forward(op, out);
   return out;
+}
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return causal_attention_impl(q, k, v, 0.0, nullptr);
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
+                        bool training, Generator& gen) {
+  return causal_attention_impl(q, k, v, training ? dropout_p : 0.0, &gen);
 }
 
 }  // namespace mixprec::ops

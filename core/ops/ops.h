@@ -85,6 +85,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 // q, k, v [B, H, T, D] -> [B, H, T, D]: softmax(q k^T / sqrt(D) + causal mask) v, with the
 // mask and the softmax applied in FP32.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+// The same with attention dropout when training and dropout_p > 0 (nanoGPT's attn_dropout):
+// each F32 probability is zeroed with probability dropout_p and the survivors scaled by
+// 1 / (1 - dropout_p) before the product with v; the mask takes B*H*T*T counters of `gen`
+// (the same mask ops::dropout would draw on the probabilities) and the backward replays it.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
+                        bool training, Generator& gen);
 
 }  // namespace mixprec::ops
 

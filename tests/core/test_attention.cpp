@@ -96,6 +96,59 @@ TEST_CASE("causal_attention gradients match finite differences", "[nn][attention
             [&](const std::vector<Tensor>& in) { return ops::causal_attention(q, k, in[0]); }, {v});
 }
 
+// The same computation spelled out with separate ops: scores, mask, softmax, ops::dropout on
+// the F32 probabilities (drawing the same counters from a generator in the same state), P v.
+Tensor composed_attention_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, double p,
+                                       Generator& gen) {
+  const int64_t t = q.size(2), d = q.size(3);
+  std::vector<float> mask(static_cast<size_t>(t * t), 0.0f);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = i + 1; j < t; ++j) mask[i * t + j] = -INFINITY;
+  const Tensor scores = ops::add(ops::mul_scalar(ops::matmul(q, k, false, true), 1.0 / std::sqrt(double(d))),
+                                 Tensor::from_vector(mask, {t, t}));
+  return ops::matmul(ops::dropout(ops::softmax(scores), p, true, gen), v);
+}
+
+TEST_CASE("causal_attention with dropout equals dropout on the probabilities, forward and backward",
+          "[nn][attention]") {
+  const Shape shape{2, 3, 6, 4};
+  for (double p : {0.25, 0.5}) {
+    INFO("p = " << p);
+    Tensor q = random_tensor(shape, 31).set_requires_grad(true);
+    Tensor k = random_tensor(shape, 32).set_requires_grad(true);
+    Tensor v = random_tensor(shape, 33).set_requires_grad(true);
+    Tensor q2 = q.detach().clone().set_requires_grad(true);
+    Tensor k2 = k.detach().clone().set_requires_grad(true);
+    Tensor v2 = v.detach().clone().set_requires_grad(true);
+    Generator fused_gen(77), composed_gen(77);
+    fused_gen.next(5);  // any state, as long as both start from it
+    composed_gen.next(5);
+    const Tensor fused = ops::causal_attention(q, k, v, p, true, fused_gen);
+    const Tensor composed = composed_attention_with_dropout(q2, k2, v2, p, composed_gen);
+    CHECK(fused_gen.offset() == composed_gen.offset());  // the same counters were drawn
+    require_close(fused, composed, 1e-5, 1e-6, "forward");
+    // The mask really drops: the output differs from attention without dropout.
+    const Tensor plain = ops::causal_attention(q.detach(), k.detach(), v.detach());
+    CHECK(fused.to_float_vector() != plain.to_float_vector());
+
+    const Tensor weights = random_tensor(shape, 34);
+    ops::sum(ops::mul(fused, weights)).backward();
+    ops::sum(ops::mul(composed, weights)).backward();
+    require_close(q.grad(), q2.grad(), 1e-5, 1e-6, "dq");
+    require_close(k.grad(), k2.grad(), 1e-5, 1e-6, "dk");
+    require_close(v.grad(), v2.grad(), 1e-5, 1e-6, "dv");
+  }
+  // Not training, or p = 0: the plain op, and no counters drawn.
+  const Tensor q = random_tensor(shape, 41), k = random_tensor(shape, 42), v = random_tensor(shape, 43);
+  Generator gen(1);
+  for (const auto& [p, training] : {std::pair{0.5, false}, std::pair{0.0, true}}) {
+    const Tensor out = ops::causal_attention(q, k, v, p, training, gen);
+    CHECK(out.to_float_vector() == ops::causal_attention(q, k, v).to_float_vector());
+  }
+  CHECK(gen.offset() == 0);
+  CHECK_THROWS_WITH(ops::causal_attention(q, k, v, 1.0, true, gen), Contains("dropout must be in [0, 1)"));
+}
+
 TEST_CASE("causal_attention in F16 and BF16 matches F32", "[nn][attention]") {
   const Shape shape{2, 2, 8, 8};
   const Tensor q = random_tensor(shape, 13, -1.f, 1.f), k = random_tensor(shape, 14, -1.f, 1.f),

@@ -394,6 +394,23 @@ TEST_CASE("CausalSelfAttention has nanoGPT's names and matches a double referenc
   CHECK_THROWS_WITH(attn(random_tensor({2, 5, 6}, 1)), Contains("[B, T, 8]"));
 }
 
+TEST_CASE("CausalSelfAttention drops out attention probabilities and the residual in training",
+          "[layers][attention]") {
+  Generator init(14);
+  const int64_t b = 2, t = 5, c = 8, h = 2;
+  auto gen = std::make_shared<Generator>(3);
+  CausalSelfAttention attn(c, h, true, 0.2, gen, init);
+  const Tensor x = random_tensor({b, t, c}, 15);
+  attn.eval();
+  const Tensor deterministic = attn(x);
+  CHECK(gen->offset() == 0);  // evaluation draws nothing
+  attn.train();
+  const Tensor dropped = attn(x);
+  // nanoGPT's two masks: B*H*T*T attention probabilities, then B*T*C residual outputs.
+  CHECK(gen->offset() == static_cast<uint64_t>(b * h * t * t + b * t * c));
+  CHECK(dropped.to_float_vector() != deterministic.to_float_vector());
+}
+
 TEST_CASE("Block is pre-norm: x + attn(ln_1(x)), then + mlp(ln_2(.))", "[layers][block]") {
   Generator init(14);
   const int64_t c = 8;
