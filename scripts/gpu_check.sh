@@ -117,7 +117,7 @@ prepare() {
   cmake --build "${tree}" -j "${jobs}" --target "${binaries[@]}" ||
     { echo "prepare: build failed" >&2; exit 2; }
 
-  rm -rf "${payload}"
+  rm -rf "${payload}" || { echo "prepare: cannot remove the old ${payload}" >&2; exit 2; }
   mkdir -p "${payload}/bin" "${payload}/lib"
   local name path
   for name in "${binaries[@]}"; do
@@ -138,7 +138,9 @@ prepare() {
   for data in tinyshakespeare mnist; do
     if [[ -d "${root}/../shared/data/${data}" ]]; then
       mkdir -p "${payload}/data"
-      cp -r "${root}/../shared/data/${data}" "${payload}/data/"
+      # Without the source's read-only modes, so that the next --prepare can replace it.
+      cp -r --no-preserve=mode "${root}/../shared/data/${data}" "${payload}/data/" ||
+        { echo "prepare: copying ${data} into build-gpu/data failed" >&2; exit 2; }
     fi
   done
 
@@ -438,7 +440,8 @@ training_stage() {
   local images labels cnn_label=cnn_fashion cnn_args=()
   local cnn_common=("${root}/configs/cnn_fashion.yaml" "${common[@]}" --set train.steps=200
     --set train.batch_size=512)
-  if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" ]]; then
+  if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" &&
+    -f "${fashion_mnist_dir}/t10k-images-idx3-ubyte.gz" ]]; then
     cnn_args=("${cnn_common[@]}")
   elif images="$(find_data mnist/t10k-images-idx3-ubyte.gz)" &&
     labels="$(find_data mnist/t10k-labels-idx1-ubyte.gz)"; then

@@ -222,7 +222,7 @@ class CausalSelfAttention(nn.Module):
         att = (q.to(wide) @ k.to(wide).transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v.to(wide)).to(x.dtype)  # no dropout on att: mixprec has none there
+        y = (att @ v.to(wide)).to(x.dtype)  # compared with dropout 0: no attention dropout
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.resid_dropout(self.c_proj(y))
 

@@ -29,11 +29,20 @@ void Progress::step(const ProgressLine& line) {
     const int filled = static_cast<int>(fraction * kWidth);
     std::string bar(static_cast<size_t>(filled), '#');
     bar.resize(kWidth, '.');
+    // A loss read at an earlier step says which step it is from.
+    char loss[48];
+    if (line.loss_step == line.step) {
+      std::snprintf(loss, sizeof loss, "%.4f", line.loss);
+    } else if (line.loss_step > 0) {
+      std::snprintf(loss, sizeof loss, "%.4f@%lld", line.loss, static_cast<long long>(line.loss_step));
+    } else {
+      std::snprintf(loss, sizeof loss, "-");
+    }
     std::snprintf(text, sizeof text,
-                  "\r[%s] %lld/%lld loss %.4f scale %g %.0f %s eta %s%s\033[K", bar.c_str(),
-                  static_cast<long long>(line.step), static_cast<long long>(line.total),
-                  line.loss, line.scale, line.throughput, line.unit,
-                  format_duration(line.eta_s).c_str(), line.skipped ? " (skipped)" : "");
+                  "\r[%s] %lld/%lld loss %s scale %g %.0f %s eta %s%s\033[K", bar.c_str(),
+                  static_cast<long long>(line.step), static_cast<long long>(line.total), loss,
+                  line.scale, line.throughput, line.unit, format_duration(line.eta_s).c_str(),
+                  line.skipped ? " (skipped)" : "");
     out_ << text << std::flush;
     bar_drawn_ = true;
     return;

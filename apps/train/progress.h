@@ -12,6 +12,7 @@ struct ProgressLine {
   int64_t step = 0;
   int64_t total = 0;
   double loss = 0.0;
+  int64_t loss_step = 0;  // the step `loss` belongs to (on a GPU, the last log step)
   double scale = 1.0;
   double lr = 0.0;
   double throughput = 0.0;  // samples/s or tokens/s

@@ -196,6 +196,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   RunStats stats;
   std::vector<Tensor> pending_losses;  // losses of the steps since they were last read
   double step_loss = std::numeric_limits<double>::quiet_NaN();  // the last loss read
+  int64_t loss_step = 0;  // the step it belongs to
   const uint64_t syncs_at_start = device_host_syncs(s.device);
   uint64_t syncs_at_last_log = syncs_at_start;
   int64_t step_at_last_log = position.step;
@@ -236,6 +237,20 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     if (result.stepped()) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
     position.step = step;
     if (result.skipped()) ++position.skipped_steps;
+    const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
+                          result.skipped() || step == 1;
+    // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
+    // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
+    // before the clock stops, so device work still queued is timed in the step that waits
+    // for it rather than in none.
+    if (log_step || (progress.bar() && s.device.is_cpu())) {
+      for (const Tensor& loss : pending_losses) {
+        step_loss = loss.item();
+        stats.record_loss(step_loss);
+      }
+      pending_losses.clear();
+      loss_step = step;
+    }
     const double seconds = seconds_since(start);
     position.train_seconds += seconds;
     stats.record_time(seconds);
@@ -243,17 +258,6 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     const double step_time = stats.recent_step_seconds();
     const double throughput =
         step_time > 0 ? static_cast<double>(samples_per_step * tokens_per_sample) / step_time : 0;
-    const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
-                          result.skipped() || step == 1;
-    // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
-    // steps; on the CPU reading is free and the bar shows every step's loss.
-    if (log_step || (progress.bar() && s.device.is_cpu())) {
-      for (const Tensor& loss : pending_losses) {
-        step_loss = loss.item();
-        stats.record_loss(step_loss);
-      }
-      pending_losses.clear();
-    }
     if (log_step) {
       nlohmann::json record = telemetry.to_json();
       record["event"] = "step";
@@ -282,6 +286,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       line.step = step;
       line.total = total_steps;
       line.loss = step_loss;
+      line.loss_step = loss_step;
       line.scale = telemetry.next_scale;
       line.lr = optimizer->lr();
       line.throughput = throughput;
