@@ -4,43 +4,26 @@
 #include "core/ops/ops.h"
 
 namespace mixprec {
-namespace {
 
-void check_pool(const char* layer, int64_t kernel, int64_t stride, int64_t padding) {
-  MIXPREC_CHECK(kernel >= 1, layer, ": kernel must be >= 1, got ", kernel);
-  MIXPREC_CHECK(stride >= 1, layer, ": stride must be >= 1, got ", stride);
-  MIXPREC_CHECK(padding >= 0 && padding <= kernel / 2, layer,
-                ": padding must be in [0, kernel / 2 = ", kernel / 2, "], got ", padding);
+Pool2d::Pool2d(const char* layer, int64_t kernel, int64_t stride, int64_t padding)
+    : layer_(layer), kernel_(kernel), stride_(stride <= 0 ? kernel : stride), padding_(padding) {
+  MIXPREC_CHECK(kernel_ >= 1, layer_, ": kernel must be >= 1, got ", kernel_);
+  MIXPREC_CHECK(stride_ >= 1, layer_, ": stride must be >= 1, got ", stride_);
+  MIXPREC_CHECK(padding_ >= 0 && padding_ <= kernel_ / 2, layer_,
+                ": padding must be in [0, kernel / 2 = ", kernel_ / 2, "], got ", padding_);
 }
 
-}  // namespace
-
-MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
-    : kernel_(kernel), stride_(stride <= 0 ? kernel : stride), padding_(padding) {
-  check_pool("MaxPool2d", kernel_, stride_, padding_);
+std::string Pool2d::describe() const {
+  return detail::concat(layer_, "(kernel_size=", kernel_, ", stride=", stride_,
+                        ", padding=", padding_, ")");
 }
 
 Tensor MaxPool2d::forward(const Tensor& x) {
-  return ops::max_pool2d(x, kernel_, stride_, padding_);
-}
-
-std::string MaxPool2d::describe() const {
-  return detail::concat("MaxPool2d(kernel_size=", kernel_, ", stride=", stride_,
-                        ", padding=", padding_, ")");
-}
-
-AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding)
-    : kernel_(kernel), stride_(stride <= 0 ? kernel : stride), padding_(padding) {
-  check_pool("AvgPool2d", kernel_, stride_, padding_);
+  return ops::max_pool2d(x, kernel(), stride(), padding());
 }
 
 Tensor AvgPool2d::forward(const Tensor& x) {
-  return ops::avg_pool2d(x, kernel_, stride_, padding_);
-}
-
-std::string AvgPool2d::describe() const {
-  return detail::concat("AvgPool2d(kernel_size=", kernel_, ", stride=", stride_,
-                        ", padding=", padding_, ")");
+  return ops::avg_pool2d(x, kernel(), stride(), padding());
 }
 
 }  // namespace mixprec

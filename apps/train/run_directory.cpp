@@ -3,9 +3,9 @@
 #include <ctime>
 #include <filesystem>
 #include <sstream>
-#include <unistd.h>
 #include <vector>
 
+#include "apps/checkpoint/atomic_file.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -50,7 +50,7 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t keep_until_step)
     }
     std::string text;
     for (const std::string& line : kept) text += line + "\n";
-    write_text_file_atomically(path_, text);
+    write_file_atomic(path_, text.data(), text.size());
   }
   out_.open(path_, std::ios::app);
   MIXPREC_CHECK(out_.good(), "cannot open '", path_, "' for writing");
@@ -60,22 +60,6 @@ void MetricsLog::write(const nlohmann::json& record) {
   out_ << record.dump() << "\n";
   out_.flush();
   MIXPREC_CHECK(out_.good(), "writing '", path_, "' failed (disk full?)");
-}
-
-void write_text_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc | std::ios::binary);
-    out << text;
-    out.flush();
-    MIXPREC_CHECK(out.good(), "cannot write '", temp, "'");
-  }
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    fs::remove(temp, error);
-    MIXPREC_FAIL("cannot rename '", temp, "' to '", path, "'");
-  }
 }
 
 }  // namespace mixprec

@@ -31,7 +31,4 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// Writes `text` to `path` through a temporary file and a rename.
-void write_text_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace mixprec

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "amp/grad_scaler.h"
+#include "apps/checkpoint/atomic_file.h"
 #include "apps/checkpoint/checkpoint_dir.h"
 #include "apps/config/train_config.h"
 #include "apps/data/prefetcher.h"
@@ -169,7 +170,9 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   fs::create_directories(run_dir, fs_error);
   MIXPREC_CHECK(!fs_error && fs::is_directory(run_dir, fs_error), "cannot create the run folder '",
                 run_dir, "': ", fs_error ? fs_error.message() : "a file of that name exists");
-  write_text_file_atomically((fs::path(run_dir) / "config.yaml").string(), to_yaml(config));
+  const std::string config_text = to_yaml(config);
+  write_file_atomic((fs::path(run_dir) / "config.yaml").string(), config_text.data(),
+                    config_text.size());
   MetricsLog metrics(run_dir, resuming ? position.step : -1);
   Progress progress(log, options.progress_bar);
   progress.message("run " + run_dir + ": " + s.data->describe() + "; " +
@@ -352,8 +355,9 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   } else {
     summary["tokens_per_s"] = per_s * static_cast<double>(tokens_per_sample);
   }
-  write_text_file_atomically((fs::path(run_dir) / "summary.json").string(),
-                             summary.dump(2) + "\n");
+  const std::string summary_text = summary.dump(2) + "\n";
+  write_file_atomic((fs::path(run_dir) / "summary.json").string(), summary_text.data(),
+                    summary_text.size());
   return summary;
 }
 

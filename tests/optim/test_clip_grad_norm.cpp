@@ -11,8 +11,11 @@
 #include "core/tensor.h"
 #include "layers/parameter.h"
 #include "optim/clip_grad_norm.h"
+#include "tests/optim/optim_test_util.h"
 
 using namespace mixprec;
+
+using namespace mixprec_test;
 
 namespace {
 
@@ -22,12 +25,6 @@ Parameter with_grad(const char* name, const std::vector<float>& grad, DType work
   p.set_working_dtype(working);
   p.working().set_grad(Tensor::from_vector(grad, {n}));
   return p;
-}
-
-std::vector<uint8_t> raw_bytes(const Tensor& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  std::memcpy(out.data(), t.data(), out.size());
-  return out;
 }
 
 }  // namespace

@@ -14,24 +14,13 @@
 #include "layers/parameter.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "tests/optim/optim_test_util.h"
 
 using namespace mixprec;
 
+using namespace mixprec_test;
+
 namespace {
-
-std::vector<uint8_t> raw_bytes(const Tensor& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  std::memcpy(out.data(), t.data(), out.size());
-  return out;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // "fc.weight" [4, 3], "fc.bias" [3], "head" [5] (F16 working copies).
 std::vector<Parameter> make_params(uint32_t seed) {

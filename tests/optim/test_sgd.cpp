@@ -15,8 +15,11 @@
 #include "core/tensor.h"
 #include "layers/parameter.h"
 #include "optim/sgd.h"
+#include "tests/optim/optim_test_util.h"
 
 using namespace mixprec;
+
+using namespace mixprec_test;
 
 namespace {
 
@@ -38,35 +41,7 @@ struct Reference {
   }
 };
 
-std::vector<float> random_values(size_t n, uint32_t seed, float stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-std::vector<uint8_t> raw_bytes(const Tensor& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  std::memcpy(out.data(), t.data(), out.size());
-  return out;
-}
-
-// The working copy holds exactly the rounding of the master.
-bool working_matches_master(const Parameter& p) {
-  const Tensor w = p.working();
-  const std::vector<float> m = p.master().to_float_vector();
-  for (size_t i = 0; i < m.size(); ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, static_cast<const uint8_t*>(w.data()) + 2 * i, sizeof bits);
-    const uint16_t expected =
-        w.dtype() == DType::F16 ? float_to_half_bits(m[i]) : float_to_bf16_bits(m[i]);
-    if (bits != expected) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

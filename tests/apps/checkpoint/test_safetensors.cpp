@@ -19,6 +19,10 @@
 
 #include "apps/checkpoint/safetensors.h"
 #include "core/error.h"
+#include "tests/tensor_bytes.h"
+
+using mixprec_test::raw_bytes;
+using mixprec_test::tensor_from_bytes;
 
 namespace {
 
@@ -72,20 +76,6 @@ void write_raw(const std::string& path, const std::string& header, const std::ve
   bytes.insert(bytes.end(), header.begin(), header.end());
   bytes.insert(bytes.end(), data.begin(), data.end());
   write_bytes(path, bytes);
-}
-
-// A tensor whose bytes are exactly `bytes`.
-Tensor tensor_from_bytes(const std::vector<uint8_t>& bytes, const mixprec::Shape& shape,
-                         DType dtype) {
-  Tensor out = Tensor::empty(shape, dtype);
-  REQUIRE(out.nbytes() == bytes.size());
-  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
 }
 
 template <class T>
@@ -147,7 +137,7 @@ TEST_CASE("safetensors: round trip of every dtype is bit-exact", "[apps][checkpo
     CHECK(got.dtype() == expected.dtype());
     CHECK(got.shape() == expected.shape());
     CHECK(got.device() == mixprec::kCPU);
-    CHECK(bytes_of(got) == bytes_of(expected));
+    CHECK(raw_bytes(got) == raw_bytes(expected));
   }
   CHECK(file.tensors.at("scalar").dim() == 0);
   CHECK(file.metadata == std::map<std::string, std::string>{{"format", "pt"}, {"step", "12"}});

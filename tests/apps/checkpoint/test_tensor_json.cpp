@@ -12,25 +12,16 @@
 
 #include "apps/checkpoint/tensor_json.h"
 #include "core/error.h"
+#include "tests/tensor_bytes.h"
+
+using mixprec_test::raw_bytes;
+using mixprec_test::tensor_from_bytes;
 
 namespace {
 
 using Catch::Matchers::Contains;
 using mixprec::DType;
 using mixprec::Tensor;
-
-Tensor tensor_from_bytes(const std::vector<uint8_t>& bytes, const mixprec::Shape& shape,
-                         DType dtype) {
-  Tensor out = Tensor::empty(shape, dtype);
-  REQUIRE(out.nbytes() == bytes.size());
-  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return std::vector<uint8_t>(p, p + t.nbytes());
-}
 
 std::string from_json_error(const nlohmann::json& value) {
   try {
@@ -94,7 +85,7 @@ TEST_CASE("tensor_json: round trip of every dtype is bit-exact", "[apps][checkpo
     const Tensor back = mixprec::tensor_from_json(text, "t");
     CHECK(back.dtype() == original.dtype());
     CHECK(back.shape() == original.shape());
-    CHECK(bytes_of(back) == bytes_of(original));
+    CHECK(raw_bytes(back) == raw_bytes(original));
   }
 }
 
