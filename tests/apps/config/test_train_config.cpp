@@ -11,6 +11,7 @@
 #include "apps/config/suggest.h"
 #include "apps/config/train_config.h"
 #include "core/error.h"
+#include "tests/apps/config/config_test_dirs.h"
 
 namespace fs = std::filesystem;
 using mixprec::CnnLayerSpec;
@@ -18,47 +19,10 @@ using mixprec::DataConfig;
 using mixprec::ModelConfig;
 using mixprec::TrainConfig;
 
+using config_test::TempDir;
+using config_test::WorkingDir;
+
 namespace {
-
-// A fresh folder under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mixprec_config_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  std::string file(const std::string& relative) const {
-    return (path_ / relative).lexically_normal().string();
-  }
-  // Writes `text` to `relative` (parents created) and returns the absolute path.
-  std::string write(const std::string& relative, const std::string& text = "x") const {
-    const fs::path target = path_ / relative;
-    fs::create_directories(target.parent_path());
-    std::ofstream(target) << text;
-    return file(relative);
-  }
-
- private:
-  fs::path path_;
-};
-
-// Switches the working directory for one test.
-class WorkingDir {
- public:
-  explicit WorkingDir(const fs::path& dir) : previous_(fs::current_path()) {
-    fs::current_path(dir);
-  }
-  ~WorkingDir() { fs::current_path(previous_); }
-
- private:
-  fs::path previous_;
-};
 
 void write_idx_files(const TempDir& dir) {
   for (const char* name : {"train-images", "train-labels", "test-images", "test-labels"})

@@ -12,6 +12,7 @@
 
 #include "apps/config/train_config.h"
 #include "core/error.h"
+#include "tests/apps/config/config_test_dirs.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
@@ -19,43 +20,17 @@ using Catch::StartsWith;
 
 namespace {
 
-class ErrorTempDir {
+// A temporary folder holding every data file the test configs name.
+class ErrorTempDir : public config_test::TempDir {
  public:
   ErrorTempDir() {
-    std::string pattern = (fs::temp_directory_path() / "mixprec_config_err_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
     for (const char* name :
          {"train-images", "train-labels", "test-images", "test-labels", "input.txt"})
       write(name, "x");
   }
-  ~ErrorTempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  std::string write(const std::string& relative, const std::string& text) const {
-    const fs::path target = path_ / relative;
-    fs::create_directories(target.parent_path());
-    std::ofstream(target) << text;
-    return target.string();
-  }
-
- private:
-  fs::path path_;
 };
 
-// Switches the working directory for one scope.
-class WorkingDir {
- public:
-  explicit WorkingDir(const fs::path& dir) : previous_(fs::current_path()) {
-    fs::current_path(dir);
-  }
-  ~WorkingDir() { fs::current_path(previous_); }
-
- private:
-  fs::path previous_;
-};
+using config_test::WorkingDir;
 
 const char* kCnn = R"(model:
   type: cnn
