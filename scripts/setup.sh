@@ -3,7 +3,10 @@
 # (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/) that the main job
 # trains on, and PyTorch for the CPU (python3-torch), which the checkpoint-compatibility test
 # and the comparison scripts under scripts/ use, with OpenBLAS (libopenblas0-pthread) so that
-# its matrix products do not fall back to the reference BLAS. Idempotent: when everything is
+# its matrix products do not fall back to the reference BLAS; gnuplot-nox, which draws the
+# charts of `mixprec bench` and `mixprec inspect`; python3-yaml, with which the PyTorch
+# benchmark script reads the same configs; clang and libclang-rt-14-dev (the libFuzzer and
+# sanitizer runtimes) for the fuzzing and sanitizer jobs. Idempotent: when everything is
 # already installed it only asks dpkg (no apt-get update), so it is cheap to run before
 # every build. Needs root or sudo only when something is missing.
 set -euo pipefail
@@ -26,6 +29,10 @@ packages=(
   python3-torch
   python3-numpy
   libopenblas0-pthread
+  gnuplot-nox
+  python3-yaml
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()

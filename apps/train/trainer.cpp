@@ -246,7 +246,9 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
     // before the clock stops, so device work still queued is timed in the step that waits
     // for it rather than in none.
+    bool loss_read = false;
     if (log_step || (progress.bar() && s.device.is_cpu())) {
+      loss_read = true;
       for (const Tensor& loss : pending_losses) {
         step_loss = loss.item();
         stats.record_loss(step_loss);
@@ -257,6 +259,19 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     const double seconds = seconds_since(start);
     position.train_seconds += seconds;
     stats.record_time(seconds);
+
+    if (options.on_step) {
+      StepEvent event;
+      event.step = step;
+      event.seconds = seconds;
+      event.train_seconds = position.train_seconds;
+      event.scale = telemetry.scale;
+      event.next_scale = telemetry.next_scale;
+      event.skipped = result.skipped();
+      if (event.skipped) event.skip_reason = result.reason;
+      event.loss = loss_read ? step_loss : std::numeric_limits<double>::quiet_NaN();
+      options.on_step(event);
+    }
 
     const double step_time = stats.recent_step_seconds();
     const double throughput =
@@ -271,6 +286,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
       record["lr"] = optimizer->lr();
       record["step_ms"] = seconds * 1000.0;
+      record["elapsed_s"] = position.train_seconds;
       record["epoch"] = (position.next_batch - 1) / s.data->batches_per_epoch();
       record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
       if (!s.device.is_cpu()) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -23,12 +24,28 @@
 
 namespace mixprec {
 
+// One finished optimizer step, as the loop saw it (for in-process observers such as
+// `mixprec bench`). `loss` is NaN unless the loss was read at this step (log steps; every
+// step on the CPU when a bar is drawn): reading it waits for the device, so the loop does
+// not read it for an observer's sake.
+struct StepEvent {
+  int64_t step = 0;
+  double seconds = 0.0;          // this step's wall time
+  double train_seconds = 0.0;    // wall time of every step so far (evaluations and saves excluded)
+  double scale = 1.0;            // the loss scale this step used
+  double next_scale = 1.0;       // the scale after the policy's update
+  bool skipped = false;
+  std::string skip_reason;       // empty unless skipped
+  double loss = 0.0;             // NaN when not read at this step
+};
+
 struct TrainOptions {
   std::string config_path;
   std::vector<std::string> overrides;  // --set key.path=value
   std::string out_dir;     // empty: runs/<name>-<YYYYmmdd-HHMMSS>
   std::string resume_dir;  // empty: a fresh run
   bool progress_bar = false;  // draw a bar (the log stream is a terminal)
+  std::function<void(const StepEvent&)> on_step;  // called after every step when set
 };
 
 // Trains and returns summary.json's object. Log lines and the bar go to `log`. Throws
