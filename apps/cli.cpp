@@ -13,8 +13,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cli_study_commands.h"
 #include "apps/explain/topics.h"
+#include "apps/train/interrupt.h"
 #include "apps/train/trainer.h"
+#include "apps/train/training_stopped.h"
 #include "core/error.h"
 
 #if MIXPREC_WITH_CUDA
@@ -106,6 +109,25 @@ std::string device_text() {
 #endif
 }
 
+// A message on one line, as the exit-code contract promises: multi-line messages (lists of
+// keys from load_state_dict, for one) become "first; header: item; item".
+std::string one_line(const std::string& message) {
+  std::string line;
+  for (size_t i = 0; i < message.size(); ++i) {
+    if (message[i] != '\n') {
+      line += message[i];
+      continue;
+    }
+    while (i + 1 < message.size() && (message[i + 1] == ' ' || message[i + 1] == '\t')) ++i;
+    if (!line.empty() && line.back() == ':') {
+      line += ' ';
+    } else if (!line.empty() && i + 1 < message.size()) {
+      line += "; ";
+    }
+  }
+  return line;
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -169,6 +191,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     action = [&] { out << run_evaluation(eval_options).dump(2) << "\n"; };
   });
 
+  add_bench_command(app, action, out, err);
+  add_inspect_command(app, action, out);
+
   app.add_subcommand("device", "Show the CUDA devices and library versions this build can use")
       ->callback([&] { action = [&] { out << device_text() << "\n"; }; });
 
@@ -194,8 +219,21 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     action();
     out.flush();
     return 0;
+  } catch (const TrainingInterrupted& e) {
+    // Ctrl-C or kill: the step was finished and saved; exit as a shell reports the signal.
+    out.flush();
+    if (train_options.config_path.empty()) {  // `bench`: one of its runs was stopped
+      err << e.what() << " in " << e.run_dir() << "; bench stopped\n";
+    } else {
+      err << interrupted_message(e, train_options.config_path, train_options.overrides) << "\n";
+    }
+    return e.exit_code();
+  } catch (const TrainingStopped& e) {
+    // Not bad input: the run started and could not make progress (kExitTrainingStopped).
+    err << "error: " << one_line(e.what()) << "\n";
+    return kExitTrainingStopped;
   } catch (const Error& e) {
-    err << "error: " << e.what() << "\n";
+    err << "error: " << one_line(e.what()) << "\n";
     return kExitBadInput;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the user gave that cannot be read or written (permissions, a file where a

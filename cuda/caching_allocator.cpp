@@ -90,10 +90,12 @@ void* CachingAllocator::allocate(size_t nbytes) {
                    " (", bytes_text(size), " after rounding); the device has ",
                    known ? bytes_text(free_bytes) : std::string("an unknown amount"),
                    " free of ", known ? bytes_text(total_bytes) : std::string("unknown"),
-                   " total; this process holds ", bytes_text(stats_.bytes_in_use),
-                   " in tensors and released ", bytes_text(released),
-                   " of cached blocks before retrying. Lower the batch size or the model "
-                   "size, or free tensors that are no longer needed");
+                   " total; the caching allocator has ", bytes_text(stats_.bytes_reserved),
+                   " reserved, ", bytes_text(stats_.bytes_in_use),
+                   " in use by tensors, and released ", bytes_text(released),
+                   " of cached blocks before retrying. Use a smaller train.batch_size (with "
+                   "train.accumulation_steps to keep the effective batch) or a smaller "
+                   "model, or free tensors that are no longer needed");
     }
     CUDA_CHECK(status);
     ++stats_.cuda_malloc_calls;

@@ -34,4 +34,8 @@ CudaAllocatorStats cuda_allocator_stats() {
   return backend != nullptr ? backend->allocator().stats() : CudaAllocatorStats{};
 }
 
+void cuda_reset_allocator_peaks() {
+  if (CudaBackend* backend = registered()) backend->allocator().reset_peaks();
+}
+
 }  // namespace mixprec

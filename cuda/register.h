@@ -26,4 +26,8 @@ uint64_t cuda_host_syncs();
 // The registered CUDA backend's allocator statistics; all zero when none is registered.
 CudaAllocatorStats cuda_allocator_stats();
 
+// Restarts the registered allocator's peaks at the current use (nothing when none is
+// registered), so that one process can measure the peak of several runs one after another.
+void cuda_reset_allocator_peaks();
+
 }  // namespace mixprec

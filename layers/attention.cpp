@@ -30,7 +30,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
                 n_embd_, "], got ",
                 x.defined() ? mixprec::describe(x) : std::string("an undefined tensor"));
   const int64_t b = x.size(0), t = x.size(1), c = n_embd_, h = n_head_, d = c / h;
-  const std::vector<Tensor> qkv = ops::split(c_attn_->forward(x), {c, c, c}, 2);
+  const std::vector<Tensor> qkv = ops::split((*c_attn_)(x), {c, c, c}, 2);
   auto heads = [&](const Tensor& part) {
     return ops::permute(ops::reshape(part, {b, t, h, d}), {0, 2, 1, 3});  // [B, H, T, D]
   };
@@ -39,7 +39,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
                                          attn_dropout_, true, *attn_dropout_gen_)
                  : ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
   y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});  // heads side by side again
-  return resid_dropout_->forward(c_proj_->forward(y));
+  return (*resid_dropout_)((*c_proj_)(y));
 }
 
 std::string CausalSelfAttention::describe() const {

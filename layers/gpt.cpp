@@ -16,7 +16,7 @@ namespace mixprec {
 namespace {
 
 // nanoGPT's `transformer` nn.ModuleDict: a named holder of the embeddings, the blocks and the
-// final norm. It only exists for the names; GPT::forward calls its children directly.
+// final norm. It only exists for the names; GPT::forward calls its children itself.
 class ModuleDict : public Module {
  public:
   using Module::register_module;
@@ -122,7 +122,7 @@ Tensor GPT::forward(const Tensor& ids) {
 
   Tensor tok_emb;
   try {  // the embedding op finds an id out of range; say what the range means here
-    tok_emb = wte_->forward(ids);  // [B, T, C]
+    tok_emb = (*wte_)(ids);  // [B, T, C]
   } catch (const Error& e) {
     MIXPREC_FAIL("GPT: token ids must be in [0, vocab_size = ", spec_.vocab_size, "): ", e.what());
   }
@@ -131,10 +131,10 @@ Tensor GPT::forward(const Tensor& ids) {
     std::iota(pos.begin(), pos.end(), 0);
     positions_ = Tensor::from_ints(pos, {t}, ids.device());
   }
-  const Tensor pos_emb = wpe_->forward(positions_);  // [T, C], broadcast over B
-  Tensor x = drop_->forward(tok_emb + pos_emb);
-  x = h_->forward(x);
-  return lm_head_->forward(ln_f_->forward(x));
+  const Tensor pos_emb = (*wpe_)(positions_);  // [T, C], broadcast over B
+  Tensor x = (*drop_)(tok_emb + pos_emb);
+  x = (*h_)(x);
+  return (*lm_head_)((*ln_f_)(x));
 }
 
 std::string GPT::describe() const {

@@ -30,6 +30,11 @@ void check_local_name(const char* what, const std::string& name) {
 
 }  // namespace
 
+Tensor Module::operator()(const Tensor& input) {
+  Tensor output = forward(input);
+  return forward_hook_ ? forward_hook_(output) : output;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -12,8 +12,13 @@
 // - forward() takes one tensor: images [N, C, H, W] (floating) for CNNs, token ids I32 [B, T]
 //   for GPT. The module casts nothing: the caller hands inputs in the working dtype (ids stay
 //   I32), and every layer reads its parameters through Parameter::working().
+// - A module is called as module(input) (operator()), which runs forward() and then the
+//   module's forward hook, if one is set. Containers call their children that way, so a hook
+//   on any module of a model sees each of its outputs (mixprec inspect taps activation
+//   gradients with it); forward() called directly bypasses the hook.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,7 +38,18 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& input) = 0;
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward(input), handed to the forward hook when one is set: the caller gets what the hook
+  // returns.
+  Tensor operator()(const Tensor& input);
+
+  // Called by operator() with every output of forward(); returns the tensor the caller gets
+  // (the output itself, or a tensor derived from it such as ops::grad_tap(output, ...)). One
+  // hook per module: setting one replaces the previous, an empty function removes it. The
+  // hook is not part of the module's state (state_dict, describe) and children do not
+  // inherit it.
+  using ForwardHook = std::function<Tensor(const Tensor& output)>;
+  void set_forward_hook(ForwardHook hook) { forward_hook_ = std::move(hook); }
+  bool has_forward_hook() const { return static_cast<bool>(forward_hook_); }
   // A short description for logs, e.g. "Linear(in_features=128, out_features=10, bias=true)".
   virtual std::string describe() const = 0;
 
@@ -89,6 +105,7 @@ class Module {
                        std::vector<std::pair<std::string, Tensor>>& out) const;
 
   bool training_ = true;
+  ForwardHook forward_hook_;
   std::vector<std::pair<std::string, Parameter>> parameters_;
   // unique_ptr so that references handed out by register_buffer stay valid.
   std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> buffers_;

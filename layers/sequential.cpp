@@ -8,7 +8,7 @@ namespace mixprec {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& layer : layers_) y = layer->forward(y);
+  for (const auto& layer : layers_) y = (*layer)(y);
   return y;
 }
 

@@ -18,7 +18,7 @@ Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> d
 }
 
 Tensor Mlp::forward(const Tensor& x) {
-  return dropout_->forward(c_proj_->forward(gelu_->forward(c_fc_->forward(x))));
+  return (*dropout_)((*c_proj_)((*gelu_)((*c_fc_)(x))));
 }
 
 std::string Mlp::describe() const { return detail::concat("MLP(n_embd=", n_embd_, ")"); }
@@ -35,8 +35,8 @@ Block::Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
 }
 
 Tensor Block::forward(const Tensor& x) {
-  const Tensor h = x + attn_->forward(ln_1_->forward(x));
-  return h + mlp_->forward(ln_2_->forward(h));
+  const Tensor h = x + (*attn_)((*ln_1_)(x));
+  return h + (*mlp_)((*ln_2_)(h));
 }
 
 std::string Block::describe() const {

@@ -4,13 +4,23 @@
 #include "apps/checkpoint/checkpoint_dir.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <system_error>
+#include <thread>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "apps/checkpoint/atomic_file.h"
@@ -67,6 +77,79 @@ void rename_folder(const fs::path& from, const fs::path& to, const char* why) {
                 "': ", error.message());
 }
 
+// Swaps two existing paths in one rename, so that no moment exists at which either name is
+// missing. Returns false, having moved nothing, when the file system cannot do that.
+bool exchange_paths(const fs::path& a, const fs::path& b, const char* why) {
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int error = errno;
+  if (error == EINVAL || error == ENOSYS || error == ENOTSUP || error == EOPNOTSUPP) return false;
+  MIXPREC_FAIL(why, ": cannot swap '", a.string(), "' with '", b.string(),
+               "': ", std::strerror(error));
+#else
+  (void)a, (void)b, (void)why;
+  return false;
+#endif
+}
+
+// Removes a folder by first renaming it to a hidden name, so that it stops being a
+// checkpoint at once; a crash during the removal leaves only hidden debris.
+void retire_folder(const fs::path& folder, const std::string& pid, const char* why) {
+  const std::string name = folder.filename().string();
+  const fs::path hidden = folder.parent_path() / ("." + name + ".del-" + pid);
+  remove_folder(hidden, why);
+  rename_folder(folder, hidden, why);
+  remove_folder(hidden, why);
+}
+
+// MIXPREC_TEST_SAVE_DELAY_MS (a test hook, see checkpoint_dir.h): milliseconds, 0 unset.
+int64_t test_save_delay_ms() {
+  const char* text = std::getenv("MIXPREC_TEST_SAVE_DELAY_MS");
+  if (text == nullptr || *text == '\0') return 0;
+  const char* end = text + std::strlen(text);
+  int64_t ms = -1;
+  const auto [last, error] = std::from_chars(text, end, ms);
+  MIXPREC_CHECK(error == std::errc() && last == end && ms >= 0,
+                "MIXPREC_TEST_SAVE_DELAY_MS must be a whole number of milliseconds, got '",
+                text, "'");
+  return ms;
+}
+
+void pause_for_test(int64_t ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+// A hidden folder that a save leaves while it works: ".step_<N>.<kind>-<pid>".
+struct UnfinishedSave {
+  std::string folder;  // "step_<N>", the checkpoint it belonged to
+  std::string kind;    // "tmp", "old" or "del"
+  long pid = 0;
+};
+
+std::optional<UnfinishedSave> parse_unfinished_name(const std::string& name) {
+  if (name.size() < 2 || name[0] != '.') return std::nullopt;
+  const size_t dot = name.find('.', 1);
+  const size_t dash = name.find('-', dot == std::string::npos ? name.size() : dot);
+  if (dot == std::string::npos || dash == std::string::npos) return std::nullopt;
+  UnfinishedSave out;
+  out.folder = name.substr(1, dot - 1);
+  out.kind = name.substr(dot + 1, dash - dot - 1);
+  if (parse_step_name(out.folder) < 0) return std::nullopt;
+  if (out.kind != "tmp" && out.kind != "old" && out.kind != "del") return std::nullopt;
+  const char* first = name.data() + dash + 1;
+  const char* last = name.data() + name.size();
+  const auto [end, error] = std::from_chars(first, last, out.pid);
+  if (error != std::errc() || end != last || first == last || out.pid <= 0) return std::nullopt;
+  return out;
+}
+
+// Whether another process with this id runs (its save may be in progress). Our own id's
+// leftovers are stale: this process is not saving while it clears them.
+bool other_process_running(long pid) {
+  if (pid == static_cast<long>(::getpid())) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
 nlohmann::json read_state(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   MIXPREC_CHECK(in.good(), "cannot read '", file.string(), "'");
@@ -88,6 +171,7 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step,
   const fs::path dir(checkpoints_dir);
   const std::string name = step_folder_name(step);
   const std::string why = "saving checkpoint '" + (dir / name).string() + "'";
+  const int64_t delay_ms = test_save_delay_ms();
   std::error_code error;
   const bool created = fs::create_directories(dir, error);
   MIXPREC_CHECK(!error, why, ": cannot create folder '", dir.string(), "': ", error.message());
@@ -110,29 +194,41 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step,
   fs::create_directory(temp, error);
   MIXPREC_CHECK(!error, why, ": cannot create folder '", temp.string(), "': ",
                 error.message());
-  fs::path aside;  // the step_<N> being replaced, renamed out of the way
+  bool swapped = false;  // step_<N> existed and now lies under the temporary name
+  fs::path aside;        // without RENAME_EXCHANGE: the step_<N> being replaced, moved aside
   try {
     // Both writes fsync their file and the temporary folder.
     write_safetensors((temp / kModelFile).string(), data.model);
+    pause_for_test(delay_ms);
     write_file_atomic((temp / kStateFile).string(), state_text.data(), state_text.size());
+    pause_for_test(delay_ms);
 
-    if (fs::exists(final_path, error) || fs::is_symlink(final_path, error)) {
+    const bool exists = fs::exists(final_path, error) || fs::is_symlink(final_path, error);
+    swapped = exists && exchange_paths(temp, final_path, why.c_str());
+    if (exists && !swapped) {
+      // Two renames: a crash between them leaves step_<N> missing and the previous one
+      // under ".old", which remove_unfinished_saves puts back.
       aside = dir / ("." + name + ".old-" + pid);
       remove_folder(aside, why.c_str());
       rename_folder(final_path, aside, why.c_str());
     }
-    try {
-      rename_folder(temp, final_path, why.c_str());
-    } catch (const Error&) {
-      // Put the previous checkpoint back: a failed save must not lose it.
-      if (!aside.empty()) fs::rename(aside, final_path, error);
-      throw;
+    if (!swapped) {
+      try {
+        rename_folder(temp, final_path, why.c_str());
+      } catch (const Error&) {
+        // Put the previous checkpoint back: a failed save must not lose it.
+        if (!aside.empty()) fs::rename(aside, final_path, error);
+        throw;
+      }
     }
     fsync_directory(dir.string());
   } catch (const Error&) {
+    // After a swap the temporary name holds the replaced checkpoint, which goes anyway.
     fs::remove_all(temp, error);
     throw;
   }
+  pause_for_test(delay_ms);
+  if (swapped) remove_folder(temp, why.c_str());
   if (!aside.empty()) remove_folder(aside, why.c_str());
 
   if (keep > 0) {
@@ -143,12 +239,47 @@ std::string save_checkpoint(const std::string& checkpoints_dir, int64_t step,
     }
     for (const auto& [other_step, path] : complete) {
       if (other_step == step || kept.count(other_step)) continue;
-      remove_folder(path, (why + " (removing checkpoints beyond keep=" + std::to_string(keep) +
-                           ", after the new one was written)")
-                              .c_str());
+      retire_folder(path, pid,
+                    (why + " (removing checkpoints beyond keep=" + std::to_string(keep) +
+                     ", after the new one was written)")
+                        .c_str());
     }
   }
   return final_path.string();
+}
+
+std::string checkpoint_folder(const std::string& checkpoints_dir, int64_t step) {
+  return (fs::path(checkpoints_dir) / step_folder_name(step)).string();
+}
+
+int remove_unfinished_saves(const std::string& checkpoints_dir) {
+  const fs::path dir(checkpoints_dir);
+  if (!folder_exists(dir)) return 0;
+  std::vector<std::pair<fs::path, UnfinishedSave>> found;
+  std::error_code error;
+  fs::directory_iterator it(dir, error);
+  MIXPREC_CHECK(!error, "cannot list checkpoints in '", checkpoints_dir, "': ", error.message());
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    MIXPREC_CHECK(!error, "cannot list checkpoints in '", checkpoints_dir, "': ",
+                  error.message());
+    std::optional<UnfinishedSave> save = parse_unfinished_name(it->path().filename().string());
+    if (save && !other_process_running(save->pid)) found.emplace_back(it->path(), *save);
+  }
+  const std::string why = "clearing unfinished saves in '" + checkpoints_dir + "'";
+  int cleared = 0;
+  for (const auto& [path, save] : found) {
+    const fs::path final_path = dir / save.folder;
+    // A folder moved aside whose replacement never arrived is the only copy of its step.
+    if (save.kind == "old" && folder_exists(path) && is_complete(path) &&
+        !fs::exists(final_path, error) && !fs::is_symlink(final_path, error)) {
+      rename_folder(path, final_path, why.c_str());
+      fsync_directory(dir.string());
+    } else {
+      remove_folder(path, why.c_str());
+    }
+    ++cleared;
+  }
+  return cleared;
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(

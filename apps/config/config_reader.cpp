@@ -430,7 +430,7 @@ class ConfigReader : KeyReader {
   void read_train(const YAML::Node& map, const std::string& path, TrainLoopConfig& train) const {
     check_keys(map, path,
                {"epochs", "steps", "batch_size", "accumulation_steps", "clip_grad_norm", "seed",
-                "eval_every", "log_every"},
+                "eval_every", "log_every", "max_consecutive_skips"},
                {{{"num_epochs", "epochs"},
                  {"max_steps", "steps"},
                  {"max_iters", "steps"},
@@ -438,7 +438,9 @@ class ConfigReader : KeyReader {
                  {"grad_accumulation", "accumulation_steps"},
                  {"gradient_accumulation_steps", "accumulation_steps"},
                  {"grad_clip", "clip_grad_norm"},
-                 {"max_grad_norm", "clip_grad_norm"}},
+                 {"max_grad_norm", "clip_grad_norm"},
+                 {"max_skips", "max_consecutive_skips"},
+                 {"max_skipped_steps", "max_consecutive_skips"}},
                 {},
                 ""});
     const bool epochs_given =
@@ -462,6 +464,8 @@ class ConfigReader : KeyReader {
     if (seed.IsDefined()) train.seed = to_uint(seed, join_key(path, "seed"));
     read_int(map, path, "eval_every", train.eval_every, IntRange::between(0, kMaxCount));
     read_int(map, path, "log_every", train.log_every, IntRange::between(1, kMaxCount));
+    read_int(map, path, "max_consecutive_skips", train.max_consecutive_skips,
+             IntRange::between(0, kMaxCount));
   }
 
   void read_checkpoint(const YAML::Node& map, const std::string& path,
@@ -486,7 +490,7 @@ class ConfigReader : KeyReader {
         fail(inject, inject_path,
              inject_path + "." + key +
                  " is missing: injection needs the "
-                 "step and the parameter name");
+                 "step and the tensor (a parameter name, loss or input)");
     read_int(inject, inject_path, "step", debug.inject_step, IntRange::between(1, kMaxCount));
     read_string(inject, inject_path, "tensor", debug.inject_tensor);
     if (debug.inject_tensor.empty())

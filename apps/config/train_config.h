@@ -88,6 +88,9 @@ struct TrainLoopConfig {
   uint64_t seed = 0;
   int64_t eval_every = 0;  // optimizer steps; 0 = only at the end
   int64_t log_every = 50;
+  // After this many skipped steps in a row (overflows, non-finite losses, input batches with
+  // Inf/NaN) the run stops with a diagnostic, exit code 3; 0 = never stop.
+  int64_t max_consecutive_skips = 100;
 };
 
 struct CheckpointConfig {
@@ -96,10 +99,18 @@ struct CheckpointConfig {
   bool save_initial = false;
 };
 
+// `inject_nonfinite: {step, tensor, value}` puts Inf or NaN into one step, to see what the
+// run does with it. `tensor` is one of:
+// - a parameter name (e.g. 0.weight): the first element of its gradient after backward, as an
+//   overflow in backward would leave it;
+// - `loss`: the loss of the step's first microbatch is multiplied by the value before
+//   backward, so the loss and every gradient that depends on it are non-finite;
+// - `input`: the first element of the step's first input batch, which the host-side input
+//   check then finds (image data only; token ids cannot hold Inf or NaN).
 struct DebugConfig {
   bool detect_anomaly = false;
-  int64_t inject_step = -1;    // `inject_nonfinite: {step, tensor}`; -1 = off
-  std::string inject_tensor;   // a parameter name
+  int64_t inject_step = -1;    // -1 = off
+  std::string inject_tensor;   // a parameter name, `loss` or `input`
   std::string inject_value = "inf";  // inf | nan
 };
 

@@ -20,6 +20,7 @@ std::string resume_fingerprint(const TrainConfig& config) {
   shared.train.steps = defaults.train.steps;
   shared.train.eval_every = defaults.train.eval_every;
   shared.train.log_every = defaults.train.log_every;
+  shared.train.max_consecutive_skips = defaults.train.max_consecutive_skips;
   shared.checkpoint = defaults.checkpoint;
   shared.device = defaults.device;
   shared.debug = defaults.debug;

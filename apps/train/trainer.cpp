@@ -16,6 +16,8 @@
 #include "apps/config/train_config.h"
 #include "apps/data/prefetcher.h"
 #include "apps/train/batch_loss.h"
+#include "apps/train/interrupt.h"
+#include "apps/train/nonfinite_guard.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/run_state.h"
@@ -51,29 +53,6 @@ uint64_t device_host_syncs(Device device) {
 #endif
   (void)device;
   return 0;
-}
-
-// The parameter debug.inject_nonfinite names; bad input when there is none.
-Parameter injection_target(const std::vector<Parameter>& params, const DebugConfig& debug) {
-  for (const Parameter& param : params) {
-    if (param.name() == debug.inject_tensor) return param;
-  }
-  std::string names;
-  for (const Parameter& param : params) names += (names.empty() ? "" : ", ") + param.name();
-  MIXPREC_FAIL("debug.inject_nonfinite.tensor: no parameter named '", debug.inject_tensor,
-               "'; the model has: ", names);
-}
-
-// Writes Inf (or NaN) into the first element of the parameter's gradient, as an overflow in
-// backward would.
-void inject_nonfinite(const Parameter& target, const DebugConfig& debug) {
-  Tensor grad = target.grad();
-  MIXPREC_CHECK(grad.defined(), "debug.inject_nonfinite: parameter '", debug.inject_tensor,
-                "' has no gradient at this step");
-  Tensor host = grad.to(kCPU).clone();
-  host.set(0, debug.inject_value == "nan" ? std::numeric_limits<double>::quiet_NaN()
-                                          : std::numeric_limits<double>::infinity());
-  grad.copy_(host.to(grad.device()));
 }
 
 CheckpointData checkpoint_data(const Session& s, const RunPosition& position,
@@ -122,6 +101,7 @@ void require_run_folder(const std::string& dir) {
 }  // namespace
 
 nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
+  InterruptGuard interrupts;  // SIGINT/SIGTERM: finish the step, save, throw (interrupt.h)
   Session s = open_session(options.config_path, options.overrides);
   const TrainConfig& config = s.config;
   const bool resuming = !options.resume_dir.empty();
@@ -145,6 +125,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   position.schedule_steps = total_steps;
   if (resuming) {
     require_run_folder(run_dir);
+    remove_unfinished_saves(checkpoints_dir);  // what a killed save left, before choosing
     const LoadedCheckpoint checkpoint = load_checkpoint(run_dir);
     load_model_weights(s, checkpoint.model, checkpoint.path);
     position = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config,
@@ -157,14 +138,13 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   }
   const std::unique_ptr<LrSchedule> schedule = make_schedule(config, position.schedule_steps);
   optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
-  Parameter inject_target;
-  if (config.debug.inject_step >= 0) {
-    inject_target = injection_target(s.params, config.debug);
-    MIXPREC_CHECK(config.debug.inject_step <= total_steps, "debug.inject_nonfinite.step is ",
-                  config.debug.inject_step, " but the run has only ", total_steps, " steps");
-  }
+  NonfiniteGuard guard(config, s.params, *s.data, total_steps);
+  if (resuming) guard.resume_from(scaler, position.step);
   probe_model_and_data(s, position.next_batch);
 
+  if (interrupt_signal() != 0) {
+    throw TrainingInterrupted(interrupt_signal(), position.step, total_steps, run_dir, "");
+  }
   // Everything is checked; from here on the run directory is written.
   std::error_code fs_error;
   fs::create_directories(run_dir, fs_error);
@@ -213,30 +193,43 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   while (position.step < total_steps) {
     const Clock::time_point start = Clock::now();
     const int64_t step = position.step + 1;
-    optimizer->zero_grad();
-    if (accumulation > 1) scaler.begin_accumulation(samples_per_step);
-    Tensor step_loss_on_device;  // F32 scalar: the microbatch losses weighted by their sizes
-    for (int64_t micro = 0; micro < accumulation; ++micro) {
-      const Batch batch = batches.next();
-      ++position.next_batch;
-      const BatchLoss out = batch_loss(*s.model, batch, s.device, working);
-      const int64_t samples = batch.inputs.size(0);
-      Tensor scaled = accumulation > 1 ? scaler.scale(out.loss, samples) : scaler.scale(out.loss);
-      scaled.backward();
-      NoGradGuard no_grad;
-      const Tensor weighted = ops::mul_scalar(
-          out.loss.detach(), static_cast<double>(samples) / static_cast<double>(samples_per_step));
-      step_loss_on_device =
-          step_loss_on_device.defined() ? ops::add(step_loss_on_device, weighted) : weighted;
+    // Every microbatch of the step is checked on the host before any reaches the model, so a
+    // bad one skips the step without a forward pass; the data position advances either way.
+    std::vector<Batch> step_batches;
+    for (int64_t micro = 0; micro < accumulation; ++micro) step_batches.push_back(batches.next());
+    position.next_batch += accumulation;
+    const std::optional<StepResult> bad_input = guard.begin_step(step, step_batches);
+    StepResult result;
+    StepTelemetry telemetry;
+    if (bad_input) {
+      result = *bad_input;
+      telemetry = guard.input_skip_telemetry(scaler, result);
+    } else {
+      optimizer->zero_grad();
+      if (accumulation > 1) scaler.begin_accumulation(samples_per_step);
+      Tensor step_loss_on_device;  // F32 scalar: the microbatch losses weighted by their sizes
+      for (int64_t micro = 0; micro < accumulation; ++micro) {
+        const Batch& batch = step_batches[static_cast<size_t>(micro)];
+        const BatchLoss out = batch_loss(*s.model, batch, s.device, working);
+        const Tensor loss = guard.loss(step, micro, out.loss);
+        const int64_t samples = batch.inputs.size(0);
+        Tensor scaled = accumulation > 1 ? scaler.scale(loss, samples) : scaler.scale(loss);
+        scaled.backward();
+        NoGradGuard no_grad;
+        const Tensor weighted = ops::mul_scalar(
+            loss.detach(), static_cast<double>(samples) / static_cast<double>(samples_per_step));
+        step_loss_on_device =
+            step_loss_on_device.defined() ? ops::add(step_loss_on_device, weighted) : weighted;
+      }
+      pending_losses.push_back(step_loss_on_device);
+      guard.gradients(step);
+      if (config.train.clip_grad_norm > 0.0) {
+        scaler.unscale(*optimizer);
+        scaler.record_grad_norm(clip_grad_norm(s.params, config.train.clip_grad_norm));
+      }
+      result = scaler.step(*optimizer);
+      telemetry = scaler.update();
     }
-    pending_losses.push_back(step_loss_on_device);
-    if (step == config.debug.inject_step) inject_nonfinite(inject_target, config.debug);
-    if (config.train.clip_grad_norm > 0.0) {
-      scaler.unscale(*optimizer);
-      scaler.record_grad_norm(clip_grad_norm(s.params, config.train.clip_grad_norm));
-    }
-    const StepResult result = scaler.step(*optimizer);
-    StepTelemetry telemetry = scaler.update();
     if (result.stepped()) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
     position.step = step;
     if (result.skipped()) ++position.skipped_steps;
@@ -256,6 +249,10 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       pending_losses.clear();
       loss_step = step;
     }
+    // Skipped steps are log steps, so a skipped step's own loss has just been read.
+    const bool stop_run = guard.finish_step(
+        step, result, telemetry,
+        loss_read && !bad_input ? std::optional<double>(step_loss) : std::nullopt);
     const double seconds = seconds_since(start);
     position.train_seconds += seconds;
     stats.record_time(seconds);
@@ -269,7 +266,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       event.next_scale = telemetry.next_scale;
       event.skipped = result.skipped();
       if (event.skipped) event.skip_reason = result.reason;
-      event.loss = loss_read ? step_loss : std::numeric_limits<double>::quiet_NaN();
+      event.loss = loss_read && !bad_input ? step_loss : std::numeric_limits<double>::quiet_NaN();
       options.on_step(event);
     }
 
@@ -296,6 +293,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
         syncs_at_last_log = syncs;
         step_at_last_log = step;
       }
+      guard.annotate(record);
       metrics.write(record);
       if (result.skipped()) progress.message("step " + std::to_string(step) + " skipped: " +
                                              result.reason);
@@ -314,6 +312,15 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       line.skipped = result.skipped();
       progress.step(line);
     }
+    if (stop_run) {
+      // The skipped steps left the weights as they were: this checkpoint holds the last good
+      // ones (and the data position after the skips).
+      progress.finish();
+      const std::string saved = save_checkpoint(
+          checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+          config.checkpoint.keep);
+      guard.stop(step, scaler, saved, metrics);  // writes the "stopped" record, throws
+    }
     const bool last = step == total_steps;
     if ((config.train.eval_every > 0 && step % config.train.eval_every == 0) || last) {
       last_eval = evaluate(*s.model, *s.data, s.device, working);
@@ -331,6 +338,17 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
                       config.checkpoint.keep);
       last_saved = step;
+    }
+    // An interrupt stops the run here, with this step saved; one during the last step does
+    // not, as the run is then complete.
+    if (interrupt_signal() != 0 && !last) {
+      progress.finish();
+      if (last_saved != step) {
+        save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+                        config.checkpoint.keep);
+      }
+      throw TrainingInterrupted(interrupt_signal(), step, total_steps, run_dir,
+                                checkpoint_folder(checkpoints_dir, step));
     }
   }
   progress.finish();

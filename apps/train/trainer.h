@@ -11,7 +11,17 @@
 // the scaler, the dropout generator and the data position, so on the CPU the weights after N
 // steps are bit-identical to an uninterrupted run of N steps. A checkpoint made with another
 // model, data, precision, optimizer, loss scaling, seed, batch size or accumulation is
-// refused; the step count, logging, evaluation and checkpoint settings may change.
+// refused; the step count, logging, evaluation and checkpoint settings may change. Hidden
+// folders that a killed save left in checkpoints/ are cleared first (remove_unfinished_saves).
+//
+// Interrupts (apps/train/interrupt.h): a first SIGINT or SIGTERM lets the step in progress
+// finish, with its evaluation and checkpoint if it has them, then saves a checkpoint of that
+// step unless it was just saved, and throws TrainingInterrupted (the CLI prints the resume
+// command and exits 130 or 143). summary.json is not written: it exists only for a run that
+// reached its last step, so its presence means "finished". A signal before training started
+// throws before anything is written; one during the last step changes nothing (the run is
+// complete). A second signal ends the process at once; the checkpoint being written then is
+// left as a hidden temporary folder and the ones before it stay loadable.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +60,11 @@ struct TrainOptions {
 
 // Trains and returns summary.json's object. Log lines and the bar go to `log`. Throws
 // mixprec::Error for bad input (config, data, checkpoint, an out folder that already holds a
-// run) before writing anything into the run directory.
+// run) before writing anything into the run directory, and TrainingInterrupted after a
+// SIGINT or SIGTERM (see above); the handlers for both are installed while it runs. After
+// train.max_consecutive_skips skipped steps in a row it saves a checkpoint (the last applied
+// step's weights), writes a "stopped" record to metrics.jsonl and throws TrainingStopped
+// (apps/train/training_stopped.h) with the non-finite tensors, the scale and min_scale.
 nlohmann::json run_training(const TrainOptions& options, std::ostream& log);
 
 struct EvalOptions {

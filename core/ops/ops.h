@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -91,6 +92,15 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // (the same mask ops::dropout would draw on the probabilities) and the backward replays it.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
                         bool training, Generator& gen);
+
+// ---- observation -----------------------------------------------------------------------------
+// The identity (same values, shape, dtype and storage) as a new node in the graph: backward
+// calls on_grad with the gradient w.r.t. the result (x's shape and dtype) and passes it on
+// unchanged. on_grad runs inside backward under NoGradGuard, once per backward that reaches
+// the node; the tensor may be read there, not written, and must be clone()d to be kept past
+// the call. When x needs no gradient (or grad mode is off) nothing is recorded, x itself is
+// returned and on_grad is never called. Throws for an undefined x or an empty on_grad.
+Tensor grad_tap(const Tensor& x, std::function<void(const Tensor& grad)> on_grad);
 
 }  // namespace mixprec::ops
 

@@ -230,7 +230,7 @@ TEST_CASE("GradScaler: Inf or NaN in any one gradient skips the step and leaves 
   }
 }
 
-TEST_CASE("GradScaler: a skipped step does not advance the step counter; a good one does",
+TEST_CASE("GradScaler: a skipped step does not advance the step counter, a good one does",
           "[grad_scaler]") {
   Toy toy;
   const Batch batch = make_batch(4, 4);
@@ -437,7 +437,7 @@ class CapturedLog {
   std::shared_ptr<spdlog::logger> previous_;
 };
 
-TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale; only warn logs",
+TEST_CASE("GradScaler: floor_policy warn and clamp keep skipping at min_scale, only warn logs",
           "[grad_scaler]") {
   for (FloorPolicy floor : {FloorPolicy::Warn, FloorPolicy::Clamp}) {
     DynamicLossScaleOptions options;

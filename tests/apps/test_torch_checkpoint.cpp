@@ -229,7 +229,7 @@ TEST_CASE("torch check: a cnn_fashion checkpoint computes the same in torch", "[
   CHECK(eval_check.code == 0);
 }
 
-TEST_CASE("torch check: gpt checkpoints compute the same in torch; tampering is caught",
+TEST_CASE("torch check: gpt checkpoints compute the same in torch, tampering is caught",
           "[apps][torch]") {
   if (torch_python().empty()) {
     WARN("no python3 with torch and numpy (scripts/setup.sh installs python3-torch); skipped");

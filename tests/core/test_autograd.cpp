@@ -133,7 +133,7 @@ TEST_CASE("a leaf used twice receives the sum of both gradients", "[autograd]") 
   CHECK(x.grad().item() == 2.0);
 }
 
-TEST_CASE("saved tensors are freed after backward; a second backward is an error", "[autograd]") {
+TEST_CASE("saved tensors are freed after backward, a second backward is an error", "[autograd]") {
   Tensor x = Tensor::from_vector({2.f}, {1});
   x.set_requires_grad(true);
   const Tensor y = test_square(x);

@@ -485,7 +485,7 @@ TEST_CASE("config: unset settings take the documented defaults", "[config]") {
   CHECK(c.debug.inject_value == "inf");
 }
 
-TEST_CASE("config: GPT and text-data defaults; data kind inferred from path", "[config]") {
+TEST_CASE("config: GPT and text-data defaults, data kind inferred from path", "[config]") {
   TempDir dir;
   dir.write("input.txt");
   const TrainConfig c = parse_in(dir,
