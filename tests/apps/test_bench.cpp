@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "apps/bench/bench.h"
 #include "apps/bench/peak_memory.h"
@@ -86,6 +87,21 @@ bool is_png(const std::string& path) {
   return bytes.size() > 8 && bytes.substr(1, 3) == "PNG";
 }
 
+// The bench of the tiny config in `precisions`, `steps` steps after `warmup`, joined with
+// the torch rows of write_torch_bench; config, torch rows and output all in `dir`.
+mixprec::BenchOptions tiny_bench_options(const ScratchDir& dir,
+                                         std::vector<std::string> precisions, int steps,
+                                         int warmup) {
+  mixprec::BenchOptions options;
+  options.config_path = write_tiny_config(dir);
+  options.precisions = std::move(precisions);
+  options.steps = steps;
+  options.warmup = warmup;
+  options.out_dir = dir / "out";
+  options.compare = {write_torch_bench(dir)};
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("bench runs fp32, fp16, bf16 and fp16-noscale side by side and joins torch rows",
@@ -95,13 +111,8 @@ TEST_CASE("bench runs fp32, fp16, bf16 and fp16-noscale side by side and joins t
     return;
   }
   ScratchDir dir("bench");
-  mixprec::BenchOptions options;
-  options.config_path = write_tiny_config(dir);
-  options.precisions = {"fp32", "fp16", "bf16", "fp16-noscale"};
-  options.steps = 6;
-  options.warmup = 2;
-  options.out_dir = dir / "out";
-  options.compare = {write_torch_bench(dir)};
+  const mixprec::BenchOptions options =
+      tiny_bench_options(dir, {"fp32", "fp16", "bf16", "fp16-noscale"}, 6, 2);
   std::ostringstream log;
   const nlohmann::json bench = mixprec::run_bench(options, log);
   INFO(log.str());
@@ -240,13 +251,7 @@ TEST_CASE("bench without fp32 and with fewer steps than warmup says so", "[apps]
     return;
   }
   ScratchDir dir("bench-short");
-  mixprec::BenchOptions options;
-  options.config_path = write_tiny_config(dir);
-  options.precisions = {"bf16", "fp16-noscale"};
-  options.steps = 2;
-  options.warmup = 5;
-  options.out_dir = dir / "out";
-  options.compare = {write_torch_bench(dir)};
+  const mixprec::BenchOptions options = tiny_bench_options(dir, {"bf16", "fp16-noscale"}, 2, 5);
   std::ostringstream log;
   const nlohmann::json bench = mixprec::run_bench(options, log);
   INFO(log.str());

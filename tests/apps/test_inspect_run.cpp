@@ -67,6 +67,15 @@ std::vector<std::string> tiny_cnn(const std::string& precision) {
           "data.limit_train=256", "data.limit_test=32", "device=cpu"};
 }
 
+// run_inspect's options for tiny_cnn(`precision`), the report going into `dir`.
+InspectOptions tiny_cnn_options(const ScratchDir& dir, const std::string& precision) {
+  InspectOptions options;
+  options.config_path = config_path("cnn_fashion.yaml");
+  options.overrides = tiny_cnn(precision);
+  options.out_dir = dir / "report";
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("inspect: the gatherer counts the gradients backward computes", "[inspect]") {
@@ -114,12 +123,7 @@ TEST_CASE("inspect: the gatherer counts the gradients backward computes", "[insp
 }
 
 TEST_CASE("inspect: the gatherer taps every leaf and every block of a GPT", "[inspect]") {
-  GptSpec spec;
-  spec.vocab_size = 9;
-  spec.block_size = 4;
-  spec.n_layer = 1;
-  spec.n_head = 2;
-  spec.n_embd = 8;
+  const GptSpec spec{.vocab_size = 9, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 8};
   Generator init(2);
   auto model = build_gpt(spec, init, std::make_shared<Generator>(3));
   GradGatherer gatherer(*model, 1.0);
@@ -160,12 +164,9 @@ TEST_CASE("inspect: a run on a small CNN writes the documented report", "[inspec
     return;
   }
   ScratchDir dir("inspect");
-  InspectOptions options;
-  options.config_path = config_path("cnn_fashion.yaml");
-  options.overrides = tiny_cnn("fp16");
+  InspectOptions options = tiny_cnn_options(dir, "fp16");
   options.steps = 2;
   options.batches = 2;
-  options.out_dir = dir / "report";
   std::ostringstream log;
   const nlohmann::json report = run_inspect(options, log);
   INFO(log.str());
@@ -249,10 +250,7 @@ TEST_CASE("inspect: an fp32 config is reported with FP16's default starting scal
     return;
   }
   ScratchDir dir("inspect-fp32");
-  InspectOptions options;
-  options.config_path = config_path("cnn_fashion.yaml");
-  options.overrides = tiny_cnn("fp32");
-  options.out_dir = dir / "report";
+  const InspectOptions options = tiny_cnn_options(dir, "fp32");
   std::ostringstream log;
   const nlohmann::json report = run_inspect(options, log);
   CHECK(report["scale"] == 65536.0);
@@ -263,10 +261,7 @@ TEST_CASE("inspect: an fp32 config is reported with FP16's default starting scal
 
 TEST_CASE("inspect: bad input is refused before anything is written", "[inspect]") {
   ScratchDir dir("inspect-bad");
-  InspectOptions options;
-  options.config_path = config_path("cnn_fashion.yaml");
-  options.overrides = tiny_cnn("fp16");
-  options.out_dir = dir / "report";
+  InspectOptions options = tiny_cnn_options(dir, "fp16");
   std::ostringstream log;
   options.steps = -1;
   CHECK_THROWS_WITH(run_inspect(options, log), Catch::Contains("--steps"));

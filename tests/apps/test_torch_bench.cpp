@@ -10,59 +10,27 @@
 // set, else `python3` on the PATH, else /usr/bin/python3 (Debian's python3-torch lives there).
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "torch_python.h"
 #include "train_test_support.h"
 
 using namespace train_test;
+using mixprec_test::ScriptRun;
 
 namespace {
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+// What scripts/torch_bench.py imports.
+const char* const kBenchModules = "torch, yaml";
 
-int exit_status(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// A python3 that imports torch and yaml, or "" when there is none.
-const std::string& bench_python() {
-  static const std::string found = [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("MIXPREC_PYTHON"); env && *env) candidates.push_back(env);
-    candidates.push_back("python3");
-    candidates.push_back("/usr/bin/python3");
-    for (const std::string& python : candidates) {
-      if (exit_status(python + " -c 'import torch, yaml' >/dev/null 2>&1") == 0) return python;
-    }
-    return std::string();
-  }();
-  return found;
-}
-
-struct BenchRun {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-BenchRun run_bench(const ScratchDir& dir, const std::vector<std::string>& args) {
-  std::string command =
-      bench_python() + " " + quoted((repo_root() / "scripts" / "torch_bench.py").string());
-  for (const std::string& a : args) command += " " + quoted(a);
-  command += " >" + quoted(dir / "out.log") + " 2>" + quoted(dir / "err.log");
-  BenchRun run;
-  run.code = exit_status(command);
-  run.out = read_text(dir / "out.log");
-  run.err = read_text(dir / "err.log");
-  return run;
+// scripts/torch_bench.py with `args`; its stdout and stderr go through files in `dir`.
+ScriptRun run_bench(const ScratchDir& dir, const std::vector<std::string>& args) {
+  return mixprec_test::run_script(mixprec_test::python_with(kBenchModules), "torch_bench.py",
+                                  args, dir / "out.log", dir / "err.log");
 }
 
 const char* kFashion = "/usr/share/datasets/fashion-mnist/";
@@ -150,10 +118,7 @@ bool fashion_mnist_available() {
 }  // namespace
 
 TEST_CASE("torch bench: a tiny cnn config gives plausible bench.json rows", "[apps][torch]") {
-  if (bench_python().empty()) {
-    WARN("no python3 with torch and yaml (scripts/setup.sh installs python3-torch); skipped");
-    return;
-  }
+  if (!mixprec_test::python_available(kBenchModules)) return;
   if (!fashion_mnist_available()) {
     WARN("Fashion-MNIST is not installed (scripts/setup.sh installs dataset-fashion-mnist); "
          "skipped");
@@ -163,7 +128,7 @@ TEST_CASE("torch bench: a tiny cnn config gives plausible bench.json rows", "[ap
   write_text(dir / "tiny_cnn.yaml",
              tiny_cnn_config(std::string(kFashion) + "t10k-images-idx3-ubyte.gz"));
   const std::string out = dir / "bench";
-  const BenchRun run = run_bench(dir, {dir / "tiny_cnn.yaml", "--precisions", "fp32,fp16,bf16",
+  const ScriptRun run = run_bench(dir, {dir / "tiny_cnn.yaml", "--precisions", "fp32,fp16,bf16",
                                        "--steps", "6", "--warmup", "2", "--threads", "1",
                                        "--out", out, "--json"});
   INFO("stdout: " << run.out << "\nstderr: " << run.err);
@@ -216,10 +181,7 @@ TEST_CASE("torch bench: a tiny cnn config gives plausible bench.json rows", "[ap
 }
 
 TEST_CASE("torch bench: a tiny gpt config reports tokens and no accuracy", "[apps][torch]") {
-  if (bench_python().empty()) {
-    WARN("no python3 with torch and yaml (scripts/setup.sh installs python3-torch); skipped");
-    return;
-  }
+  if (!mixprec_test::python_available(kBenchModules)) return;
   if (!fs::exists(shakespeare_path())) {
     WARN("tiny shakespeare is not at " << shakespeare_path().string() << "; skipped");
     return;
@@ -227,7 +189,7 @@ TEST_CASE("torch bench: a tiny gpt config reports tokens and no accuracy", "[app
   ScratchDir dir("torch-bench-gpt");
   const std::string out = dir / "bench";
   // The shipped config, shrunk: 8 windows of 16 tokens a step.
-  const BenchRun run = run_bench(
+  const ScriptRun run = run_bench(
       dir, {config_path("gpt_shakespeare.yaml"), "--precisions", "fp32", "--steps", "8",
             "--warmup", "2", "--threads", "1", "--out", out, "--set",
             "data.path=" + shakespeare_path().string(), "--set", "model.n_layer=1", "--set",
@@ -252,10 +214,7 @@ TEST_CASE("torch bench: a tiny gpt config reports tokens and no accuracy", "[app
 }
 
 TEST_CASE("torch bench: bad input exits 2 with one line naming the file", "[apps][torch]") {
-  if (bench_python().empty()) {
-    WARN("no python3 with torch and yaml (scripts/setup.sh installs python3-torch); skipped");
-    return;
-  }
+  if (!mixprec_test::python_available(kBenchModules)) return;
   ScratchDir dir("torch-bench-bad");
   auto one_line = [](const std::string& text) {
     return !text.empty() && text.find('\n') == text.size() - 1;
@@ -264,7 +223,7 @@ TEST_CASE("torch bench: bad input exits 2 with one line naming the file", "[apps
   SECTION("a data file that does not exist") {
     const std::string missing = dir / "no-such-images.gz";
     write_text(dir / "missing.yaml", tiny_cnn_config(missing));
-    const BenchRun run = run_bench(dir, {dir / "missing.yaml", "--out", dir / "out"});
+    const ScriptRun run = run_bench(dir, {dir / "missing.yaml", "--out", dir / "out"});
     INFO("stdout: " << run.out << "\nstderr: " << run.err);
     CHECK(run.code == 2);
     CHECK(one_line(run.err));
@@ -275,7 +234,7 @@ TEST_CASE("torch bench: bad input exits 2 with one line naming the file", "[apps
   SECTION("an optimizer torch is not asked to map") {
     write_text(dir / "lamb.yaml",
                tiny_cnn_config(std::string(kFashion) + "t10k-images-idx3-ubyte.gz"));
-    const BenchRun run = run_bench(dir, {dir / "lamb.yaml", "--set", "optimizer.type=lamb",
+    const ScriptRun run = run_bench(dir, {dir / "lamb.yaml", "--set", "optimizer.type=lamb",
                                          "--out", dir / "out"});
     INFO("stdout: " << run.out << "\nstderr: " << run.err);
     CHECK(run.code == 2);
@@ -285,14 +244,14 @@ TEST_CASE("torch bench: bad input exits 2 with one line naming the file", "[apps
     CHECK(run.err.find("lamb") != std::string::npos);
   }
   SECTION("a config that is not there, or not YAML") {
-    const BenchRun absent = run_bench(dir, {dir / "absent.yaml"});
+    const ScriptRun absent = run_bench(dir, {dir / "absent.yaml"});
     INFO("stderr: " << absent.err);
     CHECK(absent.code == 2);
     CHECK(one_line(absent.err));
     CHECK(absent.err.find(dir / "absent.yaml") != std::string::npos);
 
     write_text(dir / "broken.yaml", "model: {type: cnn\ndata: [\n");
-    const BenchRun broken = run_bench(dir, {dir / "broken.yaml"});
+    const ScriptRun broken = run_bench(dir, {dir / "broken.yaml"});
     INFO("stderr: " << broken.err);
     CHECK(broken.code == 2);
     CHECK(one_line(broken.err));

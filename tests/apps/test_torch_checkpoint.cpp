@@ -13,9 +13,6 @@
 // python3 earlier on the PATH may be another installation without it).
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,52 +28,26 @@
 #include "apps/train/training_setup.h"
 #include "core/ops/ops.h"
 #include "optim/sgd.h"
+#include "torch_python.h"
 #include "train_test_support.h"
 
 using namespace train_test;
+using mixprec_test::ScriptRun;
 
 namespace {
 
 constexpr double kLr = 0.1;
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+// What scripts/torch_check_checkpoint.py imports.
+const char* const kCheckModules = "torch, numpy";
 
-// The exit status of a shell command (-1 when it did not exit normally).
-int exit_status(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// A python3 that imports torch, or "" when there is none.
-const std::string& torch_python() {
-  static const std::string found = [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("MIXPREC_PYTHON"); env && *env) candidates.push_back(env);
-    candidates.push_back("python3");
-    candidates.push_back("/usr/bin/python3");
-    for (const std::string& python : candidates) {
-      if (exit_status(python + " -c 'import torch, numpy' >/dev/null 2>&1") == 0) return python;
-    }
-    return std::string();
-  }();
-  return found;
-}
-
-struct ScriptResult {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-ScriptResult run_check_script(const std::string& checkpoint, const std::string& reference,
-                              const std::string& log) {
-  const std::string script = (repo_root() / "scripts" / "torch_check_checkpoint.py").string();
-  const std::string command = torch_python() + " " + quoted(script) + " --checkpoint " +
-                              quoted(checkpoint) + " --reference " + quoted(reference) +
-                              " --rtol 1e-4 >" + quoted(log) + " 2>&1";
-  ScriptResult result;
-  result.code = exit_status(command);
-  result.output = read_text(log);
-  return result;
+// scripts/torch_check_checkpoint.py on `checkpoint` against `reference`; `out` of the result
+// holds stdout and stderr together, as written to `log`.
+ScriptRun run_check_script(const std::string& checkpoint, const std::string& reference,
+                           const std::string& log) {
+  return mixprec_test::run_script(
+      mixprec_test::python_with(kCheckModules), "torch_check_checkpoint.py",
+      {"--checkpoint", checkpoint, "--reference", reference, "--rtol", "1e-4"}, log);
 }
 
 // The model as the script's --reference metadata describes it.
@@ -180,8 +151,8 @@ std::pair<std::string, std::string> train_and_check(const ScratchDir& dir, const
   write_reference(mixprec::load_train_config(config_path(config), overrides), checkpoint,
                   reference);
 
-  const ScriptResult check = run_check_script(checkpoint, reference, dir / "check.log");
-  INFO(check.output);
+  const ScriptRun check = run_check_script(checkpoint, reference, dir / "check.log");
+  INFO(check.out);
   REQUIRE(check.code == 0);
   return {checkpoint, reference};
 }
@@ -202,10 +173,7 @@ std::vector<std::string> gpt_overrides(bool bias, bool tie_weights) {
 }  // namespace
 
 TEST_CASE("torch check: a cnn_fashion checkpoint computes the same in torch", "[apps][torch]") {
-  if (torch_python().empty()) {
-    WARN("no python3 with torch and numpy (scripts/setup.sh installs python3-torch); skipped");
-    return;
-  }
+  if (!mixprec_test::python_available(kCheckModules)) return;
   if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST is not installed (scripts/setup.sh installs dataset-fashion-mnist); skipped");
     return;
@@ -224,17 +192,14 @@ TEST_CASE("torch check: a cnn_fashion checkpoint computes the same in torch", "[
   const std::string eval_reference = dir / "eval_reference.safetensors";
   write_reference(mixprec::load_train_config(config_path("cnn_fashion.yaml"), overrides),
                   checkpoint, eval_reference, true);
-  const ScriptResult eval_check = run_check_script(checkpoint, eval_reference, dir / "eval.log");
-  INFO(eval_check.output);
+  const ScriptRun eval_check = run_check_script(checkpoint, eval_reference, dir / "eval.log");
+  INFO(eval_check.out);
   CHECK(eval_check.code == 0);
 }
 
 TEST_CASE("torch check: gpt checkpoints compute the same in torch, tampering is caught",
           "[apps][torch]") {
-  if (torch_python().empty()) {
-    WARN("no python3 with torch and numpy (scripts/setup.sh installs python3-torch); skipped");
-    return;
-  }
+  if (!mixprec_test::python_available(kCheckModules)) return;
   if (!fs::exists(shakespeare_path())) {
     WARN("tiny shakespeare is not at " << shakespeare_path().string() << "; skipped");
     return;
@@ -257,10 +222,10 @@ TEST_CASE("torch check: gpt checkpoints compute the same in torch, tampering is 
     REQUIRE(file.tensors.count("grad.transformer.h.1.mlp.c_fc.weight") == 1);
     const std::string tampered_path = dir / "tampered.safetensors";
     mixprec::write_safetensors(tampered_path, tampered, file.metadata);
-    const ScriptResult differs = run_check_script(checkpoint, tampered_path, dir / "differs.log");
-    INFO(differs.output);
+    const ScriptRun differs = run_check_script(checkpoint, tampered_path, dir / "differs.log");
+    INFO(differs.out);
     CHECK(differs.code == 1);
-    CHECK(differs.output.find("grad.transformer.h.1.mlp.c_fc.weight") != std::string::npos);
+    CHECK(differs.out.find("grad.transformer.h.1.mlp.c_fc.weight") != std::string::npos);
 
     // A checkpoint without lm_head.weight: load_state_dict(strict=True) refuses it (exit 2).
     const auto stored = mixprec::read_safetensors(checkpoint + "/model.safetensors");
@@ -272,10 +237,10 @@ TEST_CASE("torch check: gpt checkpoints compute the same in torch, tampering is 
     const std::string broken = dir / "broken";
     fs::create_directories(broken);
     mixprec::write_safetensors(broken + "/model.safetensors", partial, stored.metadata);
-    const ScriptResult missing = run_check_script(broken, reference, dir / "missing.log");
-    INFO(missing.output);
+    const ScriptRun missing = run_check_script(broken, reference, dir / "missing.log");
+    INFO(missing.out);
     CHECK(missing.code == 2);
-    CHECK(missing.output.find("lm_head.weight") != std::string::npos);
+    CHECK(missing.out.find("lm_head.weight") != std::string::npos);
   }
 
   SECTION("no biases (the config's own setting), lm_head tied to the token embedding") {

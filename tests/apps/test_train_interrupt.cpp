@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -96,13 +97,6 @@ std::vector<std::string> train_args(const std::string& out, const std::vector<st
   std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out};
   args.insert(args.end(), sets.begin(), sets.end());
   args.insert(args.end(), checkpointing.begin(), checkpointing.end());
-  return args;
-}
-
-std::vector<std::string> as_resume(std::vector<std::string> args) {
-  for (auto& a : args) {
-    if (a == "--out") a = "--resume";
-  }
   return args;
 }
 
@@ -263,6 +257,15 @@ std::vector<std::string> names_in(const std::string& folder) {
   return names;
 }
 
+// Waits (as wait_for does) until some name in `folder` satisfies `matches`.
+template <typename Matches>
+bool wait_for_name(Child& child, const std::string& folder, Matches matches) {
+  return wait_for(child, [&] {
+    const std::vector<std::string> names = names_in(folder);
+    return std::any_of(names.begin(), names.end(), matches);
+  });
+}
+
 // The step a name ".step_<N>.<anything>" or "step_<N>" refers to, or -1.
 int64_t step_of_name(const std::string& name) {
   static const std::regex pattern(R"(^\.?step_(\d+)(\..*)?$)");
@@ -290,14 +293,6 @@ void require_only_complete_checkpoints(const std::string& checkpoints) {
     INFO("a visible entry that is no complete checkpoint: " << name);
     CHECK(listed_names.count(name) == 1);
   }
-}
-
-std::vector<int64_t> step_records(const std::string& run) {
-  std::vector<int64_t> steps;
-  for (const auto& record : read_jsonl(run + "/metrics.jsonl")) {
-    if (record.at("event") == "step") steps.push_back(record.at("step").get<int64_t>());
-  }
-  return steps;
 }
 
 std::vector<int64_t> one_to(int64_t n) {
@@ -366,7 +361,7 @@ void interrupt_once_and_resume(int signal, int expected_code, int total_steps,
   CHECK(mixprec::load_checkpoint(run).state.at("step").get<int64_t>() == step);
   require_only_complete_checkpoints(checkpoints);
   CHECK_FALSE(fs::exists(run + "/summary.json"));
-  CHECK(step_records(run) == one_to(step));
+  CHECK(logged_steps(run) == one_to(step));
 
   // The printed command, through a shell, finishes the run on the same bits.
   Child resumed(fs::path("/bin/sh"), {"-c", with_program(command, program)}, dir / "resumed");
@@ -377,7 +372,7 @@ void interrupt_once_and_resume(int signal, int expected_code, int total_steps,
   CHECK(resumed.out().find("resumed at step " + std::to_string(step)) != std::string::npos);
   CHECK(final_weights(run, total_steps) == reference);
   CHECK(fs::exists(run + "/summary.json"));
-  CHECK(step_records(run) == one_to(total_steps));
+  CHECK(logged_steps(run) == one_to(total_steps));
 }
 
 }  // namespace
@@ -542,11 +537,8 @@ TEST_CASE("interrupt: a second signal during a save exits at once and keeps the 
   // before its rename.
   Child child(program, train_args(run, sets, checkpointing), dir / "twice", 400);
   const std::string hidden_prefix = ".step_20.tmp-";
-  REQUIRE(wait_for(child, [&] {
-    for (const std::string& name : names_in(checkpoints)) {
-      if (name.rfind(hidden_prefix, 0) == 0) return true;
-    }
-    return false;
+  REQUIRE(wait_for_name(child, checkpoints, [&](const std::string& name) {
+    return name.rfind(hidden_prefix, 0) == 0;
   }));
   child.signal(SIGINT);
   // The second is sent once the first has been taken: two signals pending at once would be
@@ -606,12 +598,8 @@ TEST_CASE("interrupt: SIGKILL at any moment of a save leaves the old or the new 
     const std::string checkpoints = run + "/checkpoints";
     {
       Child child(program, train_args(run, sets, checkpointing), trial_dir / "killed", kDelayMs);
-      REQUIRE(wait_for(child, [&] {
-        for (const std::string& name : names_in(checkpoints)) {
-          if (step_of_name(name) >= 8) return true;
-        }
-        return false;
-      }));
+      REQUIRE(wait_for_name(child, checkpoints,
+                            [](const std::string& name) { return step_of_name(name) >= 8; }));
       std::this_thread::sleep_for(milliseconds(offset_ms));
       if (!child.running()) {
         // Only when this process was held up for the whole rest of the run.

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -50,35 +49,6 @@ std::vector<std::string> train_args(const std::string& config, const std::string
   std::vector<std::string> args{"train", config, "--out", out};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
-}
-
-void require_ok(const CliResult& r) {
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.code == 0);
-}
-
-std::string checkpoint_file(const std::string& run, int step, const char* file) {
-  return run + "/checkpoints/step_" + std::to_string(step) + "/" + file;
-}
-
-bool is_batch_norm_buffer(const std::string& name) {
-  return name.find("running_") != std::string::npos ||
-         name.find("num_batches") != std::string::npos;
-}
-
-// Every tensor of checkpoint `b` has the bytes of the same tensor in `a` (batch-norm buffers
-// too unless `skip_buffers`).
-void check_same_tensors(const std::string& a_file, const std::string& b_file, bool skip_buffers) {
-  const auto a = mixprec::read_safetensors(a_file);
-  const auto b = mixprec::read_safetensors(b_file);
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (const auto& [name, tensor] : a.tensors) {
-    if (skip_buffers && is_batch_norm_buffer(name)) continue;
-    INFO(name);
-    const mixprec::Tensor& other = b.tensors.at(name);
-    REQUIRE(other.nbytes() == tensor.nbytes());
-    CHECK(std::memcmp(other.data(), tensor.data(), tensor.nbytes()) == 0);
-  }
 }
 
 std::map<int64_t, nlohmann::json> step_records(const std::string& run) {
@@ -327,9 +297,7 @@ TEST_CASE("nonfinite: a run whose every step overflows stops after max_consecuti
   std::vector<std::string> short_run = overflow;
   short_run[3] = "train.steps=3";
   require_ok(run_cli(train_args(config, resumed, short_run)));
-  std::vector<std::string> resume_args = train_args(config, resumed, overflow);
-  resume_args[2] = "--resume";
-  const CliResult continued = run_cli(resume_args);
+  const CliResult continued = run_cli(as_resume(train_args(config, resumed, overflow)));
   INFO("stderr: " << continued.err);
   CHECK(continued.code == 3);
   CHECK(continued.err.find("training stopped at step 5: 5 steps in a row") != std::string::npos);

@@ -2,12 +2,9 @@
 // exactly its step and leaves the weights as they were.
 #include <catch2/catch.hpp>
 
-#include "apps/checkpoint/safetensors.h"
-#include <cstring>
+#include <utility>
 
 #include "train_test_support.h"
-
-using mixprec::Tensor;
 
 using namespace train_test;
 
@@ -51,24 +48,7 @@ std::vector<std::string> gpt_args(const std::string& out, int steps,
   return args;
 }
 
-void require_ok(const CliResult& r) {
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.code == 0);
-}
-
-std::string checkpoint_file(const std::string& run, int step, const char* file) {
-  return run + "/checkpoints/step_" + std::to_string(step) + "/" + file;
-}
-
 }  // namespace
-
-// The same arguments continuing `run` instead of starting it.
-std::vector<std::string> as_resume(std::vector<std::string> args) {
-  for (auto& a : args) {
-    if (a == "--out") a = "--resume";
-  }
-  return args;
-}
 
 // A copy of a finished run as a crash after checkpoint `step` would leave it: the later
 // checkpoints and the summary gone (metrics.jsonl keeps its later lines, which the resumed
@@ -85,6 +65,17 @@ void crash_copy(const std::string& run, const std::string& copy, int step) {
 bool same_bytes(const std::string& a, const std::string& b) {
   const std::string x = read_text(a), y = read_text(b);
   return !x.empty() && x == y;
+}
+
+// Checks that the checkpoints of step `step` of the run straight through and of the resumed
+// one hold the same model bytes; returns their state.json, the straight run's first.
+std::pair<nlohmann::json, nlohmann::json> compare_final_checkpoints(const std::string& straight,
+                                                                    const std::string& resumed,
+                                                                    int step) {
+  CHECK(same_bytes(checkpoint_file(straight, step, "model.safetensors"),
+                   checkpoint_file(resumed, step, "model.safetensors")));
+  return {read_json(checkpoint_file(straight, step, "state.json")),
+          read_json(checkpoint_file(resumed, step, "state.json"))};
 }
 
 TEST_CASE("resume: fp16 with accumulation and a skipped step is bit-identical", "[apps][train]") {
@@ -109,21 +100,14 @@ TEST_CASE("resume: fp16 with accumulation and a skipped step is bit-identical", 
   CHECK(read_text(resumed + "/metrics.jsonl") == before);
 
   require_ok(run_cli(as_resume(cnn_args(resumed, 8, inject))));
-  CHECK(same_bytes(checkpoint_file(straight, 8, "model.safetensors"),
-                   checkpoint_file(resumed, 8, "model.safetensors")));
-  const nlohmann::json a = read_json(checkpoint_file(straight, 8, "state.json"));
-  const nlohmann::json b = read_json(checkpoint_file(resumed, 8, "state.json"));
+  const auto [a, b] = compare_final_checkpoints(straight, resumed, 8);
   CHECK(a["optimizer"] == b["optimizer"]);
   CHECK(a["scaler"] == b["scaler"]);
   CHECK(a["next_batch"] == b["next_batch"]);
   CHECK(a["skipped_steps"] == 1);
   CHECK(b["skipped_steps"] == 1);
   // metrics.jsonl of the resumed run has each step once, 1..8.
-  std::vector<int64_t> steps;
-  for (const auto& r : read_jsonl(resumed + "/metrics.jsonl")) {
-    if (r["event"] == "step") steps.push_back(r["step"].get<int64_t>());
-  }
-  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(logged_steps(resumed) == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
 }
 
 TEST_CASE("resume: fp32 and bf16 with accumulation are bit-identical", "[apps][train][resume]") {
@@ -142,10 +126,7 @@ TEST_CASE("resume: fp32 and bf16 with accumulation are bit-identical", "[apps][t
     require_ok(run_cli(cnn_args(straight, 4, extra)));
     crash_copy(straight, resumed, 2);
     require_ok(run_cli(as_resume(cnn_args(resumed, 4, extra))));
-    CHECK(same_bytes(checkpoint_file(straight, 4, "model.safetensors"),
-                     checkpoint_file(resumed, 4, "model.safetensors")));
-    const nlohmann::json a = read_json(checkpoint_file(straight, 4, "state.json"));
-    const nlohmann::json b = read_json(checkpoint_file(resumed, 4, "state.json"));
+    const auto [a, b] = compare_final_checkpoints(straight, resumed, 4);
     CHECK(a["optimizer"] == b["optimizer"]);
     CHECK(a["scaler"] == b["scaler"]);
     // Two batches a step: the data position is 2 x 4 in both.
@@ -157,11 +138,7 @@ TEST_CASE("resume: fp32 and bf16 with accumulation are bit-identical", "[apps][t
     // The weights moved after the checkpoint resumed from, so the comparison is not vacuous.
     CHECK_FALSE(same_bytes(checkpoint_file(resumed, 2, "model.safetensors"),
                            checkpoint_file(resumed, 4, "model.safetensors")));
-    std::vector<int64_t> steps;
-    for (const auto& r : read_jsonl(resumed + "/metrics.jsonl")) {
-      if (r["event"] == "step") steps.push_back(r["step"].get<int64_t>());
-    }
-    CHECK(steps == std::vector<int64_t>{1, 2, 3, 4});
+    CHECK(logged_steps(resumed) == std::vector<int64_t>{1, 2, 3, 4});
   }
 }
 
@@ -175,10 +152,7 @@ TEST_CASE("resume: a bf16 GPT with dropout is bit-identical", "[apps][train]") {
   require_ok(run_cli(gpt_args(straight, 6)));
   crash_copy(straight, resumed, 3);
   require_ok(run_cli(as_resume(gpt_args(resumed, 6))));
-  CHECK(same_bytes(checkpoint_file(straight, 6, "model.safetensors"),
-                   checkpoint_file(resumed, 6, "model.safetensors")));
-  const nlohmann::json a = read_json(checkpoint_file(straight, 6, "state.json"));
-  const nlohmann::json b = read_json(checkpoint_file(resumed, 6, "state.json"));
+  const auto [a, b] = compare_final_checkpoints(straight, resumed, 6);
   CHECK(a["dropout_generator"] == b["dropout_generator"]);
   CHECK(a["optimizer"] == b["optimizer"]);
   // The generator moved: dropout drew masks.
@@ -231,19 +205,10 @@ TEST_CASE("inject_nonfinite skips exactly that step and leaves the weights bit-i
   inject.insert(inject.end(), {"--set", "debug.inject_nonfinite={step: 3, tensor: 9.weight}"});
   require_ok(run_cli(cnn_args(three, 3, inject)));
 
-  const auto a = mixprec::read_safetensors(checkpoint_file(two, 2, "model.safetensors"));
-  const auto b = mixprec::read_safetensors(checkpoint_file(three, 3, "model.safetensors"));
-  for (const auto& [name, tensor] : a.tensors) {
-    // Batch-norm statistics move in the forward pass of the skipped step too, as in torch;
-    // the weights must not move.
-    if (name.find("running_") != std::string::npos || name.find("num_batches") != std::string::npos) {
-      continue;
-    }
-    INFO(name);
-    const Tensor& other = b.tensors.at(name);
-    REQUIRE(other.nbytes() == tensor.nbytes());
-    CHECK(std::memcmp(other.data(), tensor.data(), tensor.nbytes()) == 0);
-  }
+  // Batch-norm statistics move in the forward pass of the skipped step too, as in torch;
+  // the weights must not move.
+  check_same_tensors(checkpoint_file(two, 2, "model.safetensors"),
+                     checkpoint_file(three, 3, "model.safetensors"), true);
   const auto metrics = read_jsonl(three + "/metrics.jsonl");
   bool seen = false;
   for (const auto& r : metrics) {

@@ -1,19 +1,24 @@
 // Shared by the end-to-end training tests: where the repository and its data are, a scratch
-// folder per test, and the command line run in-process.
+// folder per test, the command line run in-process, and what a run folder holds (its
+// checkpoints' files, the steps metrics.jsonl logged).
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tests/scratch_dir.h"
 
+#include "apps/checkpoint/safetensors.h"
 #include "apps/cli.h"
 
 namespace train_test {
@@ -65,5 +70,54 @@ inline void write_text(const std::string& path, const std::string& text) {
 
 inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_text(path)); }
 
+// Requires exit code 0, with the run's output in the message otherwise.
+inline void require_ok(const CliResult& r) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == 0);
+}
+
+// The same arguments continuing the run of their --out instead of starting it.
+inline std::vector<std::string> as_resume(std::vector<std::string> args) {
+  for (auto& a : args) {
+    if (a == "--out") a = "--resume";
+  }
+  return args;
+}
+
+// `file` of the checkpoint of step `step` in run folder `run`.
+inline std::string checkpoint_file(const std::string& run, int step, const char* file) {
+  return run + "/checkpoints/step_" + std::to_string(step) + "/" + file;
+}
+
+// Batch norm's running statistics and batch count: state that a forward pass moves.
+inline bool is_batch_norm_buffer(const std::string& name) {
+  return name.find("running_") != std::string::npos ||
+         name.find("num_batches") != std::string::npos;
+}
+
+// Every tensor of safetensors file `b_file` has the bytes of the same tensor in `a_file`
+// (batch-norm buffers too unless `skip_buffers`), and both hold as many tensors.
+inline void check_same_tensors(const std::string& a_file, const std::string& b_file,
+                               bool skip_buffers) {
+  const auto a = mixprec::read_safetensors(a_file);
+  const auto b = mixprec::read_safetensors(b_file);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (const auto& [name, tensor] : a.tensors) {
+    if (skip_buffers && is_batch_norm_buffer(name)) continue;
+    INFO(name);
+    const mixprec::Tensor& other = b.tensors.at(name);
+    REQUIRE(other.nbytes() == tensor.nbytes());
+    CHECK(std::memcmp(other.data(), tensor.data(), tensor.nbytes()) == 0);
+  }
+}
+
+// The step numbers of the step records in metrics.jsonl of `run`, in the order logged.
+inline std::vector<int64_t> logged_steps(const std::string& run) {
+  std::vector<int64_t> steps;
+  for (const auto& record : read_jsonl(run + "/metrics.jsonl")) {
+    if (record.at("event") == "step") steps.push_back(record.at("step").get<int64_t>());
+  }
+  return steps;
+}
 
 }  // namespace train_test

@@ -9,22 +9,14 @@
 #include "core/error.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_backend.h"
+#include "tests/error_message.h"
 
 namespace {
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
 
-template <class F>
-std::string error_message(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("no mixprec::Error was thrown");
-  return {};
-}
+using mixprec_test::error_message;
 
 CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 

@@ -11,22 +11,14 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels/fill.h"
+#include "tests/error_message.h"
 
 namespace {
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
 
-template <class F>
-std::string fault_message(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("no mixprec::Error was thrown");
-  return {};
-}
+using mixprec_test::error_message;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -48,21 +40,21 @@ void launch_after_a_failed_call() {
 }  // namespace
 
 TEST_CASE("CUDA errors name the function that made the call", "[cuda_check]") {
-  const std::string copy = fault_message(copy_with_a_bad_argument);
+  const std::string copy = error_message(copy_with_a_bad_argument);
   INFO(copy);
   CHECK(contains(copy, "cudaErrorInvalidValue (invalid argument) in `cudaErrorInvalidValue` in "
                        "copy_with_a_bad_argument at test_cuda_faults.cpp:"));
   CHECK_FALSE(contains(copy, "CUDA_LAUNCH_BLOCKING"));
 
   // A kernel's fault surfaces at a later call: the message says so and how to find it.
-  const std::string late = fault_message(read_after_a_faulty_kernel);
+  const std::string late = error_message(read_after_a_faulty_kernel);
   INFO(late);
   CHECK(contains(late, "cudaErrorIllegalAddress"));
   CHECK(contains(late, "in read_after_a_faulty_kernel at"));
   CHECK(contains(late, "CUDA_LAUNCH_BLOCKING=1"));
 
   // A launch check names the kernel given to it and the op around it.
-  const std::string launch = fault_message(launch_after_a_failed_call);
+  const std::string launch = error_message(launch_after_a_failed_call);
   INFO(launch);
   CHECK(contains(launch, "in the launch of probe_kernel in launch_after_a_failed_call at "
                          "test_cuda_faults.cpp:"));
@@ -99,13 +91,13 @@ TEST_CASE("a real kernel's launch check names its op", "[cuda]") {
   // launch would look to it; the message must name the launcher, also from inside the dtype
   // dispatch's lambda in a file that nvcc compiled.
   REQUIRE(cudaSetDevice(1 << 20) != cudaSuccess);
-  const std::string plain = fault_message([&] {
+  const std::string plain = error_message([&] {
     kernels::fill_f32(static_cast<float*>(out.data()), 1.0f, 16, nullptr);
   });
   INFO(plain);
   CHECK(contains(plain, "in a kernel launch in kernels::fill_f32 at fill.cu:"));
   REQUIRE(cudaSetDevice(1 << 20) != cudaSuccess);
-  const std::string dispatched = fault_message([&] {
+  const std::string dispatched = error_message([&] {
     kernels::arange(out.data(), DType::F32, 0.0, 1.0, 16, nullptr);
   });
   INFO(dispatched);
@@ -127,7 +119,7 @@ TEST_CASE("an absurd allocation throws with the sizes and the process goes on", 
   size_t free_before = 0, total = 0;
   REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
   const size_t impossible = size_t{1} << 50;  // 1 PiB
-  const std::string message = fault_message([&] { allocator.allocate(impossible); });
+  const std::string message = error_message([&] { allocator.allocate(impossible); });
   INFO(message);
   CHECK(contains(message, "cuda:0: out of memory allocating 1125899906842624 bytes (1.0 PiB)"));
   // The device's total is fixed; its free memory moves with other processes, so only its
@@ -155,7 +147,7 @@ TEST_CASE("an out-of-memory through a tensor is a mixprec::Error", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // 2^48 floats: 1 PiB, through the backend's allocator as a training step would ask for it.
   const std::string message =
-      fault_message([] { Tensor::empty({int64_t{1} << 48}, DType::F32, gpu()); });
+      error_message([] { Tensor::empty({int64_t{1} << 48}, DType::F32, gpu()); });
   INFO(message);
   CHECK(contains(message, "out of memory allocating 1125899906842624 bytes"));
   CHECK(contains(message, " reserved, "));

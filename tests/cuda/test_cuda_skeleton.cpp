@@ -15,22 +15,9 @@
 #include "core/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels/fill.h"
+#include "tests/error_message.h"
 
-namespace {
-
-// Runs `check`, which must throw mixprec::Error, and returns the message.
-template <class Check>
-std::string error_message(Check check) {
-  try {
-    check();
-  } catch (const mixprec::Error& e) {
-    return e.what();
-  }
-  FAIL("no mixprec::Error was thrown");
-  return {};
-}
-
-}  // namespace
+using mixprec_test::error_message;
 
 TEST_CASE("CUDA_CHECK throws with the status name, text, expression and file:line", "[cuda_check]") {
   const int line = __LINE__ + 1;

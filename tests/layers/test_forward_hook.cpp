@@ -85,13 +85,8 @@ TEST_CASE("Sequential calls its children through their hooks", "[layers][hook]")
 }
 
 TEST_CASE("every leaf and every block of a GPT is called through its hook", "[layers][hook]") {
-  GptSpec spec;
-  spec.vocab_size = 11;
-  spec.block_size = 6;
-  spec.n_layer = 2;
-  spec.n_head = 2;
-  spec.n_embd = 8;
-  spec.dropout = 0.1;
+  const GptSpec spec{.vocab_size = 11, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8,
+                     .dropout = 0.1};
   Generator init(7);
   auto model = build_gpt(spec, init, std::make_shared<Generator>(8));
   const Tensor ids = Tensor::from_ints({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -358,6 +359,53 @@ TEST_CASE("safetensors: broken files give errors naming the file", "[apps][check
     write_raw(path, R"({"__metadata__":[]})", {});
     CHECK_THAT(read_error(path), Contains(path) && Contains("__metadata__"));
   }
+}
+
+TEST_CASE("safetensors: the in-memory reader reads and checks like the file reader",
+          "[apps][checkpoint]") {
+  // {"w": F32 [2] = {1.0, -2.0}} with the metadata {"k": "v"}, laid out by hand.
+  const std::string header =
+      R"({"__metadata__":{"k":"v"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::vector<uint8_t> bytes;
+  append_u64(bytes, header.size());
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  const std::vector<uint8_t> data = f32_bits({0x3F800000u, 0xC0000000u});
+  bytes.insert(bytes.end(), data.begin(), data.end());
+
+  const mixprec::SafetensorsFile file = mixprec::read_safetensors(bytes, "in memory");
+  REQUIRE(file.tensors.size() == 1);
+  const Tensor& w = file.tensors.at("w");
+  CHECK(w.dtype() == DType::F32);
+  CHECK(w.shape() == mixprec::Shape{2});
+  CHECK(raw_bytes(w) == data);
+  CHECK(file.metadata == std::map<std::string, std::string>{{"k", "v"}});
+
+  // The same bytes, one short: the data ends early, and the error names what was given.
+  bytes.pop_back();
+  CHECK_THROWS_WITH(mixprec::read_safetensors(bytes, "in memory"),
+                    Contains("'in memory'") && Contains("'w'") && Contains("beyond the end"));
+  CHECK_THROWS_WITH(mixprec::read_safetensors(std::vector<uint8_t>(5, 0), "five bytes"),
+                    Contains("'five bytes'") && Contains("too short"));
+}
+
+// Error messages quote JSON values from the header; quoting a value nested 200000 levels deep
+// with dump() recursed once per level and overflowed the stack.
+TEST_CASE("safetensors: a header value nested 200000 levels deep is an Error, not a crash",
+          "[apps][checkpoint]") {
+  TempFolder folder;
+  const std::string path = folder.file("deep.safetensors");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::vector<uint8_t> four(4, 0);
+  write_raw(path, R"({"x":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})", four);
+  CHECK_THAT(read_error(path), Contains(path) && Contains("'x'") &&
+                                   Contains("an array nested more than 16 levels deep"));
+  write_raw(path, R"({"x":{"dtype":"F32","shape":[)" + deep + R"(],"data_offsets":[0,4]}})",
+            four);
+  CHECK_THAT(read_error(path), Contains(path) && Contains("shape") &&
+                                   Contains("nested more than 16 levels deep"));
+  write_raw(path, R"({"__metadata__":{"k":)" + deep + "}}", {});
+  CHECK_THAT(read_error(path), Contains(path) && Contains("__metadata__") &&
+                                   Contains("nested more than 16 levels deep"));
 }
 
 TEST_CASE("safetensors: write errors name the file and leave nothing behind",

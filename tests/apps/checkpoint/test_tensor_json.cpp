@@ -146,3 +146,51 @@ TEST_CASE("tensor_json: malformed values are errors naming the tensor", "[apps][
                Contains("optimizer.exp_avg.3"));
   }
 }
+
+TEST_CASE("tensor_json: json_excerpt quotes short values and bounds long and deep ones",
+          "[apps][checkpoint]") {
+  CHECK(mixprec::json_excerpt(3) == "3");
+  CHECK(mixprec::json_excerpt("F64") == "\"F64\"");
+  CHECK(mixprec::json_excerpt(nlohmann::json::parse("[1, [2], {\"a\": null}]")) ==
+        "[1,[2],{\"a\":null}]");
+  // 300 letters dump to 302 characters: the first 120 are kept, then "...".
+  CHECK(mixprec::json_excerpt(std::string(300, 'a')) == "\"" + std::string(119, 'a') + "...");
+  // The cut would split "é" (C3 A9, at characters 119 and 120), so it moves before it.
+  CHECK(mixprec::json_excerpt(std::string(118, 'a') + "\xC3\xA9" + "bcd") ==
+        "\"" + std::string(118, 'a') + "...");
+  // 16 levels are quoted, 17 are not.
+  CHECK(mixprec::json_excerpt(nlohmann::json::parse(std::string(16, '[') + std::string(16, ']'))) ==
+        std::string(16, '[') + std::string(16, ']'));
+  CHECK(mixprec::json_excerpt(nlohmann::json::parse(std::string(17, '[') + std::string(17, ']'))) ==
+        "an array nested more than 16 levels deep");
+  CHECK(mixprec::json_excerpt(nlohmann::json::parse(R"({"a":)" + std::string(20, '[') +
+                                                    std::string(20, ']') + "}")) ==
+        "an object nested more than 16 levels deep");
+}
+
+TEST_CASE("tensor_json: json_nested_within counts the levels of arrays and objects",
+          "[apps][checkpoint]") {
+  CHECK(mixprec::json_nested_within(5, 0));
+  CHECK(mixprec::json_nested_within("text", 0));
+  CHECK_FALSE(mixprec::json_nested_within(nlohmann::json::array(), 0));
+  CHECK(mixprec::json_nested_within(nlohmann::json::array(), 1));
+  const nlohmann::json two = nlohmann::json::parse(R"({"a": [1], "b": 2})");
+  CHECK_FALSE(mixprec::json_nested_within(two, 1));
+  CHECK(mixprec::json_nested_within(two, 2));
+  // The deepest branch counts, wherever it is.
+  const nlohmann::json mixed = nlohmann::json::parse(R"([1, [2], [[3]], 4])");
+  CHECK_FALSE(mixprec::json_nested_within(mixed, 2));
+  CHECK(mixprec::json_nested_within(mixed, 3));
+}
+
+// The error for a bad extent quotes it; quoting one nested 200000 levels deep with dump()
+// recursed once per level and overflowed the stack.
+TEST_CASE("tensor_json: an extent nested 200000 levels deep is an Error, not a crash",
+          "[apps][checkpoint]") {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const nlohmann::json value =
+      nlohmann::json::parse(R"({"dtype": "F32", "data": "", "shape": [)" + deep + "]}");
+  CHECK_THROWS_WITH(mixprec::tensor_from_json(value, "optimizer.exp_avg.3"),
+                    Contains("optimizer.exp_avg.3") &&
+                        Contains("an array nested more than 16 levels deep"));
+}

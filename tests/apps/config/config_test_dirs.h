@@ -1,5 +1,6 @@
 // Folders for the config tests: a temporary folder with files written into it, and a scoped
-// change of the working directory (relative data paths resolve against it).
+// change of the working directory (relative data paths resolve against it); the smallest CNN
+// config, with the data files it names, and a config parsed as a file of such a folder.
 #pragma once
 
 #include <stdlib.h>
@@ -7,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "apps/config/train_config.h"
 
 namespace config_test {
 
@@ -53,5 +57,28 @@ class WorkingDir {
  private:
   fs::path previous_;
 };
+
+// The four IDX files a CNN config names, under data/ of `dir` (their contents are not read).
+inline void write_idx_files(const TempDir& dir) {
+  for (const char* name : {"train-images", "train-labels", "test-images", "test-labels"})
+    dir.write(std::string("data/") + name);
+}
+
+// A CNN config that sets only what has no default: one linear layer on the files
+// write_idx_files writes.
+inline constexpr const char* kMinimalCnn = R"(model:
+  layers: [flatten, {linear: 10}]
+data:
+  train_images: data/train-images
+  train_labels: data/train-labels
+  test_images: data/test-images
+  test_labels: data/test-labels
+)";
+
+// `yaml` with `overrides` as the file test.yaml in `dir`: relative paths resolve against `dir`.
+inline mixprec::TrainConfig parse_in(const TempDir& dir, const std::string& yaml,
+                                     const std::vector<std::string>& overrides = {}) {
+  return mixprec::parse_train_config(yaml, dir.file("test.yaml"), dir.path().string(), overrides);
+}
 
 }  // namespace config_test

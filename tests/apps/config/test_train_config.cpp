@@ -19,15 +19,13 @@ using mixprec::DataConfig;
 using mixprec::ModelConfig;
 using mixprec::TrainConfig;
 
+using config_test::kMinimalCnn;
+using config_test::parse_in;
 using config_test::TempDir;
 using config_test::WorkingDir;
+using config_test::write_idx_files;
 
 namespace {
-
-void write_idx_files(const TempDir& dir) {
-  for (const char* name : {"train-images", "train-labels", "test-images", "test-labels"})
-    dir.write(std::string("data/") + name);
-}
 
 const char* kFullCnn = R"(name: cnn_fashion
 model:
@@ -220,20 +218,6 @@ void check_same(const TrainConfig& a, const TrainConfig& b) {
   CHECK(a.debug.inject_tensor == b.debug.inject_tensor);
   CHECK(a.debug.inject_value == b.debug.inject_value);
 }
-
-TrainConfig parse_in(const TempDir& dir, const std::string& yaml,
-                     const std::vector<std::string>& overrides = {}) {
-  return mixprec::parse_train_config(yaml, dir.file("test.yaml"), dir.path().string(), overrides);
-}
-
-const char* kMinimalCnn = R"(model:
-  layers: [flatten, {linear: 10}]
-data:
-  train_images: data/train-images
-  train_labels: data/train-labels
-  test_images: data/test-images
-  test_labels: data/test-labels
-)";
 
 }  // namespace
 

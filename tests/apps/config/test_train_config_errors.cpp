@@ -6,17 +6,18 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "apps/config/train_config.h"
 #include "core/error.h"
 #include "tests/apps/config/config_test_dirs.h"
+#include "tests/error_message.h"
 
 namespace fs = std::filesystem;
 using Catch::Contains;
 using Catch::StartsWith;
+using mixprec_test::error_message;
 
 namespace {
 
@@ -51,21 +52,10 @@ train: {steps: 100}
 
 const std::string kOrigin = "cfg/run.yaml";
 
-// The message of the mixprec::Error that `body` throws.
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const mixprec::Error& error) {
-    return error.what();
-  }
-  FAIL("no mixprec::Error was thrown");
-  return "";
-}
-
 std::string parse_error(const ErrorTempDir& dir, const std::string& yaml,
                         const std::vector<std::string>& overrides = {}) {
-  const std::string message =
-      error_of([&] { mixprec::parse_train_config(yaml, kOrigin, dir.path().string(), overrides); });
+  const std::string message = error_message(
+      [&] { mixprec::parse_train_config(yaml, kOrigin, dir.path().string(), overrides); });
   CHECK_THAT(message, StartsWith(kOrigin + ":"));
   return message;
 }
@@ -375,7 +365,7 @@ TEST_CASE("config errors: malformed YAML gives path:line:column", "[config]") {
   ErrorTempDir dir;
   // Line 3, and the second ':' of "foo: bar: baz" is its 9th character.
   const std::string path = dir.write("broken.yaml", "name: x\nmodel: {}\nfoo: bar: baz\n");
-  const std::string message = error_of([&] { mixprec::load_train_config(path); });
+  const std::string message = error_message([&] { mixprec::load_train_config(path); });
   CHECK_THAT(message, StartsWith(path + ":3:9: "));
   CHECK_THAT(message, Contains("illegal map value"));
 
@@ -386,9 +376,9 @@ TEST_CASE("config errors: malformed YAML gives path:line:column", "[config]") {
 TEST_CASE("config errors: a missing config file", "[config]") {
   ErrorTempDir dir;
   const std::string path = (dir.path() / "nope.yaml").string();
-  CHECK(error_of([&] { mixprec::load_train_config(path); }) ==
+  CHECK(error_message([&] { mixprec::load_train_config(path); }) ==
         "config file '" + path + "' not found");
-  CHECK_THAT(error_of([&] { mixprec::load_train_config(dir.path().string()); }),
+  CHECK_THAT(error_message([&] { mixprec::load_train_config(dir.path().string()); }),
              Contains("is a directory"));
 }
 
@@ -399,7 +389,7 @@ TEST_CASE("config errors: a missing data file names the key and both places", "[
   std::string message;
   {
     WorkingDir cwd(work);
-    message = error_of([&] {
+    message = error_message([&] {
       mixprec::parse_train_config(kCnn, kOrigin, dir.path().string(),
                                   {"data.test_labels=labels/missing.idx"});
     });

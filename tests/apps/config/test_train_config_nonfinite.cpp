@@ -2,52 +2,31 @@
 // `input` targets of debug.inject_nonfinite (default, range, to_yaml round trip).
 #include <catch2/catch.hpp>
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "apps/config/train_config.h"
 #include "core/error.h"
 #include "tests/apps/config/config_test_dirs.h"
+#include "tests/error_message.h"
 
 using Catch::Contains;
 using config_test::TempDir;
 using mixprec::TrainConfig;
+using mixprec_test::error_message;
 
 namespace {
 
-const char* kConfig = R"(model:
-  layers: [flatten, {linear: 10}]
-data:
-  train_images: data/train-images
-  train_labels: data/train-labels
-  test_images: data/test-images
-  test_labels: data/test-labels
-)";
-
 struct NonfiniteConfigDir : TempDir {
-  NonfiniteConfigDir() {
-    for (const char* name : {"train-images", "train-labels", "test-images", "test-labels"})
-      write(std::string("data/") + name);
-  }
+  NonfiniteConfigDir() { config_test::write_idx_files(*this); }
   TrainConfig parse(const std::vector<std::string>& overrides = {}) const {
-    return mixprec::parse_train_config(kConfig, file("test.yaml"), path().string(), overrides);
+    return config_test::parse_in(*this, config_test::kMinimalCnn, overrides);
   }
   TrainConfig round_trip(const TrainConfig& config) const {
     return mixprec::parse_train_config(mixprec::to_yaml(config), file("again.yaml"),
                                        path().string());
   }
 };
-
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const mixprec::Error& error) {
-    return error.what();
-  }
-  FAIL("no mixprec::Error was thrown");
-  return "";
-}
 
 }  // namespace
 
@@ -66,13 +45,13 @@ TEST_CASE("config: train.max_consecutive_skips defaults to 100 and round-trips",
 
 TEST_CASE("config: train.max_consecutive_skips out of range or misspelt", "[config][nonfinite]") {
   const NonfiniteConfigDir dir;
-  CHECK_THAT(error_of([&] { dir.parse({"train.max_consecutive_skips=-1"}); }),
+  CHECK_THAT(error_message([&] { dir.parse({"train.max_consecutive_skips=-1"}); }),
              Contains("train.max_consecutive_skips must be >= 0, got -1"));
-  CHECK_THAT(error_of([&] { dir.parse({"train.max_consecutive_skips=1099511627777"}); }),
+  CHECK_THAT(error_message([&] { dir.parse({"train.max_consecutive_skips=1099511627777"}); }),
              Contains("train.max_consecutive_skips must be <= 1099511627776"));
-  CHECK_THAT(error_of([&] { dir.parse({"train.max_consecutive_skips=many"}); }),
+  CHECK_THAT(error_message([&] { dir.parse({"train.max_consecutive_skips=many"}); }),
              Contains("train.max_consecutive_skips: expected an integer, got 'many'"));
-  CHECK_THAT(error_of([&] { dir.parse({"train.max_skips=3"}); }),
+  CHECK_THAT(error_message([&] { dir.parse({"train.max_skips=3"}); }),
              Contains("did you mean 'max_consecutive_skips'"));
 }
 
@@ -91,6 +70,6 @@ TEST_CASE("config: inject_nonfinite takes loss and input as tensors and round-tr
     CHECK(again.debug.inject_tensor == tensor);
     CHECK(again.debug.inject_value == "nan");
   }
-  CHECK_THAT(error_of([&] { dir.parse({"debug.inject_nonfinite={step: 4}"}); }),
+  CHECK_THAT(error_message([&] { dir.parse({"debug.inject_nonfinite={step: 4}"}); }),
              Contains("a parameter name, loss or input"));
 }

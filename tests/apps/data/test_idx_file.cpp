@@ -98,6 +98,39 @@ TEST_CASE("IDX files read the same raw, gzip-compressed and as several gzip memb
   CHECK(read_idx_labels(dir.file("labels")) == expected);
 }
 
+TEST_CASE("IDX bytes in memory read like the file they came from", "[data][idx]") {
+  const std::vector<uint8_t> raw_images = data_test::idx_images(3, 2, 4, sample_pixels());
+  for (const std::vector<uint8_t>& bytes : {raw_images, data_test::gzip_bytes(raw_images)}) {
+    const IdxImages images = read_idx_images(bytes, "in memory");
+    CHECK(images.count == 3);
+    CHECK(images.rows == 2);
+    CHECK(images.cols == 4);
+    CHECK(images.pixels == sample_pixels());
+  }
+  const std::vector<uint8_t> labels = {7, 2, 1};
+  CHECK(read_idx_labels(data_test::gzip_bytes(data_test::idx_labels(labels)), "in memory") ==
+        labels);
+  // Errors name what the caller gave in place of a path.
+  const std::vector<uint8_t> cut(raw_images.begin(), raw_images.end() - 4);
+  CHECK_THROWS_WITH(read_idx_images(cut, "in memory"),
+                    Catch::Contains("IDX file 'in memory'") &&
+                        Catch::Contains("truncated: expected 24 bytes of pixels, found 20"));
+  CHECK_THROWS_WITH(read_idx_labels(std::vector<uint8_t>{}, "nothing"),
+                    Catch::Contains("'nothing'") &&
+                        Catch::Contains("truncated header: expected 8 bytes, found 0"));
+}
+
+// A gzip file that announces far more pixels than it holds fails as truncated; the reader
+// sizes its buffer by what the compressed bytes left can inflate to, not by the header.
+TEST_CASE("IDX: a gzip header announcing a huge image count fails as truncated",
+          "[data][idx]") {
+  const std::vector<uint8_t> bytes =
+      data_test::gzip_bytes(data_test::idx_images(0xffffffffu, 65536, 65536, {1, 2, 3}));
+  CHECK_THROWS_WITH(read_idx_images(bytes, "huge.gz"),
+                    Catch::Contains("'huge.gz'") &&
+                        Catch::Contains("expected 18446744069414584320 bytes of pixels, found 3"));
+}
+
 TEST_CASE("IDX errors name the file and the problem", "[data][idx]") {
   TempDir dir;
   const std::vector<uint8_t> good = data_test::idx_images(3, 2, 4, sample_pixels());
