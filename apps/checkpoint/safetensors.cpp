@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/checkpoint/atomic_file.h"
+#include "apps/checkpoint/tensor_json.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -71,14 +72,14 @@ Entry parse_entry(const std::string& path, const std::string& name,
     MIXPREC_CHECK(info.contains(key), where(), " has no \"", key, "\"");
   }
   const nlohmann::json& dtype = info["dtype"];
-  MIXPREC_CHECK(dtype.is_string(), where(), ": dtype is ", dtype.dump(), ", not a string");
+  MIXPREC_CHECK(dtype.is_string(), where(), ": dtype is ", json_excerpt(dtype), ", not a string");
   const std::optional<StoredDType> stored = stored_dtype(dtype.get<std::string>());
-  MIXPREC_CHECK(stored.has_value(), where(), " has unsupported dtype ", dtype.dump(),
+  MIXPREC_CHECK(stored.has_value(), where(), " has unsupported dtype ", json_excerpt(dtype),
                 " (F32, F16, BF16, I32 and I64 are read)");
 
   Entry entry{name, stored->dtype, stored->size, {}, 0, 0};
   const nlohmann::json& shape = info["shape"];
-  MIXPREC_CHECK(shape.is_array(), where(), ": shape is ", shape.dump(), ", not an array");
+  MIXPREC_CHECK(shape.is_array(), where(), ": shape is ", json_excerpt(shape), ", not an array");
   // The byte count is computed in 64 bits with overflow checks: a shape of [2^40, 2^40]
   // must be an error, not wrap around to a small number that matches its offsets.
   constexpr uint64_t kMaxExtent = std::numeric_limits<int64_t>::max();
@@ -86,26 +87,28 @@ Entry parse_entry(const std::string& path, const std::string& name,
   bool overflow = false;
   for (const auto& extent : shape) {
     const std::optional<uint64_t> value = as_index(extent);
-    MIXPREC_CHECK(value.has_value() && *value <= kMaxExtent, where(), ": shape ", shape.dump(),
-                  " holds ", extent.dump(), ", not a non-negative integer");
+    MIXPREC_CHECK(value.has_value() && *value <= kMaxExtent, where(), ": shape ",
+                  json_excerpt(shape), " holds ", json_excerpt(extent),
+                  ", not a non-negative integer");
     entry.shape.push_back(static_cast<int64_t>(*value));
     overflow = overflow || __builtin_mul_overflow(nbytes, *value, &nbytes);
   }
   const nlohmann::json& offsets = info["data_offsets"];
   MIXPREC_CHECK(offsets.is_array() && offsets.size() == 2, where(), ": data_offsets is ",
-                offsets.dump(), ", not [begin, end]");
+                json_excerpt(offsets), ", not [begin, end]");
   const std::optional<uint64_t> begin = as_index(offsets[0]);
   const std::optional<uint64_t> end = as_index(offsets[1]);
-  MIXPREC_CHECK(begin && end, where(), ": data_offsets ", offsets.dump(),
+  MIXPREC_CHECK(begin && end, where(), ": data_offsets ", json_excerpt(offsets),
                 " are not non-negative integers");
-  MIXPREC_CHECK(*begin <= *end, where(), ": data_offsets ", offsets.dump(), " are out of order");
+  MIXPREC_CHECK(*begin <= *end, where(), ": data_offsets ", json_excerpt(offsets),
+                " are out of order");
   entry.begin = *begin;
   entry.end = *end;
   MIXPREC_CHECK(!overflow, where(), ": shape ", shape_str(entry.shape),
                 " has too many bytes to count in 64 bits");
   MIXPREC_CHECK(nbytes == entry.end - entry.begin, where(), ": ", dtype.get<std::string>(), " ",
                 shape_str(entry.shape), " needs ", nbytes, " bytes, but data_offsets ",
-                offsets.dump(), " hold ", entry.end - entry.begin);
+                json_excerpt(offsets), " hold ", entry.end - entry.begin);
   return entry;
 }
 
@@ -114,15 +117,49 @@ struct FileCloser {
   void operator()(std::FILE* file) const { std::fclose(file); }
 };
 
-void read_exact(std::FILE* file, void* out, size_t size, const std::string& path,
-                const char* what) {
-  if (size == 0) return;
-  if (std::fread(out, 1, size, file) != size) {
-    const int error = errno;
-    MIXPREC_FAIL("'", path, "': reading ", what, " failed: ",
-                 std::ferror(file) ? std::strerror(error) : "unexpected end of file");
+// Where the reader gets its bytes, front to back: a file, or a file's content in memory. Both
+// readers run the same checks through read_from.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Exactly `size` bytes into `out`, or an Error naming `what` was being read.
+  virtual void read(void* out, size_t size, const char* what) = 0;
+};
+
+class FileSource : public ByteSource {
+ public:
+  FileSource(std::FILE* file, const std::string& path) : file_(file), path_(path) {}
+  void read(void* out, size_t size, const char* what) override {
+    if (size == 0) return;
+    if (std::fread(out, 1, size, file_) != size) {
+      const int error = errno;
+      MIXPREC_FAIL("'", path_, "': reading ", what, " failed: ",
+                   std::ferror(file_) ? std::strerror(error) : "unexpected end of file");
+    }
   }
-}
+
+ private:
+  std::FILE* file_;
+  const std::string& path_;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  MemorySource(std::span<const uint8_t> bytes, const std::string& name)
+      : bytes_(bytes), name_(name) {}
+  void read(void* out, size_t size, const char* what) override {
+    if (size == 0) return;
+    MIXPREC_CHECK(size <= bytes_.size() - offset_, "'", name_, "': reading ", what,
+                  " failed: unexpected end of data");
+    std::memcpy(out, bytes_.data() + offset_, size);
+    offset_ += size;
+  }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  const std::string& name_;
+  size_t offset_ = 0;
+};
 
 }  // namespace
 
@@ -173,33 +210,25 @@ void write_safetensors(const std::string& path,
   file.commit();
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    const int error = errno;
-    MIXPREC_FAIL("cannot read '", path, "': ", std::strerror(error));
-  }
-  struct stat info {};
-  if (::fstat(::fileno(file.get()), &info) != 0) {
-    const int error = errno;
-    MIXPREC_FAIL("cannot read '", path, "': ", std::strerror(error));
-  }
-  MIXPREC_CHECK(S_ISREG(info.st_mode), "cannot read '", path, "': not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+namespace {
+
+// The whole format, from `source` that holds `file_size` bytes.
+SafetensorsFile read_from(ByteSource& source, uint64_t file_size, const std::string& path) {
   MIXPREC_CHECK(file_size >= 8, "'", path, "': ", file_size,
                 " bytes is too short for a safetensors file (8-byte header length missing)");
 
   uint64_t header_size = 0;
-  read_exact(file.get(), &header_size, sizeof(header_size), path, "the header length");
+  source.read(&header_size, sizeof(header_size), "the header length");
   MIXPREC_CHECK(header_size <= file_size - 8, "'", path, "': header length ", header_size,
                 " goes beyond the end of the file (", file_size, " bytes)");
   std::string text(header_size, '\0');
-  read_exact(file.get(), text.data(), text.size(), path, "the header");
+  source.read(text.data(), text.size(), "the header");
 
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double's range such as 1e400.
     MIXPREC_FAIL("'", path, "': the header is not valid JSON: ", e.what());
   }
   MIXPREC_CHECK(header.is_object(), "'", path, "': the header is a JSON ", header.type_name(),
@@ -213,7 +242,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
                     value.type_name(), ", not an object of strings");
       for (const auto& [key, item] : value.items()) {
         MIXPREC_CHECK(item.is_string(), "'", path, "': \"", kMetadataKey, "\" entry '", key,
-                      "' is ", item.dump(), ", not a string");
+                      "' is ", json_excerpt(item), ", not a string");
         out.metadata[key] = item.get<std::string>();
       }
       continue;
@@ -252,11 +281,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
     Tensor tensor = Tensor::empty(entry.shape, entry.dtype);
     const std::string what = "tensor '" + entry.name + "'";
     if (entry.stored_size == dtype_size(entry.dtype)) {
-      read_exact(file.get(), tensor.data(), entry.end - entry.begin, path, what.c_str());
+      source.read(tensor.data(), entry.end - entry.begin, what.c_str());
     } else {
       // I64 narrowed to I32: every value must fit.
       std::vector<int64_t> wide(static_cast<size_t>(tensor.numel()));
-      read_exact(file.get(), wide.data(), entry.end - entry.begin, path, what.c_str());
+      source.read(wide.data(), entry.end - entry.begin, what.c_str());
       int32_t* narrow = tensor.data_as<int32_t>();
       for (size_t i = 0; i < wide.size(); ++i) {
         MIXPREC_CHECK(wide[i] >= std::numeric_limits<int32_t>::min() &&
@@ -269,6 +298,29 @@ SafetensorsFile read_safetensors(const std::string& path) {
     out.tensors.emplace(entry.name, std::move(tensor));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) {
+    const int error = errno;
+    MIXPREC_FAIL("cannot read '", path, "': ", std::strerror(error));
+  }
+  struct stat info {};
+  if (::fstat(::fileno(file.get()), &info) != 0) {
+    const int error = errno;
+    MIXPREC_FAIL("cannot read '", path, "': ", std::strerror(error));
+  }
+  MIXPREC_CHECK(S_ISREG(info.st_mode), "cannot read '", path, "': not a regular file");
+  FileSource source(file.get(), path);
+  return read_from(source, static_cast<uint64_t>(info.st_size), path);
+}
+
+SafetensorsFile read_safetensors(std::span<const uint8_t> bytes, const std::string& name) {
+  MemorySource source(bytes, name);
+  return read_from(source, bytes.size(), name);
 }
 
 }  // namespace mixprec

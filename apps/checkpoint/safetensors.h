@@ -4,7 +4,9 @@
 // `safetensors` package read what is written here.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,5 +34,8 @@ void write_safetensors(const std::string& path,
 // I32 and I64 are read; I64 is narrowed to I32 and must fit), offsets that are out of order,
 // overlap, leave gaps, or do not match shape x dtype size, data past the end of the file.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same from a file's whole content in memory, with the same checks; `name` stands for the
+// path in messages.
+SafetensorsFile read_safetensors(std::span<const uint8_t> bytes, const std::string& name);
 
 }  // namespace mixprec

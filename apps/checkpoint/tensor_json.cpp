@@ -60,7 +60,35 @@ std::vector<uint8_t> base64_decode(const std::string& text, const std::string& w
   return out;
 }
 
+constexpr int kExcerptDepth = 16;
+constexpr size_t kExcerptLength = 120;
+
 }  // namespace
+
+bool json_nested_within(const nlohmann::json& value, int levels) {
+  if (!value.is_structured()) return true;
+  if (levels <= 0) return false;
+  for (const nlohmann::json& item : value) {
+    if (!json_nested_within(item, levels - 1)) return false;
+  }
+  return true;
+}
+
+std::string json_excerpt(const nlohmann::json& value) {
+  if (!json_nested_within(value, kExcerptDepth)) {
+    return std::string("an ") + value.type_name() + " nested more than " +
+           std::to_string(kExcerptDepth) + " levels deep";
+  }
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > kExcerptLength) {
+    size_t cut = kExcerptLength;
+    // Not inside a UTF-8 sequence: back up over continuation bytes (10xxxxxx).
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text.resize(cut);
+    text += "...";
+  }
+  return text;
+}
 
 nlohmann::json tensor_to_json(const Tensor& tensor) {
   MIXPREC_CHECK(tensor.defined(), "tensor_to_json: undefined tensor");
@@ -93,7 +121,7 @@ Tensor tensor_from_json(const nlohmann::json& value, const std::string& what) {
   bool overflow = false;
   for (const auto& extent : value["shape"]) {
     MIXPREC_CHECK(extent.is_number_integer() && extent.get<int64_t>() >= 0, what,
-                  ": shape holds ", extent.dump(), ", not a non-negative integer");
+                  ": shape holds ", json_excerpt(extent), ", not a non-negative integer");
     shape.push_back(extent.get<int64_t>());
     overflow = overflow || __builtin_mul_overflow(expected, extent.get<uint64_t>(), &expected);
   }

@@ -56,12 +56,12 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
   return bytes;
 }
 
-// The decompressed bytes of a file, in order. gzip is recognised by its magic bytes 1f 8b;
-// anything else is taken as raw IDX. Several concatenated gzip members (what `cat a.gz b.gz`
-// makes, and what gzip itself accepts) read as one stream.
+// The decompressed bytes of a file's content, in order. gzip is recognised by its magic bytes
+// 1f 8b; anything else is taken as raw IDX. Several concatenated gzip members (what
+// `cat a.gz b.gz` makes, and what gzip itself accepts) read as one stream.
 class ByteStream {
  public:
-  explicit ByteStream(const std::string& path) : path_(path), file_(read_whole_file(path)) {
+  ByteStream(std::span<const uint8_t> file, const std::string& path) : path_(path), file_(file) {
     gzip_ = file_.size() >= 2 && file_[0] == 0x1f && file_[1] == 0x8b;
     if (gzip_) {
       // 16 + MAX_WBITS: a gzip wrapper only; its CRC-32 and length are checked at the end.
@@ -79,10 +79,20 @@ class ByteStream {
   // Up to `n` bytes into `out`; fewer only at the end of the data.
   size_t read(uint8_t* out, size_t n) { return gzip_ ? inflate_into(out, n) : copy_into(out, n); }
 
+  // At least as many bytes as read() can still deliver: exact for a raw file; for gzip,
+  // deflate's largest ratio (1032:1) applied to the compressed bytes not yet inflated, plus a
+  // margin for what zlib holds from bytes it has already taken.
+  uint64_t max_remaining() const {
+    const uint64_t unread = file_.size() - offset_;
+    if (!gzip_) return unread;
+    if (finished_) return 0;
+    return (unread + zs_.avail_in) * 1032 + 65536;
+  }
+
  private:
   size_t copy_into(uint8_t* out, size_t n) {
     const size_t count = std::min(n, file_.size() - offset_);
-    std::memcpy(out, file_.data() + offset_, count);
+    if (count > 0) std::memcpy(out, file_.data() + offset_, count);
     offset_ += count;
     return count;
   }
@@ -97,7 +107,8 @@ class ByteStream {
           MIXPREC_FAIL("IDX file '", path_, "': gzip stream ends early (the .gz file is "
                        "truncated after ", file_.size(), " bytes)");
         }
-        zs_.next_in = file_.data() + offset_;
+        // zlib's next_in is not const unless ZLIB_CONST; it never writes through it.
+        zs_.next_in = const_cast<uint8_t*>(file_.data() + offset_);
         zs_.avail_in = static_cast<uInt>(slice);
         offset_ += slice;
       }
@@ -133,7 +144,7 @@ class ByteStream {
   }
 
   std::string path_;
-  std::vector<uint8_t> file_;
+  std::span<const uint8_t> file_;  // the caller's bytes, alive while the stream is
   size_t offset_ = 0;  // next unread byte of file_ (raw) or next byte to hand to zlib (gzip)
   bool gzip_ = false;
   z_stream zs_{};
@@ -171,12 +182,16 @@ std::vector<uint32_t> read_header(ByteStream& stream, const std::string& path, u
 std::vector<uint8_t> read_body(ByteStream& stream, const std::string& path, uint64_t expected,
                                const char* what) {
   std::vector<uint8_t> body;
-  // Grow with the data rather than trusting the header with one big allocation.
-  body.reserve(static_cast<size_t>(std::min<uint64_t>(expected, uint64_t{64} << 20)));
-  constexpr size_t kChunk = size_t{1} << 20;
+  // Grow with the data, never past what the stream can still deliver, rather than trusting
+  // the header: a 20-byte file that announces 100000 images fails as truncated without first
+  // allocating (and zero-filling) megabytes for them.
+  body.reserve(static_cast<size_t>(std::min<uint64_t>(expected, stream.max_remaining())));
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
   while (body.size() < expected) {
     const size_t old_size = body.size();
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(expected - old_size, kChunk));
+    const size_t want = static_cast<size_t>(
+        std::min({expected - old_size, kChunk, stream.max_remaining()}));
+    if (want == 0) break;
     body.resize(old_size + want);
     const size_t got = stream.read(body.data() + old_size, want);
     body.resize(old_size + got);
@@ -194,8 +209,8 @@ std::vector<uint8_t> read_body(ByteStream& stream, const std::string& path, uint
 
 }  // namespace
 
-IdxImages read_idx_images(const std::string& path) {
-  ByteStream stream(path);
+IdxImages read_idx_images(std::span<const uint8_t> bytes, const std::string& path) {
+  ByteStream stream(bytes, path);
   const std::vector<uint32_t> extents = read_header(stream, path, kImagesMagic, "images");
   const uint32_t count = extents[0], rows = extents[1], cols = extents[2];
   MIXPREC_CHECK(count > 0, "IDX file '", path, "': the header announces zero images");
@@ -212,11 +227,19 @@ IdxImages read_idx_images(const std::string& path) {
   return images;
 }
 
-std::vector<uint8_t> read_idx_labels(const std::string& path) {
-  ByteStream stream(path);
+std::vector<uint8_t> read_idx_labels(std::span<const uint8_t> bytes, const std::string& path) {
+  ByteStream stream(bytes, path);
   const std::vector<uint32_t> extents = read_header(stream, path, kLabelsMagic, "labels");
   MIXPREC_CHECK(extents[0] > 0, "IDX file '", path, "': the header announces zero labels");
   return read_body(stream, path, extents[0], "labels");
+}
+
+IdxImages read_idx_images(const std::string& path) {
+  return read_idx_images(read_whole_file(path), path);
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  return read_idx_labels(read_whole_file(path), path);
 }
 
 }  // namespace mixprec

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,10 @@ struct IdxImages {
 IdxImages read_idx_images(const std::string& path);
 // Magic 0x00000801 (unsigned bytes, 1 dim), same errors.
 std::vector<uint8_t> read_idx_labels(const std::string& path);
+
+// The same from a file's whole content in memory (raw or gzip); `name` stands for the path in
+// messages. The path versions read the file and call these.
+IdxImages read_idx_images(std::span<const uint8_t> bytes, const std::string& name);
+std::vector<uint8_t> read_idx_labels(std::span<const uint8_t> bytes, const std::string& name);
 
 }  // namespace mixprec

@@ -7,6 +7,9 @@ namespace mixprec {
 
 namespace {
 constexpr const char* kFormat = "mixprec-run-state-1";
+// A state.json is 4 levels deep (optimizer.scalars.params[i]); restoring copies and prints
+// parts of it, which recurses once per level, so a deeper file is refused before that.
+constexpr int kMaxDepth = 32;
 }
 
 std::string resume_fingerprint(const TrainConfig& config) {
@@ -60,14 +63,14 @@ const nlohmann::json& field(const nlohmann::json& object, const char* key,
 int64_t integer_field(const nlohmann::json& object, const char* key, const std::string& path) {
   const nlohmann::json& value = field(object, key, path);
   MIXPREC_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0, path, ": '", key,
-                "' must be a non-negative integer, got ", value.dump());
+                "' must be a non-negative integer, got ", json_excerpt(value));
   return value.get<int64_t>();
 }
 
 uint64_t unsigned_field(const nlohmann::json& object, const char* key, const std::string& path) {
   const nlohmann::json& value = field(object, key, path);
   MIXPREC_CHECK(value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0),
-                path, ": '", key, "' must be a non-negative integer, got ", value.dump());
+                path, ": '", key, "' must be a non-negative integer, got ", json_excerpt(value));
   return value.get<uint64_t>();
 }
 
@@ -77,9 +80,11 @@ RunPosition restore_run_state(const nlohmann::json& state, const std::string& pa
                               const TrainConfig& config, Optimizer& optimizer,
                               GradScaler& scaler, Generator& dropout_gen) {
   MIXPREC_CHECK(state.is_object(), path, ": state.json is not a JSON object");
+  MIXPREC_CHECK(json_nested_within(state, kMaxDepth), path, ": state.json nests arrays or objects "
+                "more than ", kMaxDepth, " levels deep");
   const nlohmann::json& format = field(state, "format", path);
-  MIXPREC_CHECK(format == kFormat, path, ": state.json has format ", format.dump(), ", expected \"",
-                kFormat, "\"");
+  MIXPREC_CHECK(format == kFormat, path, ": state.json has format ", json_excerpt(format),
+                ", expected \"", kFormat, "\"");
   const nlohmann::json& fingerprint = field(state, "fingerprint", path);
   MIXPREC_CHECK(fingerprint.is_string() && fingerprint.get<std::string>() ==
                                                resume_fingerprint(config),

@@ -12,7 +12,8 @@ class CpuBackend final : public Backend {
   Device device() const override { return kCPU; }
   std::string name() const override { return "cpu"; }
 
-  // cpu_memory.cpp
+  // cpu_memory.cpp. 64-byte aligned; large buffers are recycled through the cache of
+  // core/cpu/buffer_cache.h, so deallocate must get the nbytes that allocate was given.
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) noexcept override;
   void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;

@@ -5,6 +5,14 @@
 //   backward data:   dx[n]         = col2im(W^T (K x O) @ dy[n] (O x P))
 //   backward filter: dW (O x K)    = sum_n dy[n] @ col(x[n])^T, dbias = sum_n,p dy[n]
 // Every sum is in FP32 and each output element is rounded once to the tensor's dtype.
+//
+// The per-image products go to the tile kernel of core/cpu/tile_gemm.h, which reads its
+// left operand through strides (or per-row offsets) and its right one row by row. Stride-1
+// convolutions whose output is as wide as the input never build the column matrix: they
+// read it in place from shifted copies of the image (see ShiftPlan). The filter gradient's
+// product sums over P, the contiguous dimension of both dy[n] and col(x[n]), so one of the
+// two is transposed first: dy[n] (giving dW^T, K x O, transposed once at the end) when the
+// columns are read in place or O <= K, else the column matrix.
 #include <omp.h>
 
 #include <algorithm>
@@ -17,6 +25,8 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/simd.h"
+#include "core/cpu/tile_gemm.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -38,13 +48,98 @@ float* f32_scratch(int slot, int64_t n) {
   else return cpu::scratch(slot, n);
 }
 
+// Output columns [begin, end) of one kernel column j whose input column
+// iw = ow * stride - pad + j lies in [0, in); the others read the zero padding.
+struct ValidRange {
+  int64_t begin, end;
+};
+
+ValidRange valid_outputs(int64_t j, int64_t outputs, int64_t in, int64_t stride, int64_t pad) {
+  const int64_t low = pad - j;            // iw >= 0  <=>  ow * stride >= low
+  const int64_t high = in - 1 + pad - j;  // iw < in  <=>  ow * stride <= high
+  if (high < 0) return {0, 0};
+  const int64_t begin = low <= 0 ? 0 : (low + stride - 1) / stride;
+  const int64_t end = std::min(outputs, high / stride + 1);
+  return {std::min(begin, end), end};
+}
+
+// n elements of src as floats into dst.
+template <class T>
+void widen_into(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+  } else {
+    cpu::load_f32(src, dst, n);
+  }
+}
+
+// A stride-1 convolution whose output rows are as wide as the input's (a "same" padding,
+// the 3x3 pad-1 case among them) has a column matrix row (c, i, j) that is the input plane
+// c shifted by di = i - PH rows and dj = j - PW columns: entry f = oh * OW + ow reads input
+// cell f + di * W + dj of the flat plane. So each row is one contiguous copy, after which the
+// entries that read the padding (the first rows or the last ones, and the |dj| border
+// columns, whose flat shift wrapped into a neighbouring input row) are zeroed.
+bool is_flat_shift(const Conv2dGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.ow == g.w;
+}
+
+// The part of column matrix row (i, j) of a flat-shift convolution that reads the image:
+// output rows [row_begin, row_end), and within them the flat entries [first, last) whose
+// flat shift stays inside the plane.
+struct ShiftedRow {
+  int64_t di, dj, shift;
+  int64_t row_begin, row_end;
+  int64_t first, last;
+};
+
+ShiftedRow shifted_row(const Conv2dGeometry& g, int64_t i, int64_t j) {
+  ShiftedRow r;
+  r.di = i - g.ph;
+  r.dj = j - g.pw;
+  r.shift = r.di * g.w + r.dj;
+  r.row_begin = std::clamp<int64_t>(-r.di, 0, g.oh);
+  r.row_end = std::clamp<int64_t>(g.h - r.di, r.row_begin, g.oh);
+  r.first = std::min(r.row_begin * g.ow + std::max<int64_t>(0, -r.dj), r.row_end * g.ow);
+  r.last = std::max(r.row_end * g.ow - std::max<int64_t>(0, r.dj), r.first);
+  return r;
+}
+
+// Zeroes the border columns of rows [row_begin, row_end) of one column matrix row: the
+// entries whose input column ow + dj falls outside [0, W).
+void zero_border_columns(float* row, const Conv2dGeometry& g, const ShiftedRow& r) {
+  if (r.dj == 0) return;
+  const int64_t begin = r.dj < 0 ? 0 : std::max<int64_t>(0, g.ow - r.dj);
+  const int64_t end = r.dj < 0 ? std::min(g.ow, -r.dj) : g.ow;
+  for (int64_t oh = r.row_begin; oh < r.row_end; ++oh)
+    std::fill(row + oh * g.ow + begin, row + oh * g.ow + end, 0.0f);
+}
+
 // col[(c*KH + i)*KW + j][oh*OW + ow] = x[c][oh*SH - PH + i][ow*SW - PW + j], 0 in the padding.
 template <class T>
 void im2col(const T* x, const Conv2dGeometry& g, float* col) {
   const int64_t pixels = g.pixels();
-  for (int64_t c = 0; c < g.c; ++c) {
+  if (is_flat_shift(g)) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
+        const ShiftedRow r = shifted_row(g, i, j);
+        for (int64_t c = 0; c < g.c; ++c) {
+          float* row = col + ((c * g.kh + i) * g.kw + j) * pixels;
+          std::fill(row, row + r.first, 0.0f);
+          widen_into(x + c * g.h * g.w + r.first + r.shift, row + r.first, r.last - r.first);
+          std::fill(row + r.last, row + pixels, 0.0f);
+          zero_border_columns(row, g, r);
+        }
+      }
+    }
+    return;
+  }
+  // Otherwise row by row: the output columns that read inside the image are worked out once
+  // per kernel column, so the copy itself has no bounds test.
+  for (int64_t j = 0; j < g.kw; ++j) {
+    const ValidRange cols = valid_outputs(j, g.ow, g.w, g.sw, g.pw);
+    const int64_t first_iw = cols.begin * g.sw - g.pw + j;
+    for (int64_t c = 0; c < g.c; ++c) {
+      for (int64_t i = 0; i < g.kh; ++i) {
         float* row = col + ((c * g.kh + i) * g.kw + j) * pixels;
         for (int64_t oh = 0; oh < g.oh; ++oh) {
           float* out = row + oh * g.ow;
@@ -53,37 +148,72 @@ void im2col(const T* x, const Conv2dGeometry& g, float* col) {
             std::fill(out, out + g.ow, 0.0f);
             continue;
           }
-          const T* in = x + (c * g.h + ih) * g.w;
-          for (int64_t ow = 0; ow < g.ow; ++ow) {
-            const int64_t iw = ow * g.sw - g.pw + j;
-            out[ow] = iw >= 0 && iw < g.w ? to_float(in[iw]) : 0.0f;
+          const T* in = x + (c * g.h + ih) * g.w + first_iw;
+          std::fill(out, out + cols.begin, 0.0f);
+          if (g.sw == 1) {
+            widen_into(in, out + cols.begin, cols.end - cols.begin);
+          } else {
+            for (int64_t ow = cols.begin; ow < cols.end; ++ow)
+              out[ow] = to_float(in[(ow - cols.begin) * g.sw]);
           }
+          std::fill(out + cols.end, out + g.ow, 0.0f);
         }
       }
     }
   }
 }
 
-// The adjoint of im2col: adds every column entry back into the input cell it came from.
-void col2im_add(const float* col, const Conv2dGeometry& g, float* dx) {
+// The adjoint of im2col: dx[c][ih][iw] = the sum of the column entries read from that cell,
+// added in (i, j) order; the entries that read the padding are dropped. dx is overwritten;
+// col is scratch and may be changed.
+//
+// For a flat-shift convolution each column matrix row adds into the plane as one contiguous
+// shifted run, its padding entries zeroed first (adding +0 changes no sum, except that a -0
+// sum becomes +0). Otherwise the entries are scattered row by row.
+void col2im(float* col, const Conv2dGeometry& g, float* dx) {
   const int64_t pixels = g.pixels();
+  std::fill(dx, dx + g.image(), 0.0f);
+  if (is_flat_shift(g)) {
+    std::vector<ShiftedRow> rows(static_cast<size_t>(g.kh * g.kw));
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) rows[i * g.kw + j] = shifted_row(g, i, j);
+    for (int64_t c = 0; c < g.c; ++c) {
+      float* plane = dx + c * g.h * g.w;
+      for (int64_t t = 0; t < g.kh * g.kw; ++t) {
+        const ShiftedRow& r = rows[t];
+        float* row = col + (c * g.kh * g.kw + t) * pixels;
+        zero_border_columns(row, g, r);
+        for (int64_t f = r.first; f < r.last; ++f) plane[f + r.shift] += row[f];
+      }
+    }
+    return;
+  }
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
+        const ValidRange cols = valid_outputs(j, g.ow, g.w, g.sw, g.pw);
+        const int64_t first_iw = cols.begin * g.sw - g.pw + j;
         const float* row = col + ((c * g.kh + i) * g.kw + j) * pixels;
         for (int64_t oh = 0; oh < g.oh; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + i;
           if (ih < 0 || ih >= g.h) continue;
           const float* in = row + oh * g.ow;
-          float* out = dx + (c * g.h + ih) * g.w;
-          for (int64_t ow = 0; ow < g.ow; ++ow) {
-            const int64_t iw = ow * g.sw - g.pw + j;
-            if (iw >= 0 && iw < g.w) out[iw] += in[ow];
-          }
+          float* out = dx + (c * g.h + ih) * g.w + first_iw;
+          for (int64_t ow = cols.begin; ow < cols.end; ++ow)
+            out[(ow - cols.begin) * g.sw] += in[ow];
         }
       }
     }
   }
+}
+
+// Sum of n floats in cpu::kLanes lanes (core/cpu/simd.h), lanes added in order.
+float lane_sum(const float* v, int64_t n) {
+  cpu::Floats8 acc = {};
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= n; k += cpu::kLanes) acc += cpu::load8(v + k);
+  for (; k < n; ++k) acc[k % cpu::kLanes] += v[k];
+  return cpu::lane_total(acc);
 }
 
 // Images are independent, so a batch spreads over `threads` threads (each GEMM then runs on
@@ -115,6 +245,92 @@ int image_threads(int64_t images) {
   return static_cast<int>(std::min<int64_t>(available, std::max<int64_t>(images, 1)));
 }
 
+// The implicit column matrix of a flat-shift convolution, as core/cpu/tile_gemm.h's
+// OffsetRows. Row (ch, i, j) of the matrix is source plane ch shifted by tap (i, j): grid cell
+// (r, c) reads source cell (r + dr, c + dc), or 0 where that lies outside the plane.
+//   forward:       source x (C planes, H x W),   grid y (OH x W),  (dr, dc) = (i - PH, j - PW)
+//   backward data: source dy (O planes, OH x W), grid dx (H x W),  (dr, dc) = (PH - i, PW - j)
+// The grid and the source planes have one width W, so a shift by dr rows is a flat offset of
+// dr * W. The column shift is not: it would wrap into the neighbouring row. So the image is
+// copied once per kernel column j, shifted by dc with zeros filled in at the row ends, each
+// plane with `top` zero rows above it and `bottom` below, where the row shifts land outside
+// the plane. Every matrix row is then one contiguous run of a copy: the tile kernel reads it
+// in place, with no column matrix written (a third of im2col's stores at KW = 3) and no lane
+// masks (with per-row masks the kernel measured 18% slower).
+struct ShiftPlan {
+  int64_t channels = 0, src_rows = 0, width = 0, kw = 0;
+  int64_t top = 0, bottom = 0;
+  std::vector<int64_t> column_shift;  // dc per kernel column
+  std::vector<int64_t> offsets;       // per matrix row (ch, i, j)
+  int64_t plane() const { return (top + src_rows + bottom) * width; }
+  int64_t copy() const { return channels * plane(); }
+  // kw copies, then slack for the vector loads that run past the last grid cell.
+  int64_t size() const { return kw * copy() + 16; }
+};
+
+ShiftPlan shift_plan(const Conv2dGeometry& g, bool backward) {
+  ShiftPlan plan;
+  plan.channels = backward ? g.o : g.c;
+  plan.src_rows = backward ? g.oh : g.h;
+  plan.width = g.w;  // == g.ow
+  plan.kw = g.kw;
+  const int64_t grid_rows = backward ? g.h : g.oh;
+  const auto row_shift = [&](int64_t i) { return backward ? g.ph - i : i - g.ph; };
+  for (int64_t i = 0; i < g.kh; ++i) {
+    plan.top = std::max(plan.top, -row_shift(i));
+    plan.bottom = std::max(plan.bottom, grid_rows + row_shift(i) - plan.src_rows);
+  }
+  for (int64_t j = 0; j < g.kw; ++j) plan.column_shift.push_back(backward ? g.pw - j : j - g.pw);
+  for (int64_t ch = 0; ch < plan.channels; ++ch)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j)
+        plan.offsets.push_back(j * plan.copy() + ch * plan.plane() +
+                               (plan.top + row_shift(i)) * plan.width);
+  return plan;
+}
+
+// The copies of one image's source planes (src: plan.channels planes of src_rows x width, in
+// FP32) in the calling thread's column scratch, as the OffsetRows operand of the plan. The
+// zeros (rows above and below the planes, slack) are the same for every image: `zeroed` says
+// that this thread's scratch still holds them from an earlier image of the same call, so only
+// the planes are written.
+cpu::OffsetRows shifted_copies(const float* src, const ShiftPlan& plan, bool zeroed) {
+  float* buf = cpu::scratch(kColumnSlot, plan.size());
+  if (!zeroed) std::fill(buf, buf + plan.size(), 0.0f);
+  const int64_t w = plan.width, body = plan.src_rows * w;
+  for (int64_t j = 0; j < plan.kw; ++j) {
+    const int64_t dc = plan.column_shift[j];
+    // The border columns, which read outside the row: [0, -dc) or [w - dc, w).
+    const int64_t border_begin = dc < 0 ? 0 : std::max<int64_t>(0, w - dc);
+    const int64_t border_end = dc < 0 ? std::min(w, -dc) : w;
+    // One flat shifted copy per plane (out[f] = in[f + dc]), after which the border cells,
+    // which it filled from the neighbouring row, are zeroed. Its first or last |dc| cells,
+    // which would read outside the plane, are border cells and are not copied at all.
+    const int64_t first = std::min(std::max<int64_t>(0, -dc), body);
+    const int64_t last = std::max(body - std::max<int64_t>(0, dc), first);
+    for (int64_t ch = 0; ch < plan.channels; ++ch) {
+      float* rows = buf + j * plan.copy() + ch * plan.plane() + plan.top * w;
+      const float* in = src + ch * body;
+      std::copy(in + first + dc, in + last + dc, rows + first);
+      for (int64_t r = 0; r < plan.src_rows; ++r)
+        for (int64_t c = border_begin; c < border_end; ++c) rows[r * w + c] = 0.0f;
+    }
+  }
+  return {buf, plan.offsets.data()};
+}
+
+// n elements of src as FP32: src itself for F32, else widened into the thread's scratch slot.
+template <class T>
+const float* source_f32(const T* src, int64_t n, int slot) {
+  return cpu::load_f32(src, f32_scratch<T>(slot, n), n);
+}
+
+// A flat-shift convolution reads its column matrix in place (implicit GEMM) when the AVX-512
+// tile kernel runs, whose OffsetRows operand needs it; otherwise it builds the matrix.
+bool implicit_columns(const Conv2dGeometry& g) {
+  return is_flat_shift(g) && cpu::tile_gemm_vectorised();
+}
+
 template <class T>
 void conv_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
@@ -122,17 +338,23 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeome
   std::vector<float> bias_buf(static_cast<size_t>(bias ? g.o : 0));
   const float* bias32 = bias ? cpu::load_f32(bias, bias_buf.data(), g.o) : nullptr;
   const int64_t out_size = g.o * g.pixels();
-  for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
-    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
-    im2col(x + n * g.image(), g, col);
+  const bool implicit = implicit_columns(g);
+  const ShiftPlan plan = implicit ? shift_plan(g, false) : ShiftPlan();
+  const int threads = image_threads(g.n);
+  std::vector<char> zeroed(static_cast<size_t>(threads), 0);  // per worker, see shifted_copies
+  for_each_image(g.n, threads, [&](int64_t n, int worker) {
     float* out = cpu::f32_target(y + n * out_size, f32_scratch<T>(kOutputSlot, out_size));
-    float beta = 0.0f;
-    if (bias) {
-      for (int64_t o = 0; o < g.o; ++o)
-        std::fill(out + o * g.pixels(), out + (o + 1) * g.pixels(), bias32[o]);
-      beta = 1.0f;
+    const cpu::StridedMatrix filters{w32, g.rows(), 1};
+    if (implicit) {
+      const float* image = source_f32(x + n * g.image(), g.image(), kInputSlot);
+      const cpu::OffsetRows columns = shifted_copies(image, plan, zeroed[worker]);
+      zeroed[worker] = 1;
+      cpu::tile_gemm_rows_f32(g.o, g.pixels(), g.rows(), filters, columns, out, bias32);
+    } else {
+      float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+      im2col(x + n * g.image(), g, col);
+      cpu::tile_gemm_f32(g.o, g.pixels(), g.rows(), filters, col, out, false, bias32);
     }
-    cpu::gemm_f32(false, false, g.o, g.pixels(), g.rows(), 1.0f, w32, col, beta, out);
     cpu::store_f32_parallel(out, y + n * out_size, out_size);
   });
 }
@@ -143,51 +365,107 @@ const float* output_grad_f32(const T* dy, int64_t n, int64_t size) {
   return cpu::load_f32_parallel(dy + n * size, f32_scratch<T>(kOutputSlot, size), size);
 }
 
+// Backward data. With implicit columns, dx[n][c][ih][iw] = sum over (o, i, j) of
+// W[o][c][i][j] * dy[n][o][ih + PH - i][iw + PW - j]: the product of W' (C x O*KH*KW, with
+// W'[c][(o, i, j)] = W[o][c][i][j]) and the shifted columns of dy[n], written straight into
+// dx[n]. No column matrix is written and nothing is scattered.
 template <class T>
 void conv_backward_data(const T* dy, const T* w, T* dx, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
   const int64_t dy_size = g.o * g.pixels();
-  for_each_image(g.n, image_threads(g.n), [&](int64_t n, int) {
-    const float* dyn = output_grad_f32(dy, n, dy_size);
-    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
-    cpu::gemm_f32(true, false, g.rows(), g.pixels(), g.o, 1.0f, w32, dyn, 0.0f, col);
+  const bool implicit = implicit_columns(g);
+  const ShiftPlan plan = implicit ? shift_plan(g, true) : ShiftPlan();
+  const int64_t taps = g.kh * g.kw;
+  std::vector<float> transposed(static_cast<size_t>(implicit ? w_size : 0));
+  if (implicit) {
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t c = 0; c < g.c; ++c)
+        std::copy(w32 + (o * g.c + c) * taps, w32 + (o * g.c + c + 1) * taps,
+                  transposed.data() + (c * g.o + o) * taps);
+  }
+  const int threads = image_threads(g.n);
+  std::vector<char> zeroed(static_cast<size_t>(threads), 0);  // per worker, see shifted_copies
+  for_each_image(g.n, threads, [&](int64_t n, int worker) {
     float* dxn = cpu::f32_target(dx + n * g.image(), f32_scratch<T>(kInputSlot, g.image()));
-    std::fill(dxn, dxn + g.image(), 0.0f);
-    col2im_add(col, g, dxn);
+    if (implicit) {
+      const float* grad = source_f32(dy + n * dy_size, dy_size, kOutputSlot);
+      const cpu::OffsetRows columns = shifted_copies(grad, plan, zeroed[worker]);
+      zeroed[worker] = 1;
+      cpu::tile_gemm_rows_f32(g.c, g.h * g.w, g.o * taps, {transposed.data(), g.o * taps, 1},
+                              columns, dxn);
+    } else {
+      const float* dyn = output_grad_f32(dy, n, dy_size);
+      float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+      // W^T read in place: element (k, o) of the K x O operand is w32[o * K + k].
+      cpu::tile_gemm_f32(g.rows(), g.pixels(), g.o, {w32, 1, g.rows()}, dyn, col, false);
+      col2im(col, g, dxn);
+    }
     cpu::store_f32_parallel(dxn, dx + n * g.image(), g.image());
   });
 }
 
 // Each worker sums its images into a private FP32 dW (and dbias); the partial sums are then
 // added in worker order, so the result is the same on every run with the same thread count.
+// Without the AVX-512 tile kernel the product is Eigen's, dy[n] @ col^T as it stands.
 template <class T>
 void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const int64_t dy_size = g.o * g.pixels();
   const int threads = image_threads(g.n);
+  const bool tiled = cpu::tile_gemm_vectorised();
+  // Tiled: the partials hold dW^T (K x O) when dy[n] is the operand transposed. Its column
+  // matrix is then the left operand, which a flat-shift convolution reads in place from the
+  // shifted copies of x[n] (the forward's implicit columns) instead of building it; that
+  // beats building and transposing the column matrix even when dy[n] is the larger one
+  // (measured for 3x3 on one channel into 32: 1.6 ms against 1.9 for a batch of 128 28x28).
+  const bool implicit = tiled && implicit_columns(g);
+  const bool transposed_w = tiled && (implicit || g.o <= g.rows());
+  const ShiftPlan plan = implicit ? shift_plan(g, false) : ShiftPlan();
+  std::vector<char> zeroed(static_cast<size_t>(threads), 0);  // per worker, see shifted_copies
   std::vector<float> partial_w(static_cast<size_t>(threads * w_size), 0.0f);
   std::vector<float> partial_b(static_cast<size_t>(threads * g.o), 0.0f);
   for_each_image(g.n, threads, [&](int64_t n, int worker) {
     float* pw = partial_w.data() + worker * w_size;
     float* pb = partial_b.data() + worker * g.o;
     const float* dyn = output_grad_f32(dy, n, dy_size);
-    float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
-    im2col(x + n * g.image(), g, col);
-    cpu::gemm_f32(false, true, g.o, g.rows(), g.pixels(), 1.0f, dyn, col, 1.0f, pw);
+    cpu::StridedMatrix columns{nullptr, g.pixels(), 1};
+    if (implicit) {
+      const float* image = source_f32(x + n * g.image(), g.image(), kInputSlot);
+      const cpu::OffsetRows rows = shifted_copies(image, plan, zeroed[worker]);
+      zeroed[worker] = 1;
+      columns = {rows.base, 0, 1, rows.offsets};
+    } else {
+      float* col = cpu::scratch(kColumnSlot, g.rows() * g.pixels());
+      im2col(x + n * g.image(), g, col);
+      columns.data = col;
+    }
+    if (!tiled) {
+      cpu::gemm_f32(false, true, g.o, g.rows(), g.pixels(), 1.0f, dyn, columns.data, 1.0f, pw);
+    } else if (transposed_w) {
+      float* dy_t = cpu::scratch(kInputSlot, dy_size);  // the widened x[n] is used up
+      cpu::transpose_f32(dyn, g.o, g.pixels(), dy_t);
+      cpu::tile_gemm_f32(g.rows(), g.o, g.pixels(), columns, dy_t, pw, true);
+    } else {
+      float* col_t = cpu::scratch(kInputSlot, g.rows() * g.pixels());
+      cpu::transpose_f32(columns.data, g.rows(), g.pixels(), col_t);
+      cpu::tile_gemm_f32(g.o, g.rows(), g.pixels(), {dyn, g.pixels(), 1}, col_t, pw, true);
+    }
     if (dbias) {
-      for (int64_t o = 0; o < g.o; ++o) {
-        float s = 0.0f;
-        for (int64_t p = 0; p < g.pixels(); ++p) s += dyn[o * g.pixels() + p];
-        pb[o] += s;
-      }
+      for (int64_t o = 0; o < g.o; ++o) pb[o] += lane_sum(dyn + o * g.pixels(), g.pixels());
     }
   });
   for (int t = 1; t < threads; ++t) {
     for (int64_t i = 0; i < w_size; ++i) partial_w[i] += partial_w[t * w_size + i];
     for (int64_t o = 0; o < g.o; ++o) partial_b[o] += partial_b[t * g.o + o];
   }
-  cpu::store_f32_parallel(partial_w.data(), dw, w_size);
+  if (transposed_w) {
+    std::vector<float> sum_w(static_cast<size_t>(w_size));
+    cpu::transpose_f32(partial_w.data(), g.rows(), g.o, sum_w.data());
+    cpu::store_f32_parallel(sum_w.data(), dw, w_size);
+  } else {
+    cpu::store_f32_parallel(partial_w.data(), dw, w_size);
+  }
   if (dbias) cpu::store_f32_parallel(partial_b.data(), dbias, g.o);
 }
 

@@ -19,6 +19,7 @@
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/tile_gemm.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -114,7 +115,25 @@ void for_each_batch(const GemmDesc& d, const Multiply& multiply) {
   }
 }
 
+// Products that the tile kernel of core/cpu/tile_gemm.h takes instead of Eigen: a single
+// matrix whose B is read row by row (not transposed), with alpha 1 and beta 0 or 1, and small
+// enough that the kernel, which packs nothing, keeps its operands in cache (K x 64 floats of
+// B per column panel, 6 x K of A per tile): a linear layer's backward products for a batch
+// of up to a thousand rows. Larger ones keep Eigen's cache blocking.
+constexpr int64_t kTileMaxK = 512;
+constexpr int64_t kTileMaxM = 1024;
+
+bool tile_gemm_takes(const GemmDesc& d) {
+  return d.batch == 1 && !d.trans_b && d.alpha == 1.0f && (d.beta == 0.0f || d.beta == 1.0f) &&
+         d.k <= kTileMaxK && d.m <= kTileMaxM && cpu::tile_gemm_vectorised();
+}
+
 void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
+  if (tile_gemm_takes(d)) {
+    const cpu::StridedMatrix op_a = d.trans_a ? cpu::StridedMatrix{a, 1, d.m}
+                                              : cpu::StridedMatrix{a, d.k, 1};
+    return cpu::tile_gemm_f32(d.m, d.n, d.k, op_a, b, c, d.beta == 1.0f);
+  }
   for_each_batch(d, [&](int64_t i) {
     cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a + i * d.stride_a,
                   b + i * d.stride_b, d.beta, c + i * d.stride_c);

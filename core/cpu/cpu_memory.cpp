@@ -2,10 +2,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
+#include "core/cpu/buffer_cache.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -17,6 +21,88 @@ namespace {
 
 // 64-byte alignment: whole cache lines and full AVX-512 vectors.
 constexpr size_t kAlignment = 64;
+constexpr size_t kPage = 4096;
+
+// The buffer cache of core/cpu/buffer_cache.h. Buffers are kept by size class, each with the
+// request count at which it was cached, so that long-idle ones can be found.
+class BufferCache {
+ public:
+  // A cached buffer of `size_class` bytes, or null.
+  void* take(size_t size_class) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++requests_;
+    auto it = free_.find(size_class);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back().data;
+      it->second.pop_back();
+      bytes_ -= size_class;
+      return p;
+    }
+    drop_idle_locked();
+    return nullptr;
+  }
+
+  // Keeps p (size_class bytes) for reuse; false when the cache is full and the caller frees.
+  bool keep(void* p, size_t size_class) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes_ + size_class > cpu::kMaxCachedBytes) return false;
+    free_[size_class].push_back({p, requests_});
+    bytes_ += size_class;
+    return true;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size_class, entries] : free_)
+      for (const Entry& e : entries) std::free(e.data);
+    free_.clear();
+    bytes_ = 0;
+  }
+
+  size_t bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  struct Entry {
+    void* data;
+    uint64_t cached_at;  // requests_ when it was cached
+  };
+
+  void drop_idle_locked() {
+    for (auto& [size_class, entries] : free_) {
+      size_t kept = 0;
+      for (const Entry& e : entries) {
+        if (requests_ - e.cached_at > cpu::kIdleRequests) {
+          std::free(e.data);
+          bytes_ -= size_class;
+        } else {
+          entries[kept++] = e;
+        }
+      }
+      entries.resize(kept);
+    }
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<Entry>> free_;
+  size_t bytes_ = 0;
+  uint64_t requests_ = 0;  // cacheable requests so far
+};
+
+// Never destroyed: tensors with static storage may free their buffers after every other
+// static object is gone. The process's exit returns the memory.
+BufferCache& buffer_cache() {
+  static BufferCache* cache = new BufferCache();
+  return *cache;
+}
+
+// The size class of a request: 0 for requests too small to cache.
+size_t size_class_of(size_t nbytes) {
+  if (nbytes < cpu::kMinCachedBytes) return 0;
+  return (nbytes + kPage - 1) / kPage * kPage;
+}
 
 template <class T>
 void store_all(Tensor& out, T value) {
@@ -56,14 +142,39 @@ bool all_finite_elements(const T* p, int64_t n) {
 
 }  // namespace
 
+namespace cpu {
+
+size_t cached_buffer_bytes() { return buffer_cache().bytes(); }
+
+void release_cached_buffers() { buffer_cache().release(); }
+
+}  // namespace cpu
+
 void* CpuBackend::allocate(size_t nbytes) {
-  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t size_class = size_class_of(nbytes);
+  if (size_class > 0) {
+    if (void* p = buffer_cache().take(size_class)) return p;
+  }
+  const size_t rounded =
+      size_class > 0 ? size_class : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (!p) throw Error("cpu: out of memory allocating " + std::to_string(nbytes) + " bytes");
   return p;
 }
 
-void CpuBackend::deallocate(void* ptr, size_t) noexcept { std::free(ptr); }
+void CpuBackend::deallocate(void* ptr, size_t nbytes) noexcept {
+  if (!ptr) return;
+  const size_t size_class = size_class_of(nbytes);
+  bool kept = false;
+  if (size_class > 0) {
+    try {
+      kept = buffer_cache().keep(ptr, size_class);
+    } catch (...) {  // the cache's bookkeeping could not grow: free the buffer instead
+      kept = false;
+    }
+  }
+  if (!kept) std::free(ptr);
+}
 
 void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
   std::memcpy(dst, host_src, nbytes);

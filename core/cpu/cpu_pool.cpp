@@ -1,8 +1,16 @@
 // 2-D max and average pooling of the CPU backend, parallel over the N*C planes.
+//
+// Two fast paths cover the CNNs' usual downsampling; every other geometry takes the generic
+// window scan of core/math/pool_geometry.h, which the fast paths reproduce bit for bit:
+//   forward:  2x2 windows at stride 2 without padding (no window is clipped);
+//   backward: max pooling whose windows do not overlap (stride >= kernel), where each input
+//             cell receives at most one gradient and needs no accumulator.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend_checks.h"
+#include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -27,8 +35,88 @@ void for_each_output(const T* x, const Pool2dGeometry& g, const Pool& pool) {
   }
 }
 
+// Input cells per row pair of a block of the 2x2 path (a block is as many output rows as fit):
+// its FP32 buffers stay on the stack.
+constexpr int64_t kPoolBlock = 1024;
+
+bool is_max_pool_2x2(const Pool2dGeometry& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+         g.w <= kPoolBlock;
+}
+
+// Max pooling in 2x2 windows at stride 2, in two passes over a block of output rows of one
+// plane, each a long contiguous loop of selects that vectorises:
+//   vertical:   each window column's two cells (top, bottom) reduce to one cell and its plane
+//               index, the last input column of an odd width dropped, so a row of the result
+//               holds exactly 2 * ow cells and the block is one flat array;
+//   horizontal: adjacent pairs of that array reduce to the window's maximum.
+// The winner is the generic scan's (MaxPoolArg, cells in row-major order): the first NaN,
+// else the largest value, the smaller plane index among equal ones. The vertical pass keeps
+// the top cell unless the bottom one is larger or a NaN below a number; the horizontal pass
+// compares the two survivors by value and breaks ties (equal values, or two NaNs) by index,
+// which in row-major order may put the right column's top cell before the left's bottom one.
+// The indices decide ties between +0 and -0 and between NaNs too, so they are tracked even
+// when no argmax is asked for.
+template <class T, bool kArgmax>
+void max_pool_2x2_block(const T* plane, const Pool2dGeometry& g, int64_t oy0, int64_t rows,
+                        T* y, int32_t* argmax) {
+  const int64_t cols = 2 * g.ow;  // input columns that windows cover
+  float column[kPoolBlock];
+  int32_t column_at[kPoolBlock];
+  // The block's input rows, contiguous, widened in one call (16-bit data).
+  float in_buf[2 * kPoolBlock];
+  const float* in = cpu::load_f32(plane + 2 * oy0 * g.w, in_buf, 2 * rows * g.w);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t iy = 2 * (oy0 + r);
+    const float* top = in + 2 * r * g.w;
+    const float* bottom = top + g.w;
+    float* v = column + r * cols;
+    int32_t* at = column_at + r * cols;
+    const int32_t top_at = static_cast<int32_t>(iy * g.w);
+    const int32_t width = static_cast<int32_t>(g.w);
+    for (int64_t c = 0; c < cols; ++c) {
+      const bool take = top[c] == top[c] && !(bottom[c] <= top[c]);
+      v[c] = take ? bottom[c] : top[c];
+      at[c] = top_at + (take ? width : 0) + static_cast<int32_t>(c);
+    }
+  }
+  const int64_t outputs = rows * g.ow;
+  float out_buf[kPoolBlock / 2];
+  float* out = cpu::f32_target(y, out_buf);
+  // Bitwise rather than short-circuit logic: GCC vectorises only this form of the loop.
+  for (int64_t i = 0; i < outputs; ++i) {
+    const float left = column[2 * i], right = column[2 * i + 1];
+    const int32_t left_at = column_at[2 * i], right_at = column_at[2 * i + 1];
+    const int left_nan = left != left, right_nan = right != right;
+    const int tie = (right == left) | (left_nan & right_nan);
+    const int take = ((left == left) & (right_nan | (right > left))) | (tie & (right_at < left_at));
+    out[i] = take ? right : left;
+    if constexpr (kArgmax) argmax[i] = take ? right_at : left_at;
+  }
+  cpu::store_f32(out, y, outputs);
+}
+
+template <class T, bool kArgmax>
+void max_pool_2x2(const T* x, T* y, int32_t* argmax, const Pool2dGeometry& g) {
+  const int64_t block_rows = kPoolBlock / g.w;
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
+  for (int64_t p = 0; p < g.planes; ++p) {
+    const T* plane = x + p * g.h * g.w;
+    for (int64_t oy0 = 0; oy0 < g.oh; oy0 += block_rows) {
+      const int64_t rows = std::min(block_rows, g.oh - oy0);
+      const int64_t out = (p * g.oh + oy0) * g.ow;
+      max_pool_2x2_block<T, kArgmax>(plane, g, oy0, rows, y + out,
+                                     kArgmax ? argmax + out : nullptr);
+    }
+  }
+}
+
 template <class T>
 void max_pool(const T* x, T* y, int32_t* argmax, const Pool2dGeometry& g) {
+  if (is_max_pool_2x2(g)) {
+    if (argmax) return max_pool_2x2<T, true>(x, y, argmax, g);
+    return max_pool_2x2<T, false>(x, y, nullptr, g);
+  }
   for_each_output(x, g, [&](const T* plane, int64_t oy, int64_t ox, int64_t out) {
     const MaxPoolArg best = max_pool_window(plane, g, oy, ox);
     y[out] = from_float<T>(best.value);
@@ -42,6 +130,32 @@ void avg_pool(const T* x, T* y, const Pool2dGeometry& g) {
   for_each_output(x, g, [&](const T* plane, int64_t oy, int64_t ox, int64_t out) {
     y[out] = from_float<T>(avg_pool_window_sum(plane, g, oy, ox) * inv_divisor);
   });
+}
+
+// Max pooling with windows that do not overlap: each input cell is the argmax of at most one
+// output, so a plane is zeroed and each gradient stored at its argmax. It is stored as
+// 0 + dy, the generic path's sum, so that a -0 gradient lands as +0 there too. 16-bit planes
+// go through FP32 buffers, converted a plane at a time.
+template <class T>
+void max_pool_backward_disjoint(const Pool2dGeometry& g, const T* dy, const int32_t* argmax,
+                                T* dx) {
+  const int64_t plane = g.h * g.w, outputs = g.oh * g.ow;
+  constexpr bool kF32 = std::is_same_v<T, float>;
+#pragma omp parallel if (g.planes * (plane + outputs) > cpu::kParallelWorkCheap)
+  {
+    std::vector<float> plane_buf(kF32 ? 0 : static_cast<size_t>(plane));
+    std::vector<float> grad_buf(kF32 ? 0 : static_cast<size_t>(outputs));
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < g.planes; ++p) {
+      float* out = cpu::f32_target(dx + p * plane, plane_buf.data());
+      std::fill(out, out + plane, 0.0f);
+      const float* grads = cpu::load_f32(dy + p * outputs, grad_buf.data(), outputs);
+      const int32_t* at = argmax + p * outputs;
+      for (int64_t i = 0; i < outputs; ++i)
+        if (at[i] >= 0) out[at[i]] = 0.0f + grads[i];
+      cpu::store_f32(out, dx + p * plane, plane);
+    }
+  }
 }
 
 // Windows may overlap (stride < kernel), so each input plane is summed in FP32 and rounded
@@ -99,7 +213,13 @@ void CpuBackend::pool2d_backward(const Pool2dDesc& desc, const Tensor& dy, const
   const Pool2dGeometry g = backend_checks::pool2d_backward(kCPU, desc, dy, argmax, dx);
   const bool is_max = desc.kind == PoolKind::Max;
   if (dx.numel() == 0) return;
+  const bool disjoint = g.sh >= g.kh && g.sw >= g.kw;
   MIXPREC_DISPATCH_FLOATING(dx.dtype(), "pool2d_backward", [&] {
+    if (is_max && disjoint) {
+      return max_pool_backward_disjoint(g, static_cast<const scalar_t*>(dy.data()),
+                                        argmax->data_as<int32_t>(),
+                                        static_cast<scalar_t*>(dx.data()));
+    }
     pool_backward(g, is_max, static_cast<const scalar_t*>(dy.data()),
                   is_max ? argmax->data_as<int32_t>() : nullptr, static_cast<scalar_t*>(dx.data()));
   });

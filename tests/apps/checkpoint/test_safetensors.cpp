@@ -270,6 +270,14 @@ TEST_CASE("safetensors: broken files give errors naming the file", "[apps][check
     write_raw(path, "{not json", eight);
     CHECK_THAT(read_error(path), Contains(path) && Contains("not valid JSON"));
   }
+  SECTION("a number beyond double's range in the header") {
+    // What the fuzzer found: nlohmann::json throws out_of_range, not parse_error, for a
+    // number that overflows double.
+    write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[60,460.88E888888884]}})",
+              eight);
+    CHECK_THAT(read_error(path), Contains(path) && Contains("not valid JSON") &&
+                                     Contains("number overflow"));
+  }
   SECTION("header not an object") {
     write_raw(path, "[1, 2]", {});
     CHECK_THAT(read_error(path), Contains(path) && Contains("not an object"));

@@ -1,0 +1,38 @@
+// Fixed-width vectors for the CPU kernels' reductions, through the GCC/Clang vector
+// extension: the compiler maps a vector onto the target's registers (one AVX-512 register, two
+// AVX ones, four SSE ones) and every operation is lane by lane. A sum kept in kLanes lanes
+// (value k of a run to lane k mod kLanes, lanes added in order at the end) therefore has the
+// same order, and the same result, on every target; a single accumulator would be a serial
+// chain of dependent adds that no compiler may reorder.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace mixprec::cpu {
+
+inline constexpr int kLanes = 8;
+
+using Floats8 = float __attribute__((vector_size(kLanes * sizeof(float))));
+using Doubles8 = double __attribute__((vector_size(kLanes * sizeof(double))));
+
+// Eight floats from p (any alignment).
+inline Floats8 load8(const float* p) {
+  Floats8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store8(float* p, Floats8 v) { std::memcpy(p, &v, sizeof v); }
+
+inline Doubles8 widen8(Floats8 v) { return __builtin_convertvector(v, Doubles8); }
+
+// The lanes added in lane order.
+template <class Vec>
+auto lane_total(const Vec& v) {
+  auto total = v[0];
+  for (int j = 1; j < kLanes; ++j) total += v[j];
+  return total;
+}
+
+}  // namespace mixprec::cpu

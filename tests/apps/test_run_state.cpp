@@ -1,0 +1,103 @@
+// restore_run_state against state.json documents made by make_run_state and then damaged:
+// what it restores, and that a hostile document is an Error, not a crash.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "amp/grad_scaler.h"
+#include "amp/static_loss_scale.h"
+#include "apps/train/run_state.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "optim/sgd.h"
+
+namespace {
+
+using Catch::Matchers::Contains;
+using namespace mixprec;
+
+// What a run restores into: SGD over one parameter, a static loss scale, a dropout stream.
+struct RunObjects {
+  std::vector<Parameter> params{Parameter("w", Tensor::from_vector({1.0f, 2.0f}, {2}))};
+  std::unique_ptr<SGD> optimizer;
+  GradScaler scaler{std::make_unique<StaticLossScale>(8.0)};
+  Generator dropout_gen;
+
+  explicit RunObjects(double lr, uint64_t seed) : dropout_gen(seed) {
+    SgdOptions options;
+    options.lr = lr;
+    options.momentum = 0.9;
+    optimizer = std::make_unique<SGD>(params, options);
+  }
+  RunPosition restore(const nlohmann::json& state, const TrainConfig& config) {
+    return restore_run_state(state, "run/state.json", config, *optimizer, scaler, dropout_gen);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("run_state: a state written by make_run_state restores position, lr and generator",
+          "[apps][run_state]") {
+  const TrainConfig config;
+  RunObjects saved(0.25, 11);
+  saved.dropout_gen.next(40);  // the stream has moved on: offset 40
+  const RunPosition position{7, 9, 2, 1.5, 100};
+  const nlohmann::json state =
+      make_run_state(config, position, *saved.optimizer, saved.scaler, saved.dropout_gen);
+
+  RunObjects restored(0.01, 3);
+  const RunPosition got = restored.restore(state, config);
+  CHECK(got.step == 7);
+  CHECK(got.next_batch == 9);
+  CHECK(got.skipped_steps == 2);
+  CHECK(got.train_seconds == 1.5);
+  CHECK(got.schedule_steps == 100);
+  CHECK(restored.optimizer->lr() == 0.25);
+  CHECK(restored.dropout_gen.seed() == 11);
+  CHECK(restored.dropout_gen.offset() == 40);
+
+  // Another config (here: another seed) is refused.
+  TrainConfig other = config;
+  other.train.seed = 1;
+  CHECK_THROWS_WITH(restored.restore(state, other),
+                    Contains("run/state.json") && Contains("another config"));
+}
+
+// Restoring copies the optimizer's scalars and quotes bad values in messages; both recursed
+// once per level, so a document nested 200000 levels deep overflowed the stack.
+TEST_CASE("run_state: a state.json nested 200000 levels deep is an Error, not a crash",
+          "[apps][run_state]") {
+  const TrainConfig config;
+  RunObjects saved(0.25, 11);
+  const nlohmann::json good =
+      make_run_state(config, RunPosition{}, *saved.optimizer, saved.scaler, saved.dropout_gen);
+  const std::string deep_text = std::string(200000, '[') + std::string(200000, ']');
+
+  for (const std::vector<std::string>& where :
+       {std::vector<std::string>{"format"}, std::vector<std::string>{"step"},
+        std::vector<std::string>{"optimizer", "scalars", "lr"},
+        std::vector<std::string>{"scaler", "policy"}}) {
+    INFO(where.back());
+    nlohmann::json state = good;
+    nlohmann::json* slot = &state;
+    for (const std::string& key : where) slot = &(*slot)[key];
+    *slot = nlohmann::json::parse(deep_text);
+    RunObjects restored(0.01, 3);
+    CHECK_THROWS_WITH(restored.restore(state, config),
+                      Contains("run/state.json") && Contains("more than 32 levels deep"));
+    // Nothing was restored.
+    CHECK(restored.optimizer->lr() == 0.01);
+    CHECK(restored.dropout_gen.seed() == 3);
+  }
+
+  // Shallow enough to read, too deep to quote: the message says what it is instead.
+  nlohmann::json state = good;
+  state["format"] = nlohmann::json::parse(std::string(20, '[') + std::string(20, ']'));
+  RunObjects restored(0.01, 3);
+  CHECK_THROWS_WITH(restored.restore(state, config),
+                    Contains("format an array nested more than 16 levels deep"));
+}
