@@ -57,11 +57,17 @@ void store_f32(const float* src, T* dst, int64_t n) {
 inline constexpr int64_t kConvertChunk = int64_t{1} << 20;
 
 // f(begin, length) over [0, n) in kConvertChunk-element chunks that the threads share
-// (serial when there is one chunk, or inside a parallel region that cannot nest).
+// (serial when there is one chunk, or inside a parallel region that cannot nest). A single
+// chunk opens no region at all: even one whose if clause is false costs a call into the
+// OpenMP runtime, and the convolutions convert one image at a time.
 template <class F>
 void for_each_convert_chunk(int64_t n, const F& f) {
   const int64_t chunks = (n + kConvertChunk - 1) / kConvertChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
+  if (chunks <= 1) {
+    if (n > 0) f(0, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < chunks; ++i) {
     const int64_t begin = i * kConvertChunk;
     f(begin, std::min(kConvertChunk, n - begin));

@@ -211,7 +211,11 @@ void col2im(float* col, const Conv2dGeometry& g, float* dx) {
 float lane_sum(const float* v, int64_t n) {
   cpu::Floats8 acc = {};
   int64_t k = 0;
-  for (; k + cpu::kLanes <= n; k += cpu::kLanes) acc += cpu::load8(v + k);
+  for (; k + cpu::kLanes <= n; k += cpu::kLanes) {
+    cpu::Floats8 x;
+    cpu::load8(v + k, x);
+    acc += x;
+  }
   for (; k < n; ++k) acc[k % cpu::kLanes] += v[k];
   return cpu::lane_total(acc);
 }

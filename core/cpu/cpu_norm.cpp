@@ -166,13 +166,22 @@ void for_each_channel_block(const T* x, const ChannelLayout& l, int64_t c0, int6
 }
 
 // acc lane k mod kLanes += term(k) for k in [0, len), len values from the start of a plane
-// or of a kNormBlock block in it: term8(k) returns the terms of k .. k + kLanes - 1 as one
-// vector, term(k) a single one for the tail.
+// or of a kNormBlock block in it: term8(k, acc) adds the terms of k .. k + kLanes - 1 as one
+// vector, term(k) returns a single one for the tail.
 template <class Term8, class Term>
 void add_to_lanes(Doubles8& acc, int64_t len, const Term8& term8, const Term& term) {
   int64_t k = 0;
-  for (; k + kLanes <= len; k += kLanes) acc += term8(k);
+  for (; k + kLanes <= len; k += kLanes) term8(k, acc);
   for (; k < len; ++k) acc[k % kLanes] += term(k);
+}
+
+// acc += the eight values at p, widened to double.
+inline void add_widened(const float* p, Doubles8& acc) {
+  cpu::Floats8 f;
+  cpu::load8(p, f);
+  Doubles8 d;
+  cpu::widen8(f, d);
+  acc += d;
 }
 
 template <class T>
@@ -185,7 +194,7 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
       std::vector<Doubles8> sum(static_cast<size_t>(c1 - c0), Doubles8{});
       for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t, int64_t len) {
         add_to_lanes(
-            sum[c - c0], len, [v](int64_t k) { return cpu::widen8(cpu::load8(v + k)); },
+            sum[c - c0], len, [v](int64_t k, Doubles8& acc) { add_widened(v + k, acc); },
             [v](int64_t k) { return static_cast<double>(v[k]); });
       });
       std::vector<double> mean(sum.size());
@@ -196,9 +205,13 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
         const double m = mean[c - c0];
         add_to_lanes(
             sq[c - c0], len,
-            [v, m](int64_t k) {
-              const Doubles8 d = cpu::widen8(cpu::load8(v + k)) - m;
-              return d * d;
+            [v, m](int64_t k, Doubles8& acc) {
+              cpu::Floats8 f;
+              cpu::load8(v + k, f);
+              Doubles8 d;
+              cpu::widen8(f, d);
+              d -= m;
+              acc += d * d;
             },
             [v, m](int64_t k) {
               const double d = v[k] - m;
@@ -244,14 +257,20 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
       float dy_buf[kNormBlock];
       const float* d = cpu::load_f32(dy + offset, dy_buf, len);
       add_to_lanes(
-          sums[c - c0], len, [d](int64_t k) { return cpu::widen8(cpu::load8(d + k)); },
+          sums[c - c0], len, [d](int64_t k, Doubles8& acc) { add_widened(d + k, acc); },
           [d](int64_t k) { return static_cast<double>(d[k]); });
       // d * xhat in double, xhat = (x - mean) * invstd in float as norm_xhat computes it.
       add_to_lanes(
           sums_xhat[c - c0], len,
-          [=](int64_t k) {
-            const cpu::Floats8 xhat = (cpu::load8(v + k) - m) * invstd;
-            return cpu::widen8(cpu::load8(d + k)) * cpu::widen8(xhat);
+          [=](int64_t k, Doubles8& acc) {
+            cpu::Floats8 xv, dv;
+            cpu::load8(v + k, xv);
+            cpu::load8(d + k, dv);
+            const cpu::Floats8 xhat = (xv - m) * invstd;
+            Doubles8 dd, xd;
+            cpu::widen8(dv, dd);
+            cpu::widen8(xhat, xd);
+            acc += dd * xd;
           },
           [=](int64_t k) { return static_cast<double>(d[k]) * norm_xhat(v[k], m, invstd); });
     });

@@ -91,7 +91,7 @@ inline StridedMatrix a_rows_from(const StridedMatrix& a, int64_t first) {
 // unrolled, so that acc lives in registers (rolled, GCC keeps the array on the stack and
 // stores it every step).
 template <int kTileRows, int kTileVectors, class B>
-__attribute__((target("avx512f,avx512vl"))) void tile(int64_t k, StridedMatrix a, const B& b,
+__attribute__((target("avx512f,avx512vl,fma"))) void tile(int64_t k, StridedMatrix a, const B& b,
                                                       int64_t col, float* c, int64_t ldc,
                                                       Start start, const float* row_init,
                                                       __mmask16 tail) {
@@ -143,7 +143,7 @@ __attribute__((target("avx512f,avx512vl"))) void tile(int64_t k, StridedMatrix a
 // issues two 8-lane FMAs per cycle but one 16-lane one, so a narrow remainder (the 4 columns
 // left of the 196 pixels of a 14x14 image) costs half as much as a masked 16-lane vector.
 template <int kTileRows, class B>
-__attribute__((target("avx512f,avx512vl"))) void narrow_tile(int64_t k, StridedMatrix a,
+__attribute__((target("avx512f,avx512vl,fma"))) void narrow_tile(int64_t k, StridedMatrix a,
                                                              const B& b, int64_t col, float* c,
                                                              int64_t ldc, Start start,
                                                              const float* row_init,
@@ -177,7 +177,7 @@ __attribute__((target("avx512f,avx512vl"))) void narrow_tile(int64_t k, StridedM
 
 // A tile of `rows` (1 .. kRows) rows: the row count is a template argument of the kernel.
 template <int kTileVectors, class B>
-__attribute__((target("avx512f,avx512vl"))) void tile_rows(int64_t rows, int64_t k,
+__attribute__((target("avx512f,avx512vl,fma"))) void tile_rows(int64_t rows, int64_t k,
                                                            StridedMatrix a, const B& b,
                                                            int64_t col, float* c, int64_t ldc,
                                                            Start start, const float* row_init,
@@ -193,7 +193,7 @@ __attribute__((target("avx512f,avx512vl"))) void tile_rows(int64_t rows, int64_t
 }
 
 template <class B>
-__attribute__((target("avx512f,avx512vl"))) void narrow_tile_rows(
+__attribute__((target("avx512f,avx512vl,fma"))) void narrow_tile_rows(
     int64_t rows, int64_t k, StridedMatrix a, const B& b, int64_t col, float* c, int64_t ldc,
     Start start, const float* row_init, __mmask8 tail) {
   switch (rows) {
@@ -209,7 +209,7 @@ __attribute__((target("avx512f,avx512vl"))) void narrow_tile_rows(
 // c's columns go in panels of 64 (kVectors vectors, the last one narrower), each in tiles of
 // kRows rows.
 template <class B>
-__attribute__((target("avx512f,avx512vl"))) void tile_gemm_avx512(int64_t m, int64_t n,
+__attribute__((target("avx512f,avx512vl,fma"))) void tile_gemm_avx512(int64_t m, int64_t n,
                                                                   int64_t k, StridedMatrix a,
                                                                   const B& b, float* c,
                                                                   Start start,
@@ -220,9 +220,7 @@ __attribute__((target("avx512f,avx512vl"))) void tile_gemm_avx512(int64_t m, int
   // Tiles are independent (each output is one sum), so outside a parallel region a large
   // product spreads them over the threads with the same results. Column panels outermost: a
   // panel of b (k x 64 floats) is reused by the consecutive row tiles of one thread.
-  const bool parallel = !omp_in_parallel() && m * n * k >= kParallelTileWork;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < panels * row_tiles; ++t) {
+  const auto run_tile = [&](int64_t t) {
     const int64_t col = t / row_tiles * kPanel;
     const int64_t row = t % row_tiles * kRows;
     const int64_t rows = std::min<int64_t>(kRows, m - row);
@@ -233,7 +231,7 @@ __attribute__((target("avx512f,avx512vl"))) void tile_gemm_avx512(int64_t m, int
     if (width <= kWidth / 2) {
       const __mmask8 tail = static_cast<__mmask8>((1u << width) - 1);
       narrow_tile_rows(rows, k, at, b, col, ct, n, start, init, tail);
-      continue;
+      return;
     }
     const int64_t rest = width % kWidth;
     const __mmask16 tail = rest ? static_cast<__mmask16>((1u << rest) - 1) : __mmask16(0xFFFF);
@@ -243,12 +241,20 @@ __attribute__((target("avx512f,avx512vl"))) void tile_gemm_avx512(int64_t m, int
       case 2: tile_rows<2>(rows, k, at, b, col, ct, n, start, init, tail); break;
       default: tile_rows<1>(rows, k, at, b, col, ct, n, start, init, tail); break;
     }
+  };
+  // A region with an if clause that is false still costs a call into the OpenMP runtime;
+  // the per-image products of a convolution, called inside one, skip it altogether.
+  if (!omp_in_parallel() && m * n * k >= kParallelTileWork) {
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < panels * row_tiles; ++t) run_tile(t);
+  } else {
+    for (int64_t t = 0; t < panels * row_tiles; ++t) run_tile(t);
   }
 }
 
 // dst (cols x rows) = src^T in 8 x 8 blocks, each transposed in registers by the usual
 // unpack / shuffle / lane-permute sequence; the ragged edges are copied one by one.
-__attribute__((target("avx512f,avx512vl"))) void transpose_avx(const float* src, int64_t rows,
+__attribute__((target("avx512f,avx512vl,fma"))) void transpose_avx(const float* src, int64_t rows,
                                                                int64_t cols, float* dst) {
   const int64_t full_rows = rows / 8 * 8, full_cols = cols / 8 * 8;
   for (int64_t r = 0; r < full_rows; r += 8) {

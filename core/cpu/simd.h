@@ -16,16 +16,13 @@ inline constexpr int kLanes = 8;
 using Floats8 = float __attribute__((vector_size(kLanes * sizeof(float))));
 using Doubles8 = double __attribute__((vector_size(kLanes * sizeof(double))));
 
-// Eight floats from p (any alignment).
-inline Floats8 load8(const float* p) {
-  Floats8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// v = eight floats from p (any alignment). Vectors go by reference rather than by value:
+// built for a baseline x86-64 (MIXPREC_NATIVE=OFF), GCC warns that passing these vectors by
+// value has another ABI with AVX enabled.
+inline void load8(const float* p, Floats8& v) { std::memcpy(&v, p, sizeof v); }
 
-inline void store8(float* p, Floats8 v) { std::memcpy(p, &v, sizeof v); }
-
-inline Doubles8 widen8(Floats8 v) { return __builtin_convertvector(v, Doubles8); }
+// d = f widened to double, lane by lane.
+inline void widen8(const Floats8& f, Doubles8& d) { d = __builtin_convertvector(f, Doubles8); }
 
 // The lanes added in lane order.
 template <class Vec>
