@@ -54,10 +54,10 @@ run_target() {
   echo "${status}" > "${work}/${target}.status"
 }
 
-jobs="${MIXPREC_FUZZ_JOBS:-$(nproc)}"
-echo "fuzz: ${#targets[@]} targets, ${seconds} s each, ${jobs} at a time"
+parallel="${MIXPREC_FUZZ_JOBS:-$(nproc)}"
+echo "fuzz: ${#targets[@]} targets, ${seconds} s each, ${parallel} at a time"
 for target in "${targets[@]}"; do
-  while [[ "$(jobs -rp | wc -l)" -ge "${jobs}" ]]; do wait -n || true; done
+  while [[ "$(jobs -rp | wc -l)" -ge "${parallel}" ]]; do wait -n || true; done
   run_target "${target}" &
 done
 wait

@@ -5,8 +5,8 @@
 # and the comparison scripts under scripts/ use, with OpenBLAS (libopenblas0-pthread) so that
 # its matrix products do not fall back to the reference BLAS; gnuplot-nox, which draws the
 # charts of `mixprec bench` and `mixprec inspect`; python3-yaml, with which the PyTorch
-# benchmark script reads the same configs; clang and libclang-rt-14-dev (the libFuzzer and
-# sanitizer runtimes) for the fuzzing and sanitizer jobs. Idempotent: when everything is
+# benchmark script reads the same configs; clang, libclang-rt-14-dev (the libFuzzer and
+# sanitizer runtimes) and libomp-dev (clang's OpenMP) for the fuzzing and sanitizer jobs. Idempotent: when everything is
 # already installed it only asks dpkg (no apt-get update), so it is cheap to run before
 # every build. Needs root or sudo only when something is missing.
 set -euo pipefail
@@ -33,6 +33,7 @@ packages=(
   python3-yaml
   clang
   libclang-rt-14-dev
+  libomp-dev
 )
 
 missing=()

@@ -8,6 +8,3 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "${root}/scripts/setup.sh"
 bash "${root}/scripts/build.sh"
 ctest --test-dir "${root}/build" --output-on-failure -j "$(nproc)"
-# The CPU code again under ASan/UBSan, then every fuzz target for a minute.
-bash "${root}/scripts/sanitize.sh"
-bash "${root}/scripts/fuzz.sh"

@@ -158,7 +158,7 @@ nlohmann::json read_state(const fs::path& file) {
   MIXPREC_CHECK(!in.bad(), "cannot read '", file.string(), "'");
   try {
     return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers beyond a double
     MIXPREC_FAIL("'", file.string(), "' is not valid JSON: ", e.what());
   }
 }

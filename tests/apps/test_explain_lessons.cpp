@@ -511,5 +511,5 @@ TEST_CASE("explain rendering: exact, shortest and JSON numbers", "[apps][explain
   CHECK(json_number(-INFINITY) == "-inf");
   CHECK(json_number(NAN) == "nan");
   CHECK(json_number(0.5).get<double>() == 0.5);
-  CHECK(json_numbers({1.0f, INFINITY}) == nlohmann::json::array({1.0, "inf"}));
+  CHECK(json_numbers({1.0f, INFINITY}) == LessonJson::array({1.0, "inf"}));
 }
