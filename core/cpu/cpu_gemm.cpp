@@ -30,10 +30,9 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMatrixMap = Eigen::Map<const RowMatrix>;
-using MatrixMap = Eigen::Map<RowMatrix>;
 
-template <class OpA, class OpB>
-void product(const OpA& a, const OpB& b, float alpha, float beta, MatrixMap& c) {
+template <class OpA, class OpB, class C>
+void product(const OpA& a, const OpB& b, float alpha, float beta, C& c) {
   if (beta == 0.0f) {
     // Assignment (not c *= 0) so that NaN or garbage in an uninitialised C never leaks in.
     if (alpha == 1.0f) {
@@ -51,12 +50,17 @@ void product(const OpA& a, const OpB& b, float alpha, float beta, MatrixMap& c) 
   }
 }
 
+using StridedMap = Eigen::Map<RowMatrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+using ConstStridedMap = Eigen::Map<const RowMatrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+
 }  // namespace
 
-void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, const float* b, float beta, float* c) {
-  if (m == 0 || n == 0) return;
-  MatrixMap cm(c, m, n);
+void gemm_f32_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, const float* b, float beta, float* c, int64_t first,
+                   int64_t rows) {
+  if (rows == 0 || n == 0) return;
+  // Rows [first, first + rows) of op(a) and of c: rows of a, or columns of a stored k x m.
+  StridedMap cm(c + first * n, rows, n, Eigen::OuterStride<>(n));
   if (k == 0) {
     if (beta == 0.0f) {
       cm.setZero();
@@ -65,12 +69,18 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     }
     return;
   }
-  const ConstMatrixMap am(a, trans_a ? k : m, trans_a ? m : k);
+  const ConstStridedMap am(trans_a ? a + first : a + first * k, trans_a ? k : rows,
+                           trans_a ? rows : k, Eigen::OuterStride<>(trans_a ? m : k));
   const ConstMatrixMap bm(b, trans_b ? n : k, trans_b ? k : n);
   if (!trans_a && !trans_b) return product(am, bm, alpha, beta, cm);
   if (!trans_a && trans_b) return product(am, bm.transpose(), alpha, beta, cm);
   if (trans_a && !trans_b) return product(am.transpose(), bm, alpha, beta, cm);
   product(am.transpose(), bm.transpose(), alpha, beta, cm);
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, const float* b, float beta, float* c) {
+  gemm_f32_rows(trans_a, trans_b, m, n, k, alpha, a, b, beta, c, 0, m);
 }
 
 float* scratch(int slot, int64_t n) {
@@ -128,11 +138,33 @@ bool tile_gemm_takes(const GemmDesc& d) {
          d.k <= kTileMaxK && d.m <= kTileMaxM && cpu::tile_gemm_vectorised();
 }
 
+// Rows of C per task when a single product of up to kTileMaxM rows is split over the threads
+// (see gemm_float). Fixed, so that each block's product, and hence every result, is the same
+// whatever the thread count.
+constexpr int64_t kRowBlock = 64;
+// Multiply-adds below which such a product stays on the calling thread.
+constexpr int64_t kSplitWork = int64_t{1} << 20;
+
 void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
   if (tile_gemm_takes(d)) {
     const cpu::StridedMatrix op_a = d.trans_a ? cpu::StridedMatrix{a, 1, d.m}
                                               : cpu::StridedMatrix{a, d.k, 1};
     return cpu::tile_gemm_f32(d.m, d.n, d.k, op_a, b, c, d.beta == 1.0f);
+  }
+  // A single product of up to kTileMaxM rows (a linear layer's forward for a batch): blocks of
+  // rows on the OpenMP threads, each an Eigen product on its thread. Eigen's own threads
+  // synchronise by spinning on each other's flags, which turns a thread that the OS has
+  // descheduled (a machine shared with other jobs) into a long stall of the others.
+  const int64_t blocks = (d.m + kRowBlock - 1) / kRowBlock;
+  if (d.batch == 1 && d.m <= kTileMaxM && blocks > 1 &&
+      d.m * d.n * std::max<int64_t>(d.k, 1) >= kSplitWork) {
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t first = blk * kRowBlock;
+      cpu::gemm_f32_rows(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a, b, d.beta, c, first,
+                         std::min(kRowBlock, d.m - first));
+    }
+    return;
   }
   for_each_batch(d, [&](int64_t i) {
     cpu::gemm_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, a + i * d.stride_a,
@@ -154,6 +186,13 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   if (c.dtype() == DType::F32) return gemm_float(d, a32, b32, c.data_as<float>());
   T* const c16 = static_cast<T*>(c.data());
   const int64_t mn = d.m * d.n;
+  if (d.batch == 1) {
+    // One product: gemm_float's choice of kernel and threads, into an FP32 C.
+    float* c32 = cpu::scratch(2, mn);
+    if (d.beta != 0.0f) cpu::load_f32_parallel(c16, c32, mn);
+    gemm_float(d, a32, b32, c32);
+    return cpu::store_f32_parallel(c32, c16, mn);
+  }
   for_each_batch(d, [&](int64_t i) {
     T* ci = c16 + i * d.stride_c;
     float* c32 = cpu::scratch(2, mn);

@@ -13,6 +13,12 @@ namespace mixprec::cpu {
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, const float* b, float beta, float* c);
 
+// Rows [first, first + rows) of gemm_f32's product (same arguments, c the whole m x n
+// matrix), on the calling thread when called inside a parallel region.
+void gemm_f32_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, const float* b, float beta, float* c, int64_t first,
+                   int64_t rows);
+
 // Per-thread FP32 work buffers that keep their memory between calls: a fresh multi-megabyte
 // allocation per GEMM or convolution costs a page fault per 4 KiB. scratch(slot, n) returns
 // at least n uninitialised floats, valid until the same thread asks for the same slot again;

@@ -318,11 +318,26 @@ bool tile_gemm_vectorised() {
 
 void set_tile_gemm_vectorised(bool allowed) { vectorised_allowed.store(allowed); }
 
+namespace {
+
+// The product of an m x 0 and a 0 x n matrix: c is zero (or row_init), or unchanged when
+// accumulating. Handled before any pointer into a or b is formed, since an empty operand may
+// be a null pointer and an offset from one is undefined.
+void empty_product(int64_t m, int64_t n, float* c, bool accumulate, const float* row_init) {
+  if (accumulate) return;
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(c + i * n, c + (i + 1) * n, row_init ? row_init[i] : 0.0f);
+  }
+}
+
+}  // namespace
+
 void tile_gemm_f32(int64_t m, int64_t n, int64_t k, StridedMatrix a, const float* b, float* c,
                    bool accumulate, const float* row_init) {
   MIXPREC_CHECK(!(accumulate && row_init),
                 "tile_gemm_f32: accumulate and row_init exclude each other");
   if (m == 0 || n == 0) return;
+  if (k == 0) return empty_product(m, n, c, accumulate, row_init);
 #if MIXPREC_TILE_GEMM_X86
   if (tile_gemm_vectorised()) {
     const Start start =
@@ -350,6 +365,7 @@ void tile_gemm_rows_f32(int64_t m, int64_t n, int64_t k, StridedMatrix a, const 
   MIXPREC_CHECK(tile_gemm_vectorised(),
                 "tile_gemm_rows_f32: needs AVX-512 (F and VL), which this CPU lacks");
   if (m == 0 || n == 0) return;
+  if (k == 0) return empty_product(m, n, c, false, row_init);
 #if MIXPREC_TILE_GEMM_X86
   tile_gemm_avx512(m, n, k, a, TableRows{b.base, b.offsets}, c,
                    row_init ? Start::RowInit : Start::Zero, row_init);

@@ -22,44 +22,57 @@ inline constexpr float kGeluTanhScale = 0.7978845608028654f;
 inline constexpr float kGeluTanhCubic = 0.044715f;
 
 // tanh as the odd rational minimax approximation that Eigen and XLA use for float: within
-// 3e-7 of the exact value everywhere, |result| <= 1, exactly +-1 beyond |x| = 7.9053 (where
-// float tanh rounds to +-1 anyway), x itself below |x| = 4e-4, NaN for NaN. Unlike libm's
-// tanhf it is branch-free arithmetic that the compiler vectorises (about 50x faster on the
-// CPU), and both backends run the same formula.
+// 3e-7 of the exact value everywhere, |result| <= 1, exactly +-1 from |x| = 7.9053 on, x
+// itself below |x| = 4e-4, NaN for NaN. Unlike libm's tanhf it is branch-free arithmetic that
+// the compiler vectorises (about 50x faster on the CPU), and both backends run the same
+// formula.
+//
+// Every multiply-add here is an explicit fmaf, one rounding each, so the result does not depend
+// on whether a compiler fuses `a * b + c` on its own (GCC and nvcc do by default, clang only
+// within one expression): the CPU oracle and the GPU compute the same bits. fmaf is one
+// instruction wherever the target has FMA (x86-64 with -march=native, every CUDA GPU).
 MIXPREC_HD float tanh_rational(float x) {
   constexpr float kClamp = 7.90531110763549805f;
   const float xc = x > kClamp ? kClamp : (x < -kClamp ? -kClamp : x);
   const float x2 = xc * xc;
   float p = -2.76076847742355e-16f;
-  p = p * x2 + 2.00018790482477e-13f;
-  p = p * x2 - 8.60467152213735e-11f;
-  p = p * x2 + 5.12229709037114e-08f;
-  p = p * x2 + 1.48572235717979e-05f;
-  p = p * x2 + 6.37261928875436e-04f;
-  p = p * x2 + 4.89352455891786e-03f;
+  p = fmaf(p, x2, 2.00018790482477e-13f);
+  p = fmaf(p, x2, -8.60467152213735e-11f);
+  p = fmaf(p, x2, 5.12229709037114e-08f);
+  p = fmaf(p, x2, 1.48572235717979e-05f);
+  p = fmaf(p, x2, 6.37261928875436e-04f);
+  p = fmaf(p, x2, 4.89352455891786e-03f);
   float q = 1.19825839466702e-06f;
-  q = q * x2 + 1.18534705686654e-04f;
-  q = q * x2 + 2.26843463243900e-03f;
-  q = q * x2 + 4.89352518554385e-03f;
+  q = fmaf(q, x2, 1.18534705686654e-04f);
+  q = fmaf(q, x2, 2.26843463243900e-03f);
+  q = fmaf(q, x2, 4.89352518554385e-03f);
   const float t = xc * p / q;
   const float bounded = t > 1.0f ? 1.0f : (t < -1.0f ? -1.0f : t);
-  return fabsf(x) < 4e-4f ? x : bounded;
+  // At the clamp the rational is within an ulp of 1 either side; saturating explicitly makes
+  // 1 - t^2 exactly 0 in gelu_tanh_derivative's far tails.
+  const float saturated = fabsf(x) >= kClamp ? copysignf(1.0f, x) : bounded;
+  return fabsf(x) < 4e-4f ? x : saturated;
+}
+
+// u = sqrt(2/pi) (x + 0.044715 x^3), the argument of gelu_tanh's tanh, with one rounding for
+// x + c x^3 (see tanh_rational on explicit fmaf).
+MIXPREC_HD float gelu_tanh_argument(float x) {
+  return kGeluTanhScale * fmaf(kGeluTanhCubic * x * x, x, x);
 }
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 MIXPREC_HD float gelu_tanh(float x) {
-  const float u = kGeluTanhScale * (x + kGeluTanhCubic * x * x * x);
-  return 0.5f * x * (1.0f + tanh_rational(u));
+  const float half_x = 0.5f * x;
+  return fmaf(half_x, tanh_rational(gelu_tanh_argument(x)), half_x);
 }
 
 // The exact derivative of gelu_tanh:
 // 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
 MIXPREC_HD float gelu_tanh_derivative(float x) {
-  const float x2 = x * x;
-  const float u = kGeluTanhScale * (x + kGeluTanhCubic * x2 * x);
-  const float t = tanh_rational(u);
-  const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluTanhCubic * x2);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  const float t = tanh_rational(gelu_tanh_argument(x));
+  const float du = kGeluTanhScale * fmaf(3.0f * kGeluTanhCubic * x, x, 1.0f);
+  const float one_minus_t2 = fmaf(-t, t, 1.0f);
+  return fmaf(0.5f * x * one_minus_t2, du, fmaf(0.5f, t, 0.5f));
 }
 
 // 1 / (1 + e^-x), evaluated so that exp never overflows: for x < 0 the equivalent

@@ -324,10 +324,11 @@ TEST_CASE("cpu tile gemm gives the same bits on one thread and spread over the t
   CHECK(std::memcmp(spread.data(), serial.data(), spread.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("cpu gemm takes the tile kernel for small products and Eigen for the others",
+TEST_CASE("cpu gemm takes the tile kernel or row blocks or Eigen alone as the product needs",
           "[cpu_fast]") {
   // Backend gemm on products on both sides of the tile kernel's limits (batch 1, B not
-  // transposed, alpha 1, beta 0 or 1, k <= 512, m <= 1024), against double sums.
+  // transposed, alpha 1, beta 0 or 1, k <= 512, m <= 1024) and of the row-block split of the
+  // others, against double sums.
   struct Case {
     bool trans_a, trans_b;
     int64_t m, n, k;
@@ -340,6 +341,10 @@ TEST_CASE("cpu gemm takes the tile kernel for small products and Eigen for the o
       {true, false, 1100, 17, 3, 1.0f, 0.0f},      // m over the limit
       {false, true, 5, 33, 7, 1.0f, 0.0f},         // B transposed
       {false, false, 6, 40, 8, 0.5f, 2.0f},        // alpha and beta
+      // Eigen in blocks of 64 rows on the threads: a linear layer's forward (B transposed),
+      // and A transposed with k over the tile kernel's limit; both end in a partial block.
+      {false, true, 200, 100, 600, 1.0f, 0.0f},
+      {true, false, 130, 70, 700, 1.0f, 1.0f},
   };
   Backend& backend = backend_for(kCPU);
   uint64_t seed = 7000;
