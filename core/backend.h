@@ -142,15 +142,21 @@ class Backend {
                                    Tensor* dweight, Tensor* dbias) = 0;
   // x NCHW; weight, bias [C] in x's dtype; running stats F32 [C], updated in place when
   // training (unbiased variance, PyTorch's momentum convention). save_mean/save_invstd F32
-  // [C]: the batch statistics when training, the running ones otherwise.
+  // [C]: the batch statistics when training, the running ones otherwise. relu: y is
+  // relu(batch norm) in one pass, bit for bit what a separate relu of the stored batch norm
+  // gives (NaN kept, as unary relu).
   virtual void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                           Tensor& running_mean, Tensor& running_var, bool training,
-                          float momentum, float eps, Tensor& y, Tensor& save_mean,
+                          float momentum, float eps, bool relu, Tensor& y, Tensor& save_mean,
                           Tensor& save_invstd) = 0;
+  // relu_bias: null for a plain batch norm. For one run with relu, its bias: dy is first
+  // passed through relu's derivative at the batch norm output, which is recomputed from x
+  // and rounded to x's dtype as the forward stored it (so the result is bit for bit that of
+  // the unfused relu backward followed by batch_norm_backward), and nothing else is read.
   virtual void batch_norm_backward(const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd,
-                                   const Tensor& dy, bool training, Tensor& dx, Tensor& dweight,
-                                   Tensor& dbias) = 0;
+                                   const Tensor& dy, bool training, const Tensor* relu_bias,
+                                   Tensor& dx, Tensor& dweight, Tensor& dbias) = 0;
   // x [N, C, H, W], w [O, C, KH, KW], bias [O] or null, y [N, O, OH, OW].
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                       const Conv2dDesc& desc, Tensor& y) = 0;

@@ -465,19 +465,20 @@ Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const 
 
 Channels batch_norm_backward(Device device, const Tensor& x, const Tensor& weight,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& dy, const Tensor& dx, const Tensor& dweight,
-                             const Tensor& dbias) {
+                             const Tensor& dy, const Tensor* relu_bias, const Tensor& dx,
+                             const Tensor& dweight, const Tensor& dbias) {
   constexpr const char* kOp = "batch_norm_backward";
   all_on_device(kOp, device, {{"input", &x}, {"weight", &weight}, {"save_mean", &save_mean},
                               {"save_invstd", &save_invstd}, {"output gradient", &dy},
-                              {"input gradient", &dx}, {"weight gradient", &dweight},
-                              {"bias gradient", &dbias}});
+                              {"relu bias", relu_bias}, {"input gradient", &dx},
+                              {"weight gradient", &dweight}, {"bias gradient", &dbias}});
   const Channels l = channel_layout(kOp, x);
   for (const Tensor* t : {&dy, &dx}) {
     MIXPREC_CHECK(t->dtype() == x.dtype() && t->shape() == x.shape(), kOp, ": ", describe(*t),
                   " must have the input's shape and dtype ", describe(x));
   }
   channel_parameter(kOp, "weight", weight, x, l.c);
+  if (relu_bias) channel_parameter(kOp, "relu bias", *relu_bias, x, l.c);
   channel_parameter(kOp, "weight gradient", dweight, x, l.c);
   channel_parameter(kOp, "bias gradient", dbias, x, l.c);
   channel_statistic(kOp, "save_mean", save_mean, l.c);

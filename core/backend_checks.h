@@ -117,10 +117,11 @@ void dropout(Device device, const Tensor& x, float p, const Tensor& y);
 Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd);
+// relu_bias (may be null) as the forward's bias.
 Channels batch_norm_backward(Device device, const Tensor& x, const Tensor& weight,
                              const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& dy, const Tensor& dx, const Tensor& dweight,
-                             const Tensor& dbias);
+                             const Tensor& dy, const Tensor* relu_bias, const Tensor& dx,
+                             const Tensor& dweight, const Tensor& dbias);
 // The geometry of x [N, C, H, W] pooled into y [N, C, OH, OW].
 Pool2dGeometry pool2d(Device device, const Pool2dDesc& desc, const Tensor& x, const Tensor& y,
                       const Tensor* argmax);

@@ -99,10 +99,12 @@ class CudaBackend final : public Backend {
                            Tensor* dbias) override;
   void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                  float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) override;
+                  float eps, bool relu, Tensor& y, Tensor& save_mean,
+                  Tensor& save_invstd) override;
   void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                            const Tensor& save_invstd, const Tensor& dy, bool training,
-                           Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+                           const Tensor* relu_bias, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
   void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dDesc& desc,
               Tensor& y) override;
   void conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,

@@ -28,7 +28,7 @@ kernels::BatchNormLayout kernel_layout(const char* op, const Tensor& x,
 
 void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              Tensor& running_mean, Tensor& running_var, bool training,
-                             float momentum, float eps, Tensor& y, Tensor& save_mean,
+                             float momentum, float eps, bool relu, Tensor& y, Tensor& save_mean,
                              Tensor& save_invstd) {
   const backend_checks::Channels channels = backend_checks::batch_norm(
       device(), x, weight, bias, running_mean, running_var, training, y, save_mean, save_invstd);
@@ -38,22 +38,23 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor
   Scratch scratch(allocator_, kernels::batch_norm_scratch_bytes(l));
   kernels::batch_norm_forward(x.dtype(), l, x.data(), weight.data(), bias.data(),
                               running_mean.data_as<float>(), running_var.data_as<float>(), training,
-                              momentum, eps, y.data(), save_mean.data_as<float>(),
+                              momentum, eps, relu, y.data(), save_mean.data_as<float>(),
                               save_invstd.data_as<float>(), scratch.get(), stream_);
 }
 
 void CudaBackend::batch_norm_backward(const Tensor& x, const Tensor& weight,
                                       const Tensor& save_mean, const Tensor& save_invstd,
-                                      const Tensor& dy, bool training, Tensor& dx,
-                                      Tensor& dweight, Tensor& dbias) {
+                                      const Tensor& dy, bool training, const Tensor* relu_bias,
+                                      Tensor& dx, Tensor& dweight, Tensor& dbias) {
   const backend_checks::Channels channels = backend_checks::batch_norm_backward(
-      device(), x, weight, save_mean, save_invstd, dy, dx, dweight, dbias);
+      device(), x, weight, save_mean, save_invstd, dy, relu_bias, dx, dweight, dbias);
   const kernels::BatchNormLayout l = kernel_layout("batch_norm_backward", x, channels);
   if (l.c == 0) return;
   use_device();
   Scratch scratch(allocator_, kernels::batch_norm_scratch_bytes(l));
   kernels::batch_norm_backward(x.dtype(), l, x.data(), weight.data(), save_mean.data_as<float>(),
-                               save_invstd.data_as<float>(), dy.data(), training, dx.data(),
+                               save_invstd.data_as<float>(), dy.data(), training,
+                               relu_bias ? relu_bias->data() : nullptr, dx.data(),
                                dweight.data(), dbias.data(), scratch.get(), stream_);
 }
 

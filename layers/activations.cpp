@@ -4,7 +4,7 @@
 
 namespace mixprec {
 
-Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+Tensor ReLU::forward(const Tensor& x) { return applied_before_ ? x : ops::relu(x); }
 
 Tensor GELU::forward(const Tensor& x) { return ops::gelu(x); }
 

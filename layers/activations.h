@@ -10,8 +10,17 @@ namespace mixprec {
 // max(x, 0) elementwise, as torch.nn.ReLU.
 class ReLU : public Module {
  public:
+  // applied_before: the layer before this one already applies the relu (a BatchNorm2d with
+  // fuse_relu()), so forward passes x through unchanged. The module stays in its place so
+  // that the model's layer names and indices do not depend on the fusion.
+  explicit ReLU(bool applied_before = false) : applied_before_(applied_before) {}
   Tensor forward(const Tensor& x) override;
-  std::string describe() const override { return "ReLU()"; }
+  std::string describe() const override {
+    return applied_before_ ? "ReLU() (fused into the batchnorm before it)" : "ReLU()";
+  }
+
+ private:
+  bool applied_before_;
 };
 
 // GELU with the tanh approximation (GPT-2's form), i.e. torch.nn.GELU(approximate='tanh').

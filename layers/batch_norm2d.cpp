@@ -24,7 +24,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, Device device, double eps, double
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   Tensor y = ops::batch_norm2d(x, weight_.working(), bias_.working(), *running_mean_, *running_var_,
-                               is_training(), momentum_, eps_);
+                               is_training(), momentum_, eps_, fused_relu_);
   // Counted only once the statistics were really updated (the op throws before writing).
   if (is_training()) num_batches_tracked_->set(0, num_batches_tracked_->get(0) + 1.0);
   return y;
@@ -36,7 +36,7 @@ int64_t BatchNorm2d::num_batches_tracked() const {
 
 std::string BatchNorm2d::describe() const {
   return detail::concat("BatchNorm2d(", num_features_, ", eps=", eps_, ", momentum=", momentum_,
-                        ")");
+                        ")", fused_relu_ ? " + ReLU" : "");
 }
 
 }  // namespace mixprec

@@ -27,6 +27,11 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
 
+  // From now on forward returns relu(batch norm) through one fused op (ops::batch_norm2d with
+  // relu): the same bits, forward and backward, as this layer followed by ReLU.
+  void fuse_relu() { fused_relu_ = true; }
+  bool fused_relu() const { return fused_relu_; }
+
   int64_t num_features() const { return num_features_; }
   const Parameter& weight() const { return weight_; }
   const Parameter& bias() const { return bias_; }
@@ -37,6 +42,7 @@ class BatchNorm2d : public Module {
  private:
   int64_t num_features_;
   double eps_, momentum_;
+  bool fused_relu_ = false;
   Parameter weight_, bias_;
   Tensor* running_mean_;
   Tensor* running_var_;

@@ -59,6 +59,13 @@ struct LayerContext {
   }
 };
 
+// Whether layer i is a batchnorm that applies the relu right after it.
+bool fuses_relu(const CnnSpec& spec, size_t i) {
+  return spec.fuse_batchnorm_relu && i + 1 < spec.layers.size() &&
+         spec.layers[i].kind == CnnLayerSpec::Kind::BatchNorm &&
+         spec.layers[i + 1].kind == CnnLayerSpec::Kind::ReLU;
+}
+
 int64_t window_out(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
   return (in + 2 * padding - kernel) / stride + 1;
 }
@@ -91,12 +98,14 @@ std::shared_ptr<Module> build_cnn(const CnnSpec& spec, Generator& init,
                                                layer.padding, layer.bias, init, device));
         break;
       }
-      case CnnLayerSpec::Kind::BatchNorm:
+      case CnnLayerSpec::Kind::BatchNorm: {
         at.require_image("batchnorm is BatchNorm2d and normalises channels of [N, C, H, W]");
-        model->append(std::make_shared<BatchNorm2d>(shape[0], device));
+        auto norm = model->append(std::make_shared<BatchNorm2d>(shape[0], device));
+        if (fuses_relu(spec, i)) norm->fuse_relu();
         break;
+      }
       case CnnLayerSpec::Kind::ReLU:
-        model->append(std::make_shared<ReLU>());
+        model->append(std::make_shared<ReLU>(i > 0 && fuses_relu(spec, i - 1)));
         break;
       case CnnLayerSpec::Kind::GELU:
         model->append(std::make_shared<GELU>());

@@ -25,6 +25,10 @@ struct CnnSpec {
   int64_t in_channels = 1;
   int64_t input_size = 28;  // square H = W
   std::vector<CnnLayerSpec> layers;
+  // A batchnorm directly followed by a relu runs as one fused op (BatchNorm2d::fuse_relu):
+  // the same numbers, forward and backward, in fewer passes over memory. Not a config key;
+  // mixprec inspect turns it off so that every layer's own output gradient can be observed.
+  bool fuse_batchnorm_relu = true;
 };
 
 // nanoGPT's GPTConfig.

@@ -120,10 +120,13 @@ nlohmann::json run_inspect(const InspectOptions& options, std::ostream& log) {
   const auto [scale, scale_note] = report_scale(s, scaler, options.steps);
 
   // The FP32 shadow: the same architecture built again (its parameters stay F32), given the
-  // trained masters and buffers, with its own copy of the dropout stream.
+  // trained masters and buffers, with its own copy of the dropout stream. Unfused, so that a
+  // batchnorm's own output gradient is observed rather than that of the relu after it.
   Generator init(s.config.train.seed);
+  TrainConfig shadow_config = s.config;
+  shadow_config.model.cnn.fuse_batchnorm_relu = false;
   const std::shared_ptr<Module> shadow =
-      make_model(s.config, s.data->num_classes(), init,
+      make_model(shadow_config, s.data->num_classes(), init,
                  std::make_shared<Generator>(*s.dropout_gen), s.device);
   std::map<std::string, Tensor> state;
   for (const auto& [name, value] : s.model->state_dict()) state.emplace(name, value);

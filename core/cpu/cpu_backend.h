@@ -71,10 +71,12 @@ class CpuBackend final : public Backend {
                            Tensor* dbias) override;
   void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                  float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) override;
+                  float eps, bool relu, Tensor& y, Tensor& save_mean,
+                  Tensor& save_invstd) override;
   void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                            const Tensor& save_invstd, const Tensor& dy, bool training,
-                           Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+                           const Tensor* relu_bias, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) override;
   void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) override;
   void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) override;

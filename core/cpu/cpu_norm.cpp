@@ -14,6 +14,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/cpu/simd.h"
+#include "core/math/elementwise.h"
 #include "core/math/norm.h"
 #include "core/tensor.h"
 
@@ -186,41 +187,43 @@ inline void add_widened(const float* p, Doubles8& acc) {
 
 template <class T>
 void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean,
-                         float* running_var, bool training, float momentum, float eps, T* y,
-                         float* save_mean, float* save_invstd, const ChannelLayout& l) {
+                         float* running_var, bool training, float momentum, float eps, bool relu,
+                         T* y, float* save_mean, float* save_invstd, const ChannelLayout& l) {
   const double count = static_cast<double>(l.count());
   for_each_channel_range(l, [&](int64_t c0, int64_t c1) {
     if (training) {
-      std::vector<Doubles8> sum(static_cast<size_t>(c1 - c0), Doubles8{});
+      // One pass for both statistics: the sums of d = x - shift and of d^2 in double, the
+      // shift being the channel's first value, so that the mean of d is within a few standard
+      // deviations of 0 and shifted_variance() cancels no more than the second pass over
+      // x - mean that it replaces (core/math/norm.h); one read of x fewer.
+      std::vector<double> shift(static_cast<size_t>(c1 - c0));
+      for (int64_t c = c0; c < c1; ++c) shift[c - c0] = to_float(x[l.at(0, c, 0)]);
+      std::vector<Doubles8> sum(shift.size(), Doubles8{}), sq(shift.size(), Doubles8{});
       for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t, int64_t len) {
+        const double s = shift[c - c0];
+        Doubles8& acc_sq = sq[c - c0];
         add_to_lanes(
-            sum[c - c0], len, [v](int64_t k, Doubles8& acc) { add_widened(v + k, acc); },
-            [v](int64_t k) { return static_cast<double>(v[k]); });
-      });
-      std::vector<double> mean(sum.size());
-      for (int64_t c = c0; c < c1; ++c) mean[c - c0] = norm_mean(cpu::lane_total(sum[c - c0]), count);
-      // The variance from a second pass, centred on the mean (core/math/norm.h).
-      std::vector<Doubles8> sq(sum.size(), Doubles8{});
-      for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t, int64_t len) {
-        const double m = mean[c - c0];
-        add_to_lanes(
-            sq[c - c0], len,
-            [v, m](int64_t k, Doubles8& acc) {
+            sum[c - c0], len,
+            [v, s, &acc_sq](int64_t k, Doubles8& acc) {
               cpu::Floats8 f;
               cpu::load8(v + k, f);
               Doubles8 d;
               cpu::widen8(f, d);
-              d -= m;
-              acc += d * d;
+              d -= s;
+              acc += d;
+              acc_sq += d * d;
             },
-            [v, m](int64_t k) {
-              const double d = v[k] - m;
-              return d * d;
+            [v, s, &acc_sq](int64_t k) {
+              const double d = v[k] - s;
+              acc_sq[k % kLanes] += d * d;
+              return d;
             });
       });
       for (int64_t c = c0; c < c1; ++c) {
-        const float var = static_cast<float>(norm_variance(cpu::lane_total(sq[c - c0]), count));
-        save_mean[c] = static_cast<float>(mean[c - c0]);
+        const double sum_d = cpu::lane_total(sum[c - c0]);
+        const float var = static_cast<float>(
+            shifted_variance(sum_d, cpu::lane_total(sq[c - c0]), count));
+        save_mean[c] = static_cast<float>(shift[c - c0] + norm_mean(sum_d, count));
         save_invstd[c] = norm_rstd(var, eps);
         running_mean[c] = running_stat_update(running_mean[c], save_mean[c], momentum);
         running_var[c] =
@@ -238,15 +241,34 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
       float buf[kNormBlock];
       float* o = cpu::f32_target(y + offset, buf);
       for (int64_t i = 0; i < len; ++i) o[i] = norm_apply(v[i], m, invstd, wc, bc);
+      // relu of the FP32 value before the one rounding on store: the same bits as relu of
+      // the stored value, since rounding keeps the sign and relu leaves the rest exact.
+      if (relu) {
+        for (int64_t i = 0; i < len; ++i) o[i] = unary_value<UnaryOp::Relu>(o[i]);
+      }
       cpu::store_f32(o, y + offset, len);
     });
   });
 }
 
+// For batch norm fused with relu: out = dy through relu's derivative at the batch-norm
+// output, recomputed from the block's x values v as the forward computed and stored it.
+template <class T>
+const float* relu_gated(const float* dy, const float* v, int64_t len, float mean, float invstd,
+                        float weight, float bias, float* out) {
+  for (int64_t i = 0; i < len; ++i) {
+    const float y = to_float(from_float<T>(norm_apply(v[i], mean, invstd, weight, bias)));
+    out[i] = unary_grad<UnaryOp::Relu>(y, y, dy[i]);
+  }
+  return out;
+}
+
+// relu_bias: the fused relu's bias, or null without one.
 template <class T>
 void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean,
-                                  const float* save_invstd, const T* dy, bool training, T* dx,
-                                  T* dw, T* db, const ChannelLayout& l) {
+                                  const float* save_invstd, const T* dy, bool training,
+                                  const T* relu_bias, T* dx, T* dw, T* db,
+                                  const ChannelLayout& l) {
   const double count = static_cast<double>(l.count());
   for_each_channel_range(l, [&](int64_t c0, int64_t c1) {
     // sums[c - c0]: lanes of dy; sums_xhat[c - c0]: lanes of dy * xhat.
@@ -254,8 +276,12 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
     std::vector<Doubles8> sums_xhat(sums.size(), Doubles8{});
     for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t offset, int64_t len) {
       const float m = save_mean[c], invstd = save_invstd[c];
-      float dy_buf[kNormBlock];
+      float dy_buf[kNormBlock], gated_buf[kNormBlock];
       const float* d = cpu::load_f32(dy + offset, dy_buf, len);
+      if (relu_bias) {
+        d = relu_gated<T>(d, v, len, m, invstd, to_float(w[c]), to_float(relu_bias[c]),
+                          gated_buf);
+      }
       add_to_lanes(
           sums[c - c0], len, [d](int64_t k, Doubles8& acc) { add_widened(d + k, acc); },
           [d](int64_t k) { return static_cast<double>(d[k]); });
@@ -288,8 +314,12 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
       const float m = save_mean[c], invstd = save_invstd[c];
       const NormBackwardMeans mc = means[c - c0];
       const float sc = scale[c - c0];
-      float dy_buf[kNormBlock], out_buf[kNormBlock];
+      float dy_buf[kNormBlock], gated_buf[kNormBlock], out_buf[kNormBlock];
       const float* d = cpu::load_f32(dy + offset, dy_buf, len);
+      if (relu_bias) {
+        d = relu_gated<T>(d, v, len, m, invstd, to_float(w[c]), to_float(relu_bias[c]),
+                          gated_buf);
+      }
       float* o = cpu::f32_target(dx + offset, out_buf);
       for (int64_t i = 0; i < len; ++i) {
         const float xhat = norm_xhat(v[i], m, invstd);
@@ -347,7 +377,7 @@ void CpuBackend::layer_norm_backward(const Tensor& x, const Tensor* weight, cons
 
 void CpuBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             Tensor& running_mean, Tensor& running_var, bool training,
-                            float momentum, float eps, Tensor& y, Tensor& save_mean,
+                            float momentum, float eps, bool relu, Tensor& y, Tensor& save_mean,
                             Tensor& save_invstd) {
   const ChannelLayout l{backend_checks::batch_norm(kCPU, x, weight, bias, running_mean, running_var,
                                                     training, y, save_mean, save_invstd)};
@@ -355,7 +385,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor&
     batch_norm_channels(static_cast<const scalar_t*>(x.data()),
                         static_cast<const scalar_t*>(weight.data()),
                         static_cast<const scalar_t*>(bias.data()), running_mean.data_as<float>(),
-                        running_var.data_as<float>(), training, momentum, eps,
+                        running_var.data_as<float>(), training, momentum, eps, relu,
                         static_cast<scalar_t*>(y.data()), save_mean.data_as<float>(),
                         save_invstd.data_as<float>(), l);
   });
@@ -363,15 +393,16 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor&
 
 void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& weight,
                                      const Tensor& save_mean, const Tensor& save_invstd,
-                                     const Tensor& dy, bool training, Tensor& dx,
-                                     Tensor& dweight, Tensor& dbias) {
-  const ChannelLayout l{backend_checks::batch_norm_backward(kCPU, x, weight, save_mean, save_invstd,
-                                                             dy, dx, dweight, dbias)};
+                                     const Tensor& dy, bool training, const Tensor* relu_bias,
+                                     Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const ChannelLayout l{backend_checks::batch_norm_backward(
+      kCPU, x, weight, save_mean, save_invstd, dy, relu_bias, dx, dweight, dbias)};
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     batch_norm_backward_channels(
         static_cast<const scalar_t*>(x.data()), static_cast<const scalar_t*>(weight.data()),
         save_mean.data_as<float>(), save_invstd.data_as<float>(),
-        static_cast<const scalar_t*>(dy.data()), training, static_cast<scalar_t*>(dx.data()),
+        static_cast<const scalar_t*>(dy.data()), training, data_or_null<scalar_t>(relu_bias),
+        static_cast<scalar_t*>(dx.data()),
         static_cast<scalar_t*>(dweight.data()), static_cast<scalar_t*>(dbias.data()), l);
   });
 }

@@ -12,9 +12,11 @@ namespace mixprec {
 
 // Finalising the statistics of one row (layer norm) or channel (batch norm) of n values.
 // Acc is the reduction's accumulation type: float for layer norm's rows, double for batch
-// norm's channels (their sums run over N*H*W terms). The variance comes from a second pass
-// over the values centred on the mean, which does not cancel catastrophically as
-// E[x^2] - mean^2 does.
+// norm's channels (their sums run over N*H*W terms). The variance never comes from
+// E[x^2] - mean^2, which cancels catastrophically when the mean is large against the spread:
+// either from a second pass over the values centred on the mean (norm_variance), or from one
+// pass centred on a value of the set (shifted_variance; the CPU's batch norm, which saves a
+// read of its largest tensors that way).
 
 // Mean of the n values from their sum.
 template <class Acc>
@@ -28,15 +30,26 @@ MIXPREC_HD Acc norm_variance(Acc sum_sq_dev, Acc n) {
   return sum_sq_dev / n;
 }
 
+// Biased variance from one pass over d = x - shift: the sums of d and of d^2. With a shift
+// close to the mean (a value of the same set) the subtraction loses no more than the
+// two-pass form does; never below 0.
+template <class Acc>
+MIXPREC_HD Acc shifted_variance(Acc sum_d, Acc sum_d2, Acc n) {
+  const Acc v = (sum_d2 - sum_d * (sum_d / n)) / n;
+  return v > Acc(0) ? v : Acc(0);
+}
+
 // 1 / sqrt(var + eps), var being the biased variance.
 MIXPREC_HD float norm_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
 
 // The normalised value xhat = (x - mean) * rstd.
 MIXPREC_HD float norm_xhat(float x, float mean, float rstd) { return (x - mean) * rstd; }
 
-// y = xhat * weight + bias (weight 1 and bias 0 when the norm has no affine parameters).
+// y = xhat * weight + bias (weight 1 and bias 0 when the norm has no affine parameters), as
+// one fused multiply-add: an explicit fmaf gives the same bits on every compiler and in every
+// code path, which batch norm's fused ReLU relies on when its backward recomputes y.
 MIXPREC_HD float norm_apply(float x, float mean, float rstd, float weight, float bias) {
-  return norm_xhat(x, mean, rstd) * weight + bias;
+  return fmaf(norm_xhat(x, mean, rstd), weight, bias);
 }
 
 // g * xhat for layer norm's backward sums (of dy * weight * xhat for dx, of dy * xhat for

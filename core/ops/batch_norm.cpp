@@ -2,7 +2,9 @@
 // biased variance and updates the F32 running statistics in place (unbiased variance,
 // running = (1 - momentum) * running + momentum * batch, as PyTorch); eval normalises with
 // the running statistics. The backward covers both modes: in eval the statistics are
-// constants, so dx is a per-channel scaling of dy.
+// constants, so dx is a per-channel scaling of dy. With relu fused, the backward passes dy
+// through relu's derivative at the forward output, which the backend recomputes from x and
+// the saved bias rather than keeping the output alive.
 #include <cmath>
 
 #include "core/autograd/record.h"
@@ -15,15 +17,20 @@ namespace {
 
 struct BatchNormBackward final : Node {
   Tensor x, weight, save_mean, save_invstd;
+  Tensor relu_bias;  // defined when relu is fused
   bool training = true;
-  std::string name() const override { return "batch_norm2d"; }
+  std::string name() const override {
+    return relu_bias.defined() ? "batch_norm2d_relu" : "batch_norm2d";
+  }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     const int64_t c = x.size(1);
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     Tensor dweight = Tensor::empty({c}, x.dtype(), x.device());
     Tensor dbias = Tensor::empty({c}, x.dtype(), x.device());
     backend_for(x.device()).batch_norm_backward(x, weight, save_mean, save_invstd, grads[0],
-                                                training, dx, dweight, dbias);
+                                                training,
+                                                relu_bias.defined() ? &relu_bias : nullptr, dx,
+                                                dweight, dbias);
     return {dx, dweight, dbias};
   }
   void release_saved() override {
@@ -31,6 +38,7 @@ struct BatchNormBackward final : Node {
     weight = Tensor();
     save_mean = Tensor();
     save_invstd = Tensor();
+    relu_bias = Tensor();
   }
 };
 
@@ -53,7 +61,7 @@ void check_running(const Tensor& x, const Tensor& r, const char* what) {
 
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     Tensor& running_mean, Tensor& running_var, bool training, double momentum,
-                    double eps) {
+                    double eps, bool relu) {
   check_floating("batch_norm2d", x);
   check_rank("batch_norm2d", x, 4, "x (NCHW)");
   check_param(x, weight, "weight");
@@ -73,7 +81,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor save_mean = Tensor::empty({c}, DType::F32, x.device());
   Tensor save_invstd = Tensor::empty({c}, DType::F32, x.device());
   backend_for(x.device()).batch_norm(x, weight, bias, running_mean, running_var, training,
-                                     static_cast<float>(momentum), static_cast<float>(eps), y,
+                                     static_cast<float>(momentum), static_cast<float>(eps), relu, y,
                                      save_mean, save_invstd);
   if (training) {  // the caller's running statistics were written in place
     running_mean.mark_modified();
@@ -82,6 +90,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (auto node = make_node<BatchNormBackward>({&x, &weight, &bias})) {
     node->x = save_for_backward(*node, x);
     node->weight = save_for_backward(*node, weight);
+    if (relu) node->relu_bias = save_for_backward(*node, bias);
     node->save_mean = save_mean;
     node->save_invstd = save_invstd;
     node->training = training;

@@ -76,9 +76,11 @@ Tensor mse_loss(const Tensor& a, const Tensor& b);
 // Over the last dim; weight/bias [D] (may be undefined).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // x [N, C, H, W]; weight, bias [C]; running_mean/var F32 [C] updated in place when training.
+// relu: returns relu(batch_norm2d(...)) from one op, bit for bit the two ops' result forward
+// and backward, without the intermediate tensor or relu's passes over it.
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     Tensor& running_mean, Tensor& running_var, bool training,
-                    double momentum = 0.1, double eps = 1e-5);
+                    double momentum = 0.1, double eps = 1e-5, bool relu = false);
 // weight [V, D], ids I32 of any shape in [0, V) -> [ids..., D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Identity when !training or p == 0; else zeroes with probability p and scales by 1/(1-p).

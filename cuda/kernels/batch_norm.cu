@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/math/elementwise.h"
 #include "core/math/norm.h"
 #include "cuda/kernels/common.cuh"
 
@@ -161,29 +162,41 @@ template <class T, class Index>
 __global__ void __launch_bounds__(kThreads) apply_kernel(const T* x, const T* weight,
                                                         const T* bias, const float* mean,
                                                         const float* invstd, Index channels,
-                                                        Index inner, Index n, T* y) {
+                                                        Index inner, Index n, bool relu, T* y) {
   const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index idx = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += stride) {
     const Index c = (idx / inner) % channels;
-    y[idx] = from_float<T>(
-        norm_apply(to_float(x[idx]), mean[c], invstd[c], to_float(weight[c]), to_float(bias[c])));
+    const float v =
+        norm_apply(to_float(x[idx]), mean[c], invstd[c], to_float(weight[c]), to_float(bias[c]));
+    y[idx] = from_float<T>(relu ? unary_value<UnaryOp::Relu>(v) : v);
   }
 }
 
 // ---- backward -----------------------------------------------------------------------------
 
+// dy at offset o, through the fused relu's derivative when relu_bias is non-null: at the
+// batch-norm output recomputed from x and rounded to T as the forward stored it.
 template <class T>
-__global__ void __launch_bounds__(kThreads) backward_sums_kernel(const T* x, const T* dy,
-                                                                const float* save_mean,
-                                                                const float* save_invstd,
-                                                                ChannelGrid g, double* sum_dy,
-                                                                double* sum_dy_xhat) {
+__device__ __forceinline__ float gated_dy(const T* x, const T* dy, const T* weight,
+                                          const T* relu_bias, float mean, float invstd,
+                                          int64_t c, int64_t o) {
+  const float d = to_float(dy[o]);
+  if (relu_bias == nullptr) return d;
+  const float y = to_float(from_float<T>(
+      norm_apply(to_float(x[o]), mean, invstd, to_float(weight[c]), to_float(relu_bias[c]))));
+  return unary_grad<UnaryOp::Relu>(y, y, d);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) backward_sums_kernel(
+    const T* x, const T* dy, const T* weight, const T* relu_bias, const float* save_mean,
+    const float* save_invstd, ChannelGrid g, double* sum_dy, double* sum_dy_xhat) {
   const SplitRange r = split_range(g);
   const float m = save_mean[r.c], invstd = save_invstd[r.c];
   double a = 0.0, b = 0.0;
   walk_split(g, r, [&](int64_t o) {
-    const float d = to_float(dy[o]);
+    const float d = gated_dy(x, dy, weight, relu_bias, m, invstd, r.c, o);
     a += d;
     b += static_cast<double>(d) * norm_xhat(to_float(x[o]), m, invstd);
   });
@@ -215,14 +228,16 @@ __global__ void backward_coefficients_kernel(const double* sum_dy, const double*
 
 template <class T, class Index>
 __global__ void __launch_bounds__(kThreads) backward_apply_kernel(
-    const T* x, const T* dy, const float* save_mean, const float* save_invstd,
-    const float* coefficients, Index channels, Index inner, Index n, T* dx) {
+    const T* x, const T* dy, const T* weight, const T* relu_bias, const float* save_mean,
+    const float* save_invstd, const float* coefficients, Index channels, Index inner, Index n,
+    T* dx) {
   const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index idx = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += stride) {
     const Index c = (idx / inner) % channels;
     const float xhat = norm_xhat(to_float(x[idx]), save_mean[c], save_invstd[c]);
-    dx[idx] = from_float<T>(norm_backward_value(to_float(dy[idx]), xhat, coefficients[3 * c],
+    const float d = gated_dy(x, dy, weight, relu_bias, save_mean[c], save_invstd[c], c, idx);
+    dx[idx] = from_float<T>(norm_backward_value(d, xhat, coefficients[3 * c],
                                                 coefficients[3 * c + 1], coefficients[3 * c + 2]));
   }
 }
@@ -253,8 +268,9 @@ size_t batch_norm_scratch_bytes(const BatchNormLayout& layout) {
 
 void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* x,
                         const void* weight, const void* bias, float* running_mean,
-                        float* running_var, bool training, float momentum, float eps, void* y,
-                        float* save_mean, float* save_invstd, void* scratch, cudaStream_t stream) {
+                        float* running_var, bool training, float momentum, float eps, bool relu,
+                        void* y, float* save_mean, float* save_invstd, void* scratch,
+                        cudaStream_t stream) {
   const ChannelGrid g = channel_grid(layout);
   const ScratchParts s = scratch_parts(g, scratch);
   const int64_t n = layout.n * layout.c * layout.inner;
@@ -283,7 +299,7 @@ void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* 
       apply_kernel<scalar_t, Index><<<grid_for(n), kThreads, 0, stream>>>(
           px, static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias), save_mean,
           save_invstd, static_cast<Index>(layout.c), static_cast<Index>(layout.inner),
-          static_cast<Index>(n), static_cast<scalar_t*>(y));
+          static_cast<Index>(n), relu, static_cast<scalar_t*>(y));
       CUDA_CHECK_LAST();
     });
   });
@@ -291,25 +307,27 @@ void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* 
 
 void batch_norm_backward(DType dtype, const BatchNormLayout& layout, const void* x,
                          const void* weight, const float* save_mean, const float* save_invstd,
-                         const void* dy, bool training, void* dx, void* dweight, void* dbias,
-                         void* scratch, cudaStream_t stream) {
+                         const void* dy, bool training, const void* relu_bias, void* dx,
+                         void* dweight, void* dbias, void* scratch, cudaStream_t stream) {
   const ChannelGrid g = channel_grid(layout);
   const ScratchParts s = scratch_parts(g, scratch);
   const int64_t n = layout.n * layout.c * layout.inner;
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "batch_norm_backward", [&] {
     const auto* px = static_cast<const scalar_t*>(x);
     const auto* pdy = static_cast<const scalar_t*>(dy);
+    const auto* pw = static_cast<const scalar_t*>(weight);
+    const auto* prelu = static_cast<const scalar_t*>(relu_bias);
     backward_sums_kernel<scalar_t><<<split_blocks("batch_norm_backward", g), kThreads, 0, stream>>>(
-        px, pdy, save_mean, save_invstd, g, s.partial0, s.partial1);
+        px, pdy, pw, prelu, save_mean, save_invstd, g, s.partial0, s.partial1);
     CUDA_CHECK_LAST();
     backward_coefficients_kernel<scalar_t><<<grid_for(g.channels), kThreads, 0, stream>>>(
-        s.partial0, s.partial1, static_cast<const scalar_t*>(weight), save_invstd, g, training,
+        s.partial0, s.partial1, pw, save_invstd, g, training,
         static_cast<scalar_t*>(dweight), static_cast<scalar_t*>(dbias), s.coefficients);
     CUDA_CHECK_LAST();
     with_index_type(n, [&](auto index) {
       using Index = decltype(index);
       backward_apply_kernel<scalar_t, Index><<<grid_for(n), kThreads, 0, stream>>>(
-          px, pdy, save_mean, save_invstd, s.coefficients, static_cast<Index>(layout.c),
+          px, pdy, pw, prelu, save_mean, save_invstd, s.coefficients, static_cast<Index>(layout.c),
           static_cast<Index>(layout.inner), static_cast<Index>(n), static_cast<scalar_t*>(dx));
       CUDA_CHECK_LAST();
     });

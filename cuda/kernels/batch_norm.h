@@ -3,9 +3,11 @@
 // memory; x, y, dx, dy, weight, bias, dweight and dbias hold `dtype` (F32, F16 or BF16),
 // everything else F32. Launches are asynchronous on `stream`.
 //
-// Statistics are those of the CPU backend, computed the same way: per channel, the sum of x
-// and then the sum of squared deviations from the mean (and, backward, the sums of dy and of
-// dy * xhat) accumulate in double, in an order fixed by the shape: each channel is cut into
+// Statistics are those of the CPU backend, in double: per channel, the sum of x and then the
+// sum of squared deviations from the mean (the CPU takes both from one pass centred on the
+// channel's first value, core/math/norm.h; the two agree to double rounding before the
+// result is rounded to FP32), and, backward, the sums of dy and of dy * xhat. They
+// accumulate in an order fixed by the shape: each channel is cut into
 // a number of splits that depends only on the layout, each split is summed by one block in a
 // fixed thread order and tree, and the splits' partial sums are added in split order. The
 // results are therefore the same bits on every run.
@@ -33,18 +35,21 @@ size_t batch_norm_scratch_bytes(const BatchNormLayout& layout);
 // y = (x - mean) * invstd * weight + bias per channel. Training: mean and biased variance of
 // the batch, written to save_mean and save_invstd = 1 / sqrt(var + eps), and the running
 // statistics updated with PyTorch's momentum and the unbiased variance (count() > 1).
-// Otherwise the running statistics are used and copied to save_mean / save_invstd.
-// layout.c > 0 and layout.count() > 0.
+// Otherwise the running statistics are used and copied to save_mean / save_invstd. relu:
+// y = relu(...) in the same pass. layout.c > 0 and layout.count() > 0.
 void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* x,
                         const void* weight, const void* bias, float* running_mean,
-                        float* running_var, bool training, float momentum, float eps, void* y,
-                        float* save_mean, float* save_invstd, void* scratch, cudaStream_t stream);
+                        float* running_var, bool training, float momentum, float eps, bool relu,
+                        void* y, float* save_mean, float* save_invstd, void* scratch,
+                        cudaStream_t stream);
 
 // dweight = sum dy * xhat, dbias = sum dy, and dx: through the batch statistics when
 // training (norm_backward_means), else dx = dy * weight * invstd. Same layout conditions.
+// relu_bias non-null (the forward ran with relu and this bias): every dy is first passed
+// through relu's derivative at the stored forward output, recomputed from x.
 void batch_norm_backward(DType dtype, const BatchNormLayout& layout, const void* x,
                          const void* weight, const float* save_mean, const float* save_invstd,
-                         const void* dy, bool training, void* dx, void* dweight, void* dbias,
-                         void* scratch, cudaStream_t stream);
+                         const void* dy, bool training, const void* relu_bias, void* dx,
+                         void* dweight, void* dbias, void* scratch, cudaStream_t stream);
 
 }  // namespace mixprec::kernels

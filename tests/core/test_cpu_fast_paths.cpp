@@ -217,9 +217,9 @@ BatchNormResult run_batch_norm(const Tensor& x, const Tensor& w, const Tensor& b
   Tensor rm = Tensor::from_vector(random_values(c, 41), {c});
   Tensor rv = Tensor::from_vector(random_values(c, 42, 0.5f, 2.0f), {c});
   Tensor y = Tensor::empty(x.shape(), dtype), mean = Tensor::empty({c}), invstd = Tensor::empty({c});
-  backend.batch_norm(x, w, b, rm, rv, training, 0.1f, 1e-5f, y, mean, invstd);
+  backend.batch_norm(x, w, b, rm, rv, training, 0.1f, 1e-5f, false, y, mean, invstd);
   Tensor dx = Tensor::empty(x.shape(), dtype), dw = Tensor::empty({c}, dtype), db = Tensor::empty({c}, dtype);
-  backend.batch_norm_backward(x, w, mean, invstd, dy, training, dx, dw, db);
+  backend.batch_norm_backward(x, w, mean, invstd, dy, training, nullptr, dx, dw, db);
   return {y.to_float_vector(),  mean.to_float_vector(), invstd.to_float_vector(),
           rm.to_float_vector(), rv.to_float_vector(),   dx.to_float_vector(),
           dw.to_float_vector(), db.to_float_vector()};
@@ -649,7 +649,7 @@ TEST_CASE("cpu batch norm backward of an empty batch gives zero parameter gradie
   const Tensor x = Tensor::empty(xs), dy = Tensor::empty(xs), w = Tensor::ones({3});
   const Tensor mean = Tensor::zeros({3}), invstd = Tensor::ones({3});
   Tensor dx = Tensor::empty(xs), dw = Tensor::full({3}, 9.0), db = Tensor::full({3}, 9.0);
-  backend.batch_norm_backward(x, w, mean, invstd, dy, true, dx, dw, db);
+  backend.batch_norm_backward(x, w, mean, invstd, dy, true, nullptr, dx, dw, db);
   CHECK(dw.to_float_vector() == std::vector<float>{0.0f, 0.0f, 0.0f});
   CHECK(db.to_float_vector() == std::vector<float>{0.0f, 0.0f, 0.0f});
 }

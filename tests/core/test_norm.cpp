@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
+#include "fused_batch_norm_relu_check.h"
 #include "gradcheck.h"
 
 namespace mixprec {
@@ -166,6 +167,23 @@ TEST_CASE("batch_norm2d training normalises with batch statistics and updates ru
   }
 }
 
+TEST_CASE("batch_norm2d statistics stay exact for a large mean over a small spread",
+          "[nn][batch_norm]") {
+  // Values 3e6 + [-1, 1] (multiples of 0.25 in FP32): E[x^2] - mean^2 would lose the variance
+  // (about 0.33) to rounding even in double, by ~1e-3 relative; the statistics must match the
+  // two-pass double reference to FP32 precision. Momentum 1 makes the running statistics the
+  // batch's own.
+  const Tensor x = random_tensor({4, 2, 6, 6}, 41, 3e6f - 1.0f, 3e6f + 1.0f);
+  const ChannelStats s = reference_channel_stats(x);
+  Tensor running_mean = Tensor::zeros({2}), running_var = Tensor::ones({2});
+  ops::batch_norm2d(x, Tensor::ones({2}), Tensor::zeros({2}), running_mean, running_var, true,
+                    1.0, 1e-5);
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    CHECK(running_mean.get(ch) == Approx(s.mean[ch]).epsilon(1e-7));
+    CHECK(running_var.get(ch) == Approx(s.unbiased_var[ch]).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("batch_norm2d eval uses the running statistics and leaves them alone",
           "[nn][batch_norm]") {
   const Tensor x = random_tensor({2, 3, 4, 3}, 24, -2.f, 2.f);
@@ -217,6 +235,11 @@ TEST_CASE("batch_norm2d in F16 and BF16 matches F32", "[nn][batch_norm]") {
       REQUIRE(bl.grad().dtype() == dtype);
     }
   }
+}
+
+TEST_CASE("batch_norm2d with relu fused is relu(batch_norm2d) bit for bit, forward and backward",
+          "[nn][batch_norm]") {
+  check_fused_batch_norm_relu(kCPU);
 }
 
 TEST_CASE("batch_norm2d rejects bad input", "[nn][batch_norm]") {

@@ -13,6 +13,7 @@
 #include "backend_agreement.h"
 #include "core/error.h"
 #include "core/math_mode.h"
+#include "fused_batch_norm_relu_check.h"
 
 namespace {
 
@@ -441,7 +442,8 @@ BnResult run_bn(Backend& backend, Device device, const BnState& in, bool trainin
              device == kCPU ? Tensor::empty({c}) : poisoned({c}, DType::F32),
              in.running_mean.to(device), in.running_var.to(device)};
   backend.batch_norm(in.x.to(device), in.weight.to(device), in.bias.to(device), r.running_mean,
-                     r.running_var, training, 0.1f, 1e-5f, r.y, r.save_mean, r.save_invstd);
+                     r.running_var, training, 0.1f, 1e-5f, false, r.y, r.save_mean,
+                     r.save_invstd);
   return r;
 }
 
@@ -491,8 +493,8 @@ TEST_CASE("cuda batch_norm training statistics follow the definition", "[cuda]")
   Tensor y = poisoned({2, 1, 2, 1}, DType::F32);
   Tensor save_mean = poisoned({1}, DType::F32), save_invstd = poisoned({1}, DType::F32);
   const float eps = 0.5f, momentum = 0.25f;
-  gpu_backend().batch_norm(x, weight, bias, running_mean, running_var, true, momentum, eps, y,
-                           save_mean, save_invstd);
+  gpu_backend().batch_norm(x, weight, bias, running_mean, running_var, true, momentum, eps,
+                           false, y, save_mean, save_invstd);
   const double invstd = 1.0 / std::sqrt(3.5 + eps);  // 0.5
   CHECK(save_mean.to_float_vector()[0] == Approx(3.0).epsilon(1e-6));
   CHECK(save_invstd.to_float_vector()[0] == Approx(invstd).epsilon(1e-6));
@@ -519,11 +521,12 @@ TEST_CASE("cuda batch_norm backward matches the CPU in training and eval", "[cud
         Tensor dx_e = Tensor::empty(shape, dtype), dw_e = Tensor::empty({c}, dtype),
                db_e = Tensor::empty({c}, dtype);
         cpu_backend().batch_norm_backward(in.x, in.weight, fwd.save_mean, fwd.save_invstd, dy,
-                                          training, dx_e, dw_e, db_e);
+                                          training, nullptr, dx_e, dw_e, db_e);
         Tensor dx = poisoned(shape, dtype), dw = poisoned({c}, dtype), db = poisoned({c}, dtype);
         const Tensor gx = in.x.to(gpu()), gw = in.weight.to(gpu()), gdy = dy.to(gpu());
         const Tensor gmean = fwd.save_mean.to(gpu()), ginvstd = fwd.save_invstd.to(gpu());
-        gpu_backend().batch_norm_backward(gx, gw, gmean, ginvstd, gdy, training, dx, dw, db);
+        gpu_backend().batch_norm_backward(gx, gw, gmean, ginvstd, gdy, training, nullptr, dx, dw,
+                                          db);
 
         // Magnitudes, in double from the definition: per channel sum |dy * xhat| and sum |dy|;
         // per element |scale| * (|dy| + |mean dy| + |xhat * mean(dy * xhat)|).
@@ -587,10 +590,15 @@ TEST_CASE("cuda batch_norm repeats its bits from run to run", "[cuda]") {
     Tensor db[2] = {poisoned({4}, dtype), poisoned({4}, dtype)};
     for (int run = 0; run < 2; ++run) {
       gpu_backend().batch_norm_backward(gx, gw, first.save_mean, first.save_invstd, dy, true,
-                                        dx[run], dw[run], db[run]);
+                                        nullptr, dx[run], dw[run], db[run]);
     }
     expect_bits_equal(dx[0], dx[1]);
     expect_bits_equal(dw[0], dw[1]);
     expect_bits_equal(db[0], db[1]);
   }
+}
+
+TEST_CASE("cuda batch norm with relu fused is relu(batch norm) bit for bit", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  mixprec::testing::check_fused_batch_norm_relu(gpu());
 }

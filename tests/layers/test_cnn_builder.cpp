@@ -284,3 +284,50 @@ TEST_CASE("the CNN runs forward and backward in F16 and BF16 with F32 parameter 
       if (name.find("running") != std::string::npos) CHECK(t.dtype() == DType::F32);
   }
 }
+
+TEST_CASE("build_cnn fuses each batchnorm with the relu after it, with the same numbers",
+          "[layers][cnn]") {
+  CnnSpec unfused_spec = mnist_spec();
+  unfused_spec.fuse_batchnorm_relu = false;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    CAPTURE(dtype);
+    Generator init_fused(5), init_plain(5);
+    auto fused = build_cnn(mnist_spec(), init_fused, std::make_shared<Generator>(1));
+    auto plain = build_cnn(unfused_spec, init_plain, std::make_shared<Generator>(1));
+    // The same layers under the same names; only the batchnorms say that they apply the relu.
+    auto* fused_seq = dynamic_cast<Sequential*>(fused.get());
+    auto* plain_seq = dynamic_cast<Sequential*>(plain.get());
+    REQUIRE(fused_seq != nullptr);
+    REQUIRE(plain_seq != nullptr);
+    REQUIRE(fused_seq->size() == plain_seq->size());
+    CHECK(dynamic_cast<BatchNorm2d*>(fused_seq->at(1).get())->fused_relu());
+    CHECK(dynamic_cast<BatchNorm2d*>(fused_seq->at(5).get())->fused_relu());
+    CHECK_FALSE(dynamic_cast<BatchNorm2d*>(plain_seq->at(1).get())->fused_relu());
+    CHECK_THAT(fused_seq->at(2)->describe(), Contains("fused"));
+    CHECK(plain_seq->at(2)->describe() == "ReLU()");
+    CHECK(fused_seq->at(10)->describe() == "ReLU()");  // after a linear: not fused
+
+    for (auto* model : {fused.get(), plain.get()}) {
+      for (Parameter p : model->parameters()) p.set_working_dtype(dtype);
+    }
+    const Tensor x = random_tensor({4, 1, 28, 28}, 8, -1.f, 1.f, dtype);
+    const Tensor labels = Tensor::from_ints({0, 3, 7, 9}, {4});
+    const Tensor fused_logits = (*fused)(x);
+    const Tensor plain_logits = (*plain)(x);
+    CHECK(same_values(fused_logits, plain_logits));
+    ops::cross_entropy(fused_logits, labels).backward();
+    ops::cross_entropy(plain_logits, labels).backward();
+    const auto fused_params = fused->named_parameters();
+    const auto plain_params = plain->named_parameters();
+    REQUIRE(fused_params.size() == plain_params.size());
+    for (size_t i = 0; i < fused_params.size(); ++i) {
+      INFO(fused_params[i].first);
+      CHECK(fused_params[i].first == plain_params[i].first);
+      CHECK(same_values(fused_params[i].second.grad(), plain_params[i].second.grad()));
+    }
+    for (const auto& [name, t] : fused->named_buffers()) {
+      for (const auto& [plain_name, plain_t] : plain->named_buffers())
+        if (plain_name == name) CHECK(same_values(t, plain_t));
+    }
+  }
+}
