@@ -5,18 +5,18 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "amp/grad_scaler.h"
 #include "amp/loss_scale.h"
 #include "apps/checkpoint/atomic_file.h"
 #include "apps/inspect/grad_gatherer.h"
 #include "apps/inspect/inspect_report.h"
-#include "apps/train/batch_loss.h"
+#include "apps/train/optimizer_step.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/session.h"
 #include "apps/train/training_setup.h"
 #include "core/error.h"
-#include "optim/clip_grad_norm.h"
 
 namespace mixprec {
 namespace {
@@ -42,38 +42,20 @@ struct TrainedSteps {
   int64_t skipped = 0;
 };
 
-// `steps` optimizer steps of the configured run, as the trainer takes them: the scaled loss
-// of each microbatch backward, unscale and clip when configured, step or skip, update the
-// scale, and the LR schedule of the whole configured run advanced on real steps.
+// `steps` optimizer steps of the configured run, as the trainer takes them
+// (take_optimizer_step), with the LR schedule of the whole configured run.
 TrainedSteps train_steps(Session& s, Optimizer& optimizer, GradScaler& scaler, int64_t steps) {
   const TrainConfig& config = s.config;
   const std::unique_ptr<LrSchedule> schedule =
       make_schedule(config, total_optimizer_steps(config, *s.data));
   optimizer.set_lr(schedule->lr_at(optimizer.steps_taken()));
-  const int64_t accumulation = config.train.accumulation_steps;
-  const DType working = s.precision.working_dtype();
   TrainedSteps done;
   for (int64_t step = 0; step < steps; ++step) {
-    optimizer.zero_grad();
-    if (accumulation > 1) scaler.begin_accumulation(config.train.batch_size * accumulation);
-    for (int64_t micro = 0; micro < accumulation; ++micro) {
-      const Batch batch = s.data->train_batch(done.next_batch++);
-      const BatchLoss out = batch_loss(*s.model, batch, s.device, working);
-      const Tensor scaled = accumulation > 1 ? scaler.scale(out.loss, batch.inputs.size(0))
-                                             : scaler.scale(out.loss);
-      scaled.backward();
-    }
-    if (config.train.clip_grad_norm > 0.0) {
-      scaler.unscale(optimizer);
-      scaler.record_grad_norm(clip_grad_norm(s.params, config.train.clip_grad_norm));
-    }
-    const StepResult result = scaler.step(optimizer);
-    scaler.update();
-    if (result.stepped()) {
-      optimizer.set_lr(schedule->lr_at(optimizer.steps_taken()));
-    } else {
+    std::vector<Batch> batches;
+    for (int64_t micro = 0; micro < config.train.accumulation_steps; ++micro)
+      batches.push_back(s.data->train_batch(done.next_batch++));
+    if (!take_optimizer_step(s, optimizer, scaler, *schedule, batches).result.stepped())
       ++done.skipped;
-    }
   }
   optimizer.zero_grad();
   return done;

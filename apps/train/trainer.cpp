@@ -18,6 +18,7 @@
 #include "apps/train/batch_loss.h"
 #include "apps/train/interrupt.h"
 #include "apps/train/nonfinite_guard.h"
+#include "apps/train/optimizer_step.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/run_state.h"
@@ -26,8 +27,6 @@
 #include "apps/train/training_setup.h"
 #include "core/autograd/grad_mode.h"
 #include "core/error.h"
-#include "core/ops/ops.h"
-#include "optim/clip_grad_norm.h"
 
 #if MIXPREC_WITH_CUDA
 #include "cuda/register.h"
@@ -205,32 +204,16 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       result = *bad_input;
       telemetry = guard.input_skip_telemetry(scaler, result);
     } else {
-      optimizer->zero_grad();
-      if (accumulation > 1) scaler.begin_accumulation(samples_per_step);
-      Tensor step_loss_on_device;  // F32 scalar: the microbatch losses weighted by their sizes
-      for (int64_t micro = 0; micro < accumulation; ++micro) {
-        const Batch& batch = step_batches[static_cast<size_t>(micro)];
-        const BatchLoss out = batch_loss(*s.model, batch, s.device, working);
-        const Tensor loss = guard.loss(step, micro, out.loss);
-        const int64_t samples = batch.inputs.size(0);
-        Tensor scaled = accumulation > 1 ? scaler.scale(loss, samples) : scaler.scale(loss);
-        scaled.backward();
-        NoGradGuard no_grad;
-        const Tensor weighted = ops::mul_scalar(
-            loss.detach(), static_cast<double>(samples) / static_cast<double>(samples_per_step));
-        step_loss_on_device =
-            step_loss_on_device.defined() ? ops::add(step_loss_on_device, weighted) : weighted;
-      }
-      pending_losses.push_back(step_loss_on_device);
-      guard.gradients(step);
-      if (config.train.clip_grad_norm > 0.0) {
-        scaler.unscale(*optimizer);
-        scaler.record_grad_norm(clip_grad_norm(s.params, config.train.clip_grad_norm));
-      }
-      result = scaler.step(*optimizer);
-      telemetry = scaler.update();
+      StepHooks hooks;
+      hooks.loss = [&](int64_t micro, const Tensor& loss) { return guard.loss(step, micro, loss); };
+      hooks.gradients = [&] { guard.gradients(step); };
+      StepOutcome outcome =
+          take_optimizer_step(s, *optimizer, scaler, *schedule, step_batches, hooks);
+      pending_losses.push_back(outcome.loss);
+      result = outcome.result;
+      telemetry = outcome.telemetry;
     }
-    if (result.stepped()) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
+    // Inputs that skip the step leave the learning rate where it is, as a skipped step does.
     position.step = step;
     if (result.skipped()) ++position.skipped_steps;
     const bool log_step = step % config.train.log_every == 0 || step == total_steps ||

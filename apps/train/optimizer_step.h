@@ -1,0 +1,42 @@
+// One optimizer step of a configured run, as `mixprec train` and `mixprec inspect` take it:
+// zero the gradients, run each microbatch forward and its scaled loss backward (the scaler
+// weighs microbatches by their sizes under gradient accumulation), unscale and clip when
+// train.clip_grad_norm is set, step or skip through the scaler, update the scale, and move the
+// learning rate on when the step was taken.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "amp/grad_scaler.h"
+#include "apps/data/batch.h"
+#include "apps/train/session.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace mixprec {
+
+// Where a caller looks at or replaces what passes through the step.
+struct StepHooks {
+  // Each microbatch's loss before it is scaled; returns the loss to scale and backpropagate
+  // (the trainer's fault injection and non-finite check). Unset: the loss as computed.
+  std::function<Tensor(int64_t micro, const Tensor& loss)> loss;
+  // After every backward pass, before unscaling (the trainer's gradient checks).
+  std::function<void()> gradients;
+};
+
+struct StepOutcome {
+  StepResult result;
+  StepTelemetry telemetry;
+  // F32 scalar on the device: the microbatch losses weighted by their sizes; read it only
+  // when needed, since on a GPU reading waits for the device.
+  Tensor loss;
+};
+
+// `batches` holds the step's microbatches (train.accumulation_steps of them, at least one).
+StepOutcome take_optimizer_step(Session& s, Optimizer& optimizer, GradScaler& scaler,
+                                const LrSchedule& schedule, const std::vector<Batch>& batches,
+                                const StepHooks& hooks = {});
+
+}  // namespace mixprec
