@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/generator.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
 
@@ -60,21 +61,12 @@ inline void expect_same_runs(const BatchNormReluRun& fused, const BatchNormReluR
   CHECK(float_bits(fused.running_var) == float_bits(plain.running_var));
 }
 
-inline std::vector<float> spread_values(int64_t n, uint32_t seed, float low, float high) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t state = seed;
-  for (float& value : v) {
-    state = state * 1664525u + 1013904223u;
-    value = low + (high - low) * static_cast<float>(state >> 8) / static_cast<float>(1u << 24);
-  }
-  return v;
-}
-
 inline void check_fused_batch_norm_relu(Device device) {
   const Shape shape{3, 4, 5, 7};
   const int64_t n = 3 * 4 * 5 * 7;
-  const Tensor x = Tensor::from_vector(spread_values(n, 1, -2.f, 2.f), shape, DType::F32);
-  const Tensor dy = Tensor::from_vector(spread_values(n, 2, -1.f, 1.f), shape, DType::F32);
+  Generator gen(1);
+  const Tensor x = Tensor::uniform(shape, gen, -2.f, 2.f);
+  const Tensor dy = Tensor::uniform(shape, gen, -1.f, 1.f);
   const Tensor w = Tensor::from_vector({0.5f, 1.25f, -0.75f, 1.0f}, {4}, DType::F32);
   // Biases that move a good share of each channel across zero.
   const Tensor b = Tensor::from_vector({0.3f, -0.6f, 0.1f, 0.0f}, {4}, DType::F32);

@@ -98,14 +98,13 @@ struct NormTask {
 // W is the working copy's storage type (float when there is none, or an F32 copy). The
 // block of new master values is rounded into the working copy right after it is written,
 // with the bulk converters (bit-identical to from_float<W>).
-// (hyper copied to a local and the arrays not overlapping, as in adam_elements.)
+// (The arrays do not overlap, as in adam_elements.)
 template <class W>
-void sgd_elements(const SgdHyper& hyper_in, float* __restrict w, const float* __restrict g,
+void sgd_elements(const SgdHyper& hyper, float* __restrict w, const float* __restrict g,
                   float* __restrict buf, W* working, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n > kParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    const SgdHyper hyper = hyper_in;
     const int64_t begin = blk * kBlock, end = std::min(n, begin + kBlock);
     for (int64_t i = begin; i < end; ++i) {
       float b = buf != nullptr ? buf[i] : 0.0f;
@@ -119,16 +118,15 @@ void sgd_elements(const SgdHyper& hyper_in, float* __restrict w, const float* __
 // ---- Adam ------------------------------------------------------------------------------
 
 // As sgd_elements, with the two moment buffers.
-// The hyperparameters are copied to a local and the arrays are declared not to overlap (they
-// are distinct tensors): otherwise a store to w[i] might change the rest as far as the
-// compiler knows, and the loop stays scalar (measured 8x slower).
+// The arrays are declared not to overlap (they are distinct tensors): otherwise a store to
+// w[i] might change the others, and the hyperparameters, as far as the compiler knows, and
+// the loop stays scalar.
 template <class W>
-void adam_elements(const AdamHyper& hyper_in, float* __restrict w, const float* __restrict g,
+void adam_elements(const AdamHyper& hyper, float* __restrict w, const float* __restrict g,
                    float* __restrict m, float* __restrict v, W* working, int64_t n) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n > kParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    const AdamHyper hyper = hyper_in;
     const int64_t begin = blk * kBlock, end = std::min(n, begin + kBlock);
     for (int64_t i = begin; i < end; ++i) adam_update(w[i], g[i], m[i], v[i], hyper);
     if (working != nullptr) cpu::store_f32(w + begin, working + begin, end - begin);
