@@ -237,11 +237,11 @@ void launch_fused_step(const Step& step, float* master, const float* grad, W* wo
   bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && step.state_aligned();
   if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
   if (vector) {
-    fused_step_kernel<Step, W, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(
-        step, master, grad, working, n, found_inf);
+    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, fused_step_kernel<Step, W, V>)(step,
+        master, grad, working, n, found_inf);
   } else {
-    fused_step_kernel<Step, W, 1><<<grid_for(n), kThreads, 0, stream>>>(step, master, grad,
-                                                                       working, n, found_inf);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, fused_step_kernel<Step, W, 1>)(step, master, grad,
+        working, n, found_inf);
   }
   CUDA_CHECK_LAST();
 }
@@ -278,7 +278,7 @@ void unscale_and_check(const MultiTensorTable& table, const void* device_table, 
   if (table.tensors == 0) return;
   CUDA_CHECK(cudaMemsetAsync(flags, 0, static_cast<size_t>(table.tensors) * sizeof(int32_t), stream));
   if (table.chunks == 0) return;
-  unscale_kernel<<<chunk_grid(table.chunks), kThreads, 0, stream>>>(
+  MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, unscale_kernel)(
       table_entries(device_table), table_chunks(table, device_table), table.chunks, inv_scale,
       write, found_inf, flags);
   CUDA_CHECK_LAST();
@@ -288,11 +288,11 @@ void squared_norms(const MultiTensorTable& table, const void* device_table, floa
                    float* out, cudaStream_t stream) {
   if (table.tensors == 0) return;
   if (table.chunks > 0) {
-    chunk_squares_kernel<<<chunk_grid(table.chunks), kThreads, 0, stream>>>(
+    MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, chunk_squares_kernel)(
         table_entries(device_table), table_chunks(table, device_table), table.chunks, partials);
     CUDA_CHECK_LAST();
   }
-  tensor_norms_kernel<<<grid_for(table.tensors), kThreads, 0, stream>>>(
+  MIXPREC_LAUNCH(grid_for(table.tensors), kThreads, stream, tensor_norms_kernel)(
       table_entries(device_table), table.tensors, partials, out);
   CUDA_CHECK_LAST();
 }
@@ -332,7 +332,7 @@ void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* 
 
 void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
                        cudaStream_t stream) {
-  update_scale_kernel<<<1, 1, 0, stream>>>(rule, state, found_inf);
+  MIXPREC_LAUNCH(1, 1, stream, update_scale_kernel)(rule, state, found_inf);
   CUDA_CHECK_LAST();
 }
 

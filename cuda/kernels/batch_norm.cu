@@ -278,26 +278,25 @@ void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* 
     const auto* px = static_cast<const scalar_t*>(x);
     if (training) {
       const unsigned blocks = split_blocks("batch_norm", g);
-      sum_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(px, g, s.partial0);
+      MIXPREC_LAUNCH(blocks, kThreads, stream, sum_kernel<scalar_t>)(px, g, s.partial0);
       CUDA_CHECK_LAST();
-      mean_kernel<<<grid_for(g.channels), kThreads, 0, stream>>>(s.partial0, g, s.mean);
+      MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, mean_kernel)(s.partial0, g, s.mean);
       CUDA_CHECK_LAST();
-      squared_deviation_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(px, g, s.mean,
-                                                                          s.partial1);
+      MIXPREC_LAUNCH(blocks, kThreads, stream, squared_deviation_kernel<scalar_t>)(px, g, s.mean,
+          s.partial1);
       CUDA_CHECK_LAST();
-      training_stats_kernel<<<grid_for(g.channels), kThreads, 0, stream>>>(
-          s.partial1, s.mean, g, momentum, eps, running_mean, running_var, save_mean,
-          save_invstd);
+      MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, training_stats_kernel)(s.partial1,
+          s.mean, g, momentum, eps, running_mean, running_var, save_mean, save_invstd);
       CUDA_CHECK_LAST();
     } else {
-      eval_stats_kernel<<<grid_for(g.channels), kThreads, 0, stream>>>(
-          running_mean, running_var, g.channels, eps, save_mean, save_invstd);
+      MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, eval_stats_kernel)(running_mean,
+          running_var, g.channels, eps, save_mean, save_invstd);
       CUDA_CHECK_LAST();
     }
     with_index_type(n, [&](auto index) {
       using Index = decltype(index);
-      apply_kernel<scalar_t, Index><<<grid_for(n), kThreads, 0, stream>>>(
-          px, static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias), save_mean,
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, apply_kernel<scalar_t, Index>)(px,
+          static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias), save_mean,
           save_invstd, static_cast<Index>(layout.c), static_cast<Index>(layout.inner),
           static_cast<Index>(n), relu, static_cast<scalar_t*>(y));
       CUDA_CHECK_LAST();
@@ -317,17 +316,18 @@ void batch_norm_backward(DType dtype, const BatchNormLayout& layout, const void*
     const auto* pdy = static_cast<const scalar_t*>(dy);
     const auto* pw = static_cast<const scalar_t*>(weight);
     const auto* prelu = static_cast<const scalar_t*>(relu_bias);
-    backward_sums_kernel<scalar_t><<<split_blocks("batch_norm_backward", g), kThreads, 0, stream>>>(
+    const unsigned blocks = split_blocks("batch_norm_backward", g);
+    MIXPREC_LAUNCH(blocks, kThreads, stream, backward_sums_kernel<scalar_t>)(
         px, pdy, pw, prelu, save_mean, save_invstd, g, s.partial0, s.partial1);
     CUDA_CHECK_LAST();
-    backward_coefficients_kernel<scalar_t><<<grid_for(g.channels), kThreads, 0, stream>>>(
-        s.partial0, s.partial1, pw, save_invstd, g, training,
-        static_cast<scalar_t*>(dweight), static_cast<scalar_t*>(dbias), s.coefficients);
+    MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, backward_coefficients_kernel<scalar_t>)(
+        s.partial0, s.partial1, pw, save_invstd, g, training, static_cast<scalar_t*>(dweight),
+        static_cast<scalar_t*>(dbias), s.coefficients);
     CUDA_CHECK_LAST();
     with_index_type(n, [&](auto index) {
       using Index = decltype(index);
-      backward_apply_kernel<scalar_t, Index><<<grid_for(n), kThreads, 0, stream>>>(
-          px, pdy, pw, prelu, save_mean, save_invstd, s.coefficients, static_cast<Index>(layout.c),
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, backward_apply_kernel<scalar_t, Index>)(px, pdy,
+          pw, prelu, save_mean, save_invstd, s.coefficients, static_cast<Index>(layout.c),
           static_cast<Index>(layout.inner), static_cast<Index>(n), static_cast<scalar_t*>(dx));
       CUDA_CHECK_LAST();
     });

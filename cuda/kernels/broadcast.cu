@@ -107,8 +107,8 @@ void launch_broadcast_as(const BroadcastPlan<N>& plan, const Inputs<T, N>& in, T
     args.extents[d] = static_cast<Index>(plan.extents[d]);
     for (int k = 0; k < N; ++k) args.strides[k][d] = static_cast<Index>(plan.strides[k][d]);
   }
-  broadcast_kernel<T, N, Index, F>
-      <<<grid_for(n), kThreads, 0, stream>>>(in, out, static_cast<Index>(n), args, f);
+  MIXPREC_LAUNCH(grid_for(n), kThreads, stream, broadcast_kernel<T, N, Index, F>)(in, out,
+      static_cast<Index>(n), args, f);
   CUDA_CHECK_LAST();
 }
 
@@ -241,17 +241,19 @@ void launch_sum_to(const SumToPlan& plan, const T* x, T* y, float scale, float* 
   const unsigned splits = static_cast<unsigned>(plan.splits);
   if (plan.inner_reduced) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(plan.outputs, kMaxBlocks));
-    sum_inner_kernel<T, Index><<<dim3(blocks, splits), kThreads, 0, stream>>>(x, y, scratch, a, scale);
+    MIXPREC_LAUNCH(dim3(blocks, splits), kThreads, stream, sum_inner_kernel<T, Index>)(x, y,
+        scratch, a, scale);
   } else {
     const int64_t inner = plan.kept_extents.back();
     const int64_t tasks = plan.outputs / inner * ((inner + kTileColumns - 1) / kTileColumns);
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks));
-    sum_outer_kernel<T, Index><<<dim3(blocks, splits), kThreads, 0, stream>>>(x, y, scratch, a, scale);
+    MIXPREC_LAUNCH(dim3(blocks, splits), kThreads, stream, sum_outer_kernel<T, Index>)(x, y,
+        scratch, a, scale);
   }
   CUDA_CHECK_LAST();
   if (plan.splits > 1) {
-    sum_splits_kernel<T><<<grid_for(plan.outputs), kThreads, 0, stream>>>(
-        scratch, y, plan.outputs, plan.splits, scale);
+    MIXPREC_LAUNCH(grid_for(plan.outputs), kThreads, stream, sum_splits_kernel<T>)(scratch, y,
+        plan.outputs, plan.splits, scale);
     CUDA_CHECK_LAST();
   }
 }

@@ -39,9 +39,10 @@ template <class Src, class Dst>
 void launch_cast(const Src* src, Dst* dst, int64_t n, cudaStream_t stream) {
   constexpr int V = 4;
   if (aligned_to(src, V * sizeof(Src)) && aligned_to(dst, V * sizeof(Dst))) {
-    cast_kernel<Src, Dst, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(src, dst, n);
+    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, cast_kernel<Src, Dst, V>)(src, dst,
+        n);
   } else {
-    cast_kernel<Src, Dst, 1><<<grid_for(n), kThreads, 0, stream>>>(src, dst, n);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, cast_kernel<Src, Dst, 1>)(src, dst, n);
   }
   CUDA_CHECK_LAST();
 }

@@ -45,9 +45,10 @@ void flag_non_finite(const void* x, DType dtype, int64_t n, int32_t* flag, cudaS
     const scalar_t* p = static_cast<const scalar_t*>(x);
     if (aligned_to(p, 16)) {
       constexpr int V = kVec<scalar_t>;
-      non_finite_kernel<scalar_t, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(p, n, flag);
+      MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, non_finite_kernel<scalar_t, V>)(p,
+          n, flag);
     } else {
-      non_finite_kernel<scalar_t, 1><<<grid_for(n), kThreads, 0, stream>>>(p, n, flag);
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, non_finite_kernel<scalar_t, 1>)(p, n, flag);
     }
     CUDA_CHECK_LAST();
   });
@@ -58,7 +59,7 @@ void first_out_of_range(const int32_t* ids, int64_t n, int64_t upper, unsigned l
   // All bits set: UINT64_MAX, larger than any index.
   CUDA_CHECK(cudaMemsetAsync(first, 0xFF, sizeof(unsigned long long), stream));
   if (n <= 0) return;
-  out_of_range_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, n, upper, first);
+  MIXPREC_LAUNCH(grid_for(n), kThreads, stream, out_of_range_kernel)(ids, n, upper, first);
   CUDA_CHECK_LAST();
 }
 

@@ -50,6 +50,20 @@ struct alignas(sizeof(T) * V) Pack {
 template <class T>
 inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
+// MIXPREC_LAUNCH(grid, block, stream, kernel)(arguments...) queues
+// kernel<<<grid, block, 0, stream>>>(arguments...), with template arguments of the kernel
+// deduced from the arguments as in a plain launch. In the emulated build (cuda/emulation/)
+// the same statement runs every thread on the calling CPU thread, each with its own copy of
+// the arguments, and reports an invalid configuration through cudaGetLastError().
+#if defined(MIXPREC_CUDA_EMULATION)
+#define MIXPREC_LAUNCH(grid, block, stream, ...)                        \
+  ::mixprec::emulation::KernelLaunch(grid, block, stream, [&](auto... arguments) { \
+    __VA_ARGS__(arguments...);                                                \
+  })
+#else
+#define MIXPREC_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<grid, block, 0, stream>>>
+#endif
+
 __device__ __forceinline__ int64_t first_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -126,9 +140,10 @@ void launch_map(const std::array<const T*, N>& in, T* out, int64_t n, const F& f
   }
   if (vector) {
     constexpr int V = kVec<T>;
-    map_kernel<T, N, V, F><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(args, out, n, f);
+    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, map_kernel<T, N, V, F>)(args, out,
+        n, f);
   } else {
-    map_kernel<T, N, 1, F><<<grid_for(n), kThreads, 0, stream>>>(args, out, n, f);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, map_kernel<T, N, 1, F>)(args, out, n, f);
   }
   CUDA_CHECK_LAST();
 }

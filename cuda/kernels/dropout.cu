@@ -25,9 +25,8 @@ void dropout(DType dtype, const void* x, float p, PhiloxKey key, void* y, int64_
   // The scale is computed once on the host, as the CPU backend does.
   const float scale = dropout_scale(p);
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "dropout", [&] {
-    dropout_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const scalar_t*>(x), p,
-                                                         scale, key,
-                                                         static_cast<scalar_t*>(y), n);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, dropout_kernel)(static_cast<const scalar_t*>(x),
+        p, scale, key, static_cast<scalar_t*>(y), n);
     CUDA_CHECK_LAST();
   });
 }

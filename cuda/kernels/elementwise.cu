@@ -88,7 +88,7 @@ void causal_mask(DType dtype, const void* x, float fill, void* y, int64_t batch,
   const int64_t n = batch * rows * cols;
   if (n <= 0) return;
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "causal_mask", [&] {
-    causal_mask_kernel<<<grid_for(n), kThreads, 0, stream>>>(
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, causal_mask_kernel)(
         static_cast<const scalar_t*>(x), static_cast<scalar_t*>(y), fill, n, rows, cols);
     CUDA_CHECK_LAST();
   });

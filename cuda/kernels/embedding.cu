@@ -1,6 +1,10 @@
 #include "cuda/kernels/embedding.h"
 
+#if defined(MIXPREC_CUDA_EMULATION)
+#include "cuda/emulation/radix_sort_emulation.h"
+#else
 #include <cub/device/device_radix_sort.cuh>
+#endif
 
 #include "core/error.h"
 #include "cuda/kernels/common.cuh"
@@ -105,7 +109,7 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
   auto* sorted_positions = reinterpret_cast<int32_t*>(base + l.sorted_positions);
   auto* starts = reinterpret_cast<int32_t*>(base + l.starts);
   if (count > 0) {
-    iota_kernel<<<grid_for(count), kThreads, 0, stream>>>(positions, count);
+    MIXPREC_LAUNCH(grid_for(count), kThreads, stream, iota_kernel)(positions, count);
     CUDA_CHECK_LAST();
     // Ids are validated non-negative, so their unsigned order is their order.
     size_t temp_bytes = l.sort_temp_bytes;
@@ -113,13 +117,13 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
         base + l.sort_temp, temp_bytes, reinterpret_cast<const uint32_t*>(ids), sorted_ids,
         positions, sorted_positions, static_cast<int>(count), 0, key_bits(vocab), stream));
   }
-  run_starts_kernel<<<grid_for(vocab + 1), kThreads, 0, stream>>>(sorted_ids, count, vocab,
-                                                                  starts);
+  MIXPREC_LAUNCH(grid_for(vocab + 1), kThreads, stream, run_starts_kernel)(sorted_ids, count, vocab,
+      starts);
   CUDA_CHECK_LAST();
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "embedding_backward", [&] {
-    gather_sum_kernel<<<grid_for(vocab * dim), kThreads, 0, stream>>>(
-        starts, sorted_positions, static_cast<const scalar_t*>(dy),
-        static_cast<scalar_t*>(dweight), vocab, dim);
+    MIXPREC_LAUNCH(grid_for(vocab * dim), kThreads, stream, gather_sum_kernel)(starts,
+        sorted_positions, static_cast<const scalar_t*>(dy), static_cast<scalar_t*>(dweight), vocab,
+        dim);
     CUDA_CHECK_LAST();
   });
 }

@@ -32,9 +32,10 @@ template <class U>
 void launch_fill_bits(U* dst, U bits, int64_t n, cudaStream_t stream) {
   if (aligned_to(dst, 16)) {
     constexpr int V = kVec<U>;
-    fill_bits_kernel<U, V><<<grid_for((n + V - 1) / V), kThreads, 0, stream>>>(dst, bits, n);
+    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, fill_bits_kernel<U, V>)(dst, bits,
+        n);
   } else {
-    fill_bits_kernel<U, 1><<<grid_for(n), kThreads, 0, stream>>>(dst, bits, n);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, fill_bits_kernel<U, 1>)(dst, bits, n);
   }
   CUDA_CHECK_LAST();
 }
@@ -62,7 +63,7 @@ constexpr size_t kMaxBlocksF32 = 4096;
 void fill_f32(float* dst, float value, size_t n, cudaStream_t stream) {
   if (n == 0) return;  // a zero-sized grid is a launch error, not a no-op
   const size_t blocks = std::min((n + kThreads - 1) / kThreads, kMaxBlocksF32);
-  fill_f32_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dst, value, n);
+  MIXPREC_LAUNCH(static_cast<unsigned>(blocks), kThreads, stream, fill_f32_kernel)(dst, value, n);
   CUDA_CHECK_LAST();
 }
 
@@ -80,12 +81,14 @@ void fill_bits(void* dst, size_t element_size, uint32_t bits, int64_t n, cudaStr
 void arange(void* dst, DType dtype, double start, double step, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   if (dtype == DType::I32) {
-    arange_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<int32_t*>(dst), start, step, n);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, arange_kernel)(static_cast<int32_t*>(dst), start,
+        step, n);
     CUDA_CHECK_LAST();
     return;
   }
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "arange", [&] {
-    arange_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(dst), start, step, n);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, arange_kernel)(static_cast<scalar_t*>(dst), start,
+        step, n);
     CUDA_CHECK_LAST();
   });
 }

@@ -155,7 +155,7 @@ void layer_norm(DType dtype, const void* x, const void* weight, const void* bias
     const bool packed = rows_packable<scalar_t>(cols, {x, y});
     with_row_threads(cols, [&](auto threads) {
       constexpr int R = decltype(threads)::value;
-      layer_norm_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, layer_norm_kernel<R>)(
           static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weight),
           static_cast<const scalar_t*>(bias), eps, static_cast<scalar_t*>(y), mean, rstd, rows,
           cols, packed);
@@ -179,9 +179,9 @@ void layer_norm_backward(DType dtype, const void* x, const void* weight, const f
     const bool packed = rows_packable<scalar_t>(cols, {x, dy, dx});
     with_row_threads(cols, [&](auto threads) {
       constexpr int R = decltype(threads)::value;
-      layer_norm_dx_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
-          px, static_cast<const scalar_t*>(weight), mean, rstd, pdy, static_cast<scalar_t*>(dx),
-          rows, cols, packed);
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, layer_norm_dx_kernel<R>)(px,
+          static_cast<const scalar_t*>(weight), mean, rstd, pdy, static_cast<scalar_t*>(dx), rows,
+          cols, packed);
       CUDA_CHECK_LAST();
     });
     if (dweight == nullptr && dbias == nullptr) return;
@@ -191,12 +191,12 @@ void layer_norm_backward(DType dtype, const void* x, const void* weight, const f
     const dim3 grid(static_cast<unsigned>((cols + kTileColumns - 1) / kTileColumns),
                     static_cast<unsigned>(s.count));
     float* partial = s.count > 1 ? scratch : nullptr;
-    layer_norm_params_kernel<<<grid, kThreads, 0, stream>>>(px, mean, rstd, pdy, rows, cols,
-                                                           s.rows_each, pdw, pdb, partial);
+    MIXPREC_LAUNCH(grid, kThreads, stream, layer_norm_params_kernel)(px, mean, rstd, pdy, rows,
+        cols, s.rows_each, pdw, pdb, partial);
     CUDA_CHECK_LAST();
     if (partial == nullptr) return;
-    layer_norm_params_total_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partial, s.count,
-                                                                           cols, pdw, pdb);
+    MIXPREC_LAUNCH(grid_for(cols), kThreads, stream, layer_norm_params_total_kernel)(partial,
+        s.count, cols, pdw, pdb);
     CUDA_CHECK_LAST();
   });
 }

@@ -83,8 +83,8 @@ void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
       a.extents[d] = static_cast<Index>(plan.extents[d]);
       a.xstrides[d] = static_cast<Index>(plan.xstrides[d]);
     }
-    permute_kernel<Word, Index>
-        <<<grid_for(n), kThreads, 0, stream>>>(px, py, static_cast<Index>(n), a);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, permute_kernel<Word, Index>)(px, py,
+        static_cast<Index>(n), a);
     CUDA_CHECK_LAST();
     return;
   }
@@ -108,8 +108,8 @@ void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
   a.col_tiles = (a.cols + kTile - 1) / kTile;
   const int64_t tasks = outer * static_cast<int64_t>(a.row_tiles) * a.col_tiles;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tasks, kMaxBlocks));
-  transpose_kernel<Word, Index>
-      <<<blocks, kThreads, 0, stream>>>(px, py, static_cast<Index>(tasks), a);
+  MIXPREC_LAUNCH(blocks, kThreads, stream, transpose_kernel<Word, Index>)(px, py,
+      static_cast<Index>(tasks), a);
   CUDA_CHECK_LAST();
 }
 
@@ -131,7 +131,7 @@ void launch_copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids,
                       size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream) {
   const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(Word));
   const int64_t words = rows * row_words;
-  copy_rows_kernel<Word><<<grid_for(words), kThreads, 0, stream>>>(
+  MIXPREC_LAUNCH(grid_for(words), kThreads, stream, copy_rows_kernel<Word>)(
       static_cast<const Word*>(src), static_cast<int64_t>(src_pitch / sizeof(Word)), row_ids,
       static_cast<Word*>(dst), static_cast<int64_t>(dst_pitch / sizeof(Word)), row_words, words);
   CUDA_CHECK_LAST();

@@ -64,9 +64,11 @@ void pool2d(PoolKind kind, DType dtype, const Pool2dGeometry& g, const void* x, 
     auto* py = static_cast<scalar_t*>(y);
     const float inv_divisor = avg_pool_inv_divisor(g.kh, g.kw);
     if (kind == PoolKind::Max) {
-      pool_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(px, py, argmax, g, inv_divisor);
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, pool_kernel<true>)(px, py, argmax, g,
+          inv_divisor);
     } else {
-      pool_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(px, py, nullptr, g, inv_divisor);
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, pool_kernel<false>)(px, py, nullptr, g,
+          inv_divisor);
     }
     CUDA_CHECK_LAST();
   });
@@ -81,11 +83,11 @@ void pool2d_backward(PoolKind kind, DType dtype, const Pool2dGeometry& g, const 
     const auto* pdy = static_cast<const scalar_t*>(dy);
     auto* pdx = static_cast<scalar_t*>(dx);
     if (kind == PoolKind::Max) {
-      pool_backward_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(pdy, argmax, pdx, g,
-                                                                      inv_divisor);
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, pool_backward_kernel<true>)(pdy, argmax, pdx, g,
+          inv_divisor);
     } else {
-      pool_backward_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(pdy, nullptr, pdx, g,
-                                                                       inv_divisor);
+      MIXPREC_LAUNCH(grid_for(n), kThreads, stream, pool_backward_kernel<false>)(pdy, nullptr, pdx,
+          g, inv_divisor);
     }
     CUDA_CHECK_LAST();
   });

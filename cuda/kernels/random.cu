@@ -34,7 +34,8 @@ void launch_random(const char* op, void* dst, DType dtype, int64_t n, PhiloxKey 
                    cudaStream_t stream) {
   if (n <= 0) return;
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, op, [&] {
-    random_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(dst), n, key, draw);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, random_kernel)(static_cast<scalar_t*>(dst), n,
+        key, draw);
     CUDA_CHECK_LAST();
   });
 }

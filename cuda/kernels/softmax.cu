@@ -127,7 +127,7 @@ void softmax(DType dtype, const void* x, void* y, int64_t rows, int64_t cols, bo
     const bool packed = rows_packable<scalar_t>(cols, {x, y});
     with_row_threads(cols, [&](auto threads) {
       constexpr int R = decltype(threads)::value;
-      softmax_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, softmax_kernel<R>)(
           static_cast<const scalar_t*>(x), static_cast<scalar_t*>(y), rows, cols, log, packed);
       CUDA_CHECK_LAST();
     });
@@ -141,7 +141,7 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, int6
     const bool packed = rows_packable<scalar_t>(cols, {y, dy, dx});
     with_row_threads(cols, [&](auto threads) {
       constexpr int R = decltype(threads)::value;
-      softmax_backward_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, softmax_backward_kernel<R>)(
           static_cast<const scalar_t*>(y), static_cast<const scalar_t*>(dy),
           static_cast<scalar_t*>(dx), rows, cols, log, packed);
       CUDA_CHECK_LAST();
@@ -157,14 +157,14 @@ void cross_entropy(DType dtype, const void* logits, const int32_t* labels, int64
       const bool packed = rows_packable<scalar_t>(cols, {logits});
       with_row_threads(cols, [&](auto threads) {
         constexpr int R = decltype(threads)::value;
-        cross_entropy_rows_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
+        MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, cross_entropy_rows_kernel<R>)(
             static_cast<const scalar_t*>(logits), labels, rows, cols, packed, row_stats, scratch);
         CUDA_CHECK_LAST();
       });
     }
   });
   // With no rows the mean is 0 / 0, a NaN, as on the CPU.
-  cross_entropy_mean_kernel<<<1, kThreads, 0, stream>>>(scratch, rows, loss);
+  MIXPREC_LAUNCH(1, kThreads, stream, cross_entropy_mean_kernel)(scratch, rows, loss);
   CUDA_CHECK_LAST();
 }
 
@@ -176,7 +176,7 @@ void cross_entropy_backward(DType dtype, const void* logits, const int32_t* labe
     const bool packed = rows_packable<scalar_t>(cols, {logits, dlogits});
     with_row_threads(cols, [&](auto threads) {
       constexpr int R = decltype(threads)::value;
-      cross_entropy_backward_kernel<R><<<row_grid(rows, R), kThreads, 0, stream>>>(
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, cross_entropy_backward_kernel<R>)(
           static_cast<const scalar_t*>(logits), labels, row_stats, dloss,
           static_cast<scalar_t*>(dlogits), rows, cols, packed);
       CUDA_CHECK_LAST();

@@ -1,0 +1,270 @@
+#include "cuda/emulation/runtime_emulation.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/emulation/thread_scheduler.h"
+
+namespace mixprec::emulation {
+namespace {
+
+// Allocations by start address, for the bounds checks of copies and for cudaFree.
+struct Memory {
+  std::mutex mutex;
+  std::map<const char*, size_t> blocks;
+  size_t bytes = 0;
+};
+
+// Never destroyed: backends free their memory from static destructors at exit, in an order
+// relative to this one that nothing fixes (as the real runtime outlives them).
+Memory& memory() {
+  static Memory* m = new Memory;
+  return *m;
+}
+
+// The runtime keeps the last error per host thread; cudaGetLastError returns and clears it.
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current_device = 0;
+
+cudaError_t record(cudaError_t status) {
+  if (status != cudaSuccess) last_error = status;
+  return status;
+}
+
+// True when [p, p + n) lies inside one live allocation.
+bool inside_allocation(const void* p, size_t n) {
+  Memory& m = memory();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  const auto* c = static_cast<const char*>(p);
+  auto it = m.blocks.upper_bound(c);
+  if (it == m.blocks.begin()) return false;
+  --it;
+  return c >= it->first && c + n <= it->first + it->second;
+}
+
+bool valid_configuration(dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  return grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 && grid.z <= 65535 &&
+         threads > 0 && threads <= 1024 && block.z <= 64;
+}
+
+cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  const bool device_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool device_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost) {
+    std::memmove(dst, src, count);
+    return cudaSuccess;
+  }
+  if ((device_src && !inside_allocation(src, count)) || (device_dst && !inside_allocation(dst, count)))
+    return record(cudaErrorInvalidValue);
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body) {
+  if (!valid_configuration(grid, block)) {
+    record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  run_grid(grid, block, body);
+}
+
+size_t live_allocations() {
+  const std::lock_guard<std::mutex> lock(memory().mutex);
+  return memory().blocks.size();
+}
+
+size_t live_bytes() {
+  const std::lock_guard<std::mutex> lock(memory().mutex);
+  return memory().bytes;
+}
+
+}  // namespace mixprec::emulation
+
+using mixprec::emulation::kEmulatedDeviceBytes;
+using mixprec::emulation::memory;
+using mixprec::emulation::record;
+
+extern "C" {
+
+cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
+  if (dev_ptr == nullptr) return record(cudaErrorInvalidValue);
+  *dev_ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  auto& m = memory();
+  {
+    const std::lock_guard<std::mutex> lock(m.mutex);
+    if (size > kEmulatedDeviceBytes - m.bytes) return record(cudaErrorMemoryAllocation);
+  }
+  // Exact size, so that a host memory checker sees an access one past the end.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+  std::memset(p, 0xFF, size);
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  m.blocks.emplace(static_cast<const char*>(p), size);
+  m.bytes += size;
+  *dev_ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* dev_ptr) {
+  if (dev_ptr == nullptr) return cudaSuccess;
+  auto& m = memory();
+  {
+    const std::lock_guard<std::mutex> lock(m.mutex);
+    const auto it = m.blocks.find(static_cast<const char*>(dev_ptr));
+    if (it == m.blocks.end()) return record(cudaErrorInvalidValue);
+    m.bytes -= it->second;
+    m.blocks.erase(it);
+  }
+  std::free(dev_ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return record(cudaErrorInvalidValue);
+  *total_bytes = kEmulatedDeviceBytes;
+  *free_bytes = kEmulatedDeviceBytes - mixprec::emulation::live_bytes();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return mixprec::emulation::copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  return mixprec::emulation::copy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void* dev_ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!mixprec::emulation::inside_allocation(dev_ptr, count)) return record(cudaErrorInvalidValue);
+  std::memset(dev_ptr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t) {
+  return cudaMemset(dev_ptr, value, count);
+}
+
+// Streams are distinct non-null handles; work on them has finished when the call queuing it
+// returned.
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  if (stream == nullptr) return record(cudaErrorInvalidValue);
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return record(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  mixprec::emulation::current_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return record(cudaErrorInvalidValue);
+  *device = mixprec::emulation::current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return record(cudaErrorInvalidValue);
+  if (device != 0) return record(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof *prop);
+  std::strncpy(prop->name, "CPU emulation of a CUDA device", sizeof prop->name - 1);
+  prop->totalGlobalMem = kEmulatedDeviceBytes;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 1;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->sharedMemPerBlock = 48 << 10;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t status = mixprec::emulation::last_error;
+  mixprec::emulation::last_error = cudaSuccess;
+  return status;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return mixprec::emulation::last_error; }
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return record(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return record(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+#define MIXPREC_EMULATION_ERROR_NAME(code) \
+  case code:                               \
+    return #code;
+    MIXPREC_EMULATION_ERROR_NAME(cudaSuccess)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidValue)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorMemoryAllocation)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidConfiguration)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidDevice)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorNoDevice)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorLaunchFailure)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorIllegalAddress)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorMisalignedAddress)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorAssert)
+#undef MIXPREC_EMULATION_ERROR_NAME
+    default:
+      return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorAssert: return "device-side assert triggered";
+    default: return "unknown error";
+  }
+}
+
+}  // extern "C"

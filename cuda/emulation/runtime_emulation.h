@@ -1,0 +1,55 @@
+// The part of the CUDA runtime that the emulated backend needs, implemented on the host:
+// one device (cuda:0) whose memory is host memory, streams that run everything at once,
+// kernel launches through cuda/emulation/thread_scheduler.h. The runtime functions
+// themselves (cudaMalloc, cudaMemcpyAsync, cudaGetLastError, ...) keep the signatures of
+// <cuda_runtime_api.h> and are defined in runtime_emulation.cpp; the emulated build links
+// them instead of libcudart.
+//
+// Departures from a GPU, on purpose:
+// - cudaMalloc fills new memory with 0xFF bytes (NaN in every floating dtype), so a kernel
+//   that reads memory nothing wrote produces NaN instead of a plausible number.
+// - Copies check that the device side lies inside one live allocation, and return
+//   cudaErrorInvalidValue when it does not (a GPU may fault, or silently read a neighbour).
+// - The device has kEmulatedDeviceBytes of memory; a request beyond what is left fails with
+//   cudaErrorMemoryAllocation before any host memory is touched.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include <cuda_runtime_api.h>
+
+namespace mixprec::emulation {
+
+inline constexpr size_t kEmulatedDeviceBytes = size_t{16} << 30;
+
+// A kernel launch: an invalid configuration (empty grid or block, more than 1024 threads per
+// block, grid.y or grid.z above 65535) is recorded for cudaGetLastError() and nothing runs,
+// as on a GPU; otherwise run_grid runs every thread before the call returns.
+void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body);
+
+// What MIXPREC_LAUNCH (cuda/kernels/common.cuh) becomes in the emulated build: called with
+// the kernel's arguments, it runs `kernel` (a callable taking them) on every thread of the
+// grid through launch_on_cpu.
+template <class Kernel>
+class KernelLaunch {
+ public:
+  KernelLaunch(dim3 grid, dim3 block, cudaStream_t /*stream: work runs at once*/, Kernel kernel)
+      : grid_(grid), block_(block), kernel_(kernel) {}
+
+  template <class... Args>
+  void operator()(Args... args) const {
+    launch_on_cpu(grid_, block_, [&] { kernel_(args...); });
+  }
+
+ private:
+  dim3 grid_;
+  dim3 block_;
+  Kernel kernel_;
+};
+
+// Live allocations and their bytes (for tests of the emulation itself).
+size_t live_allocations();
+size_t live_bytes();
+
+}  // namespace mixprec::emulation
