@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -20,6 +21,8 @@ struct DeviceRadixSort {
                                NumItems num_items, int begin_bit = 0,
                                int end_bit = static_cast<int>(sizeof(Key) * 8),
                                cudaStream_t stream = nullptr) {
+    static_assert(std::is_unsigned_v<Key>, "SortPairs: unsigned keys (cub orders signed and "
+                                           "floating keys by their bits, not emulated)");
     (void)stream;
     if (temp_storage == nullptr) {
       temp_storage_bytes = 1;  // cub asks for some storage even for no items

@@ -48,7 +48,8 @@ bool inside_allocation(const void* p, size_t n) {
 
 bool valid_configuration(dim3 grid, dim3 block) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  return grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 && grid.z <= 65535 &&
+  return grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.x <= 2147483647u && grid.y <= 65535 &&
+         grid.z <= 65535 &&
          threads > 0 && threads <= 1024 && block.z <= 64;
 }
 
@@ -100,16 +101,22 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
   if (size == 0) return cudaSuccess;
   auto& m = memory();
   {
+    // The bytes are reserved before the host allocation, so that threads allocating at once
+    // cannot together pass the device's size.
     const std::lock_guard<std::mutex> lock(m.mutex);
     if (size > kEmulatedDeviceBytes - m.bytes) return record(cudaErrorMemoryAllocation);
+    m.bytes += size;
   }
   // Exact size, so that a host memory checker sees an access one past the end.
   void* p = nullptr;
-  if (posix_memalign(&p, 256, size) != 0) return record(cudaErrorMemoryAllocation);
+  if (posix_memalign(&p, 256, size) != 0) {
+    const std::lock_guard<std::mutex> lock(m.mutex);
+    m.bytes -= size;
+    return record(cudaErrorMemoryAllocation);
+  }
   std::memset(p, 0xFF, size);
   const std::lock_guard<std::mutex> lock(m.mutex);
   m.blocks.emplace(static_cast<const char*>(p), size);
-  m.bytes += size;
   *dev_ptr = p;
   return cudaSuccess;
 }

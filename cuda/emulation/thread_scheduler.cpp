@@ -239,7 +239,8 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (launch.active) MIXPREC_FAIL("cuda emulation: a kernel launched a kernel (not supported)");
   const size_t threads = size_t{block.x} * block.y * block.z;
   const size_t blocks = size_t{grid.x} * grid.y * grid.z;
-  if (threads == 0 || threads > kMaxBlockThreads || blocks == 0 || grid.y > 65535 || grid.z > 65535)
+  if (threads == 0 || threads > kMaxBlockThreads || block.z > 64 || blocks == 0 ||
+      grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
     MIXPREC_FAIL("cuda emulation: invalid launch configuration: grid ", describe({grid.x, grid.y, grid.z}),
                  ", block ", describe({block.x, block.y, block.z}));
   launch.body = &body;

@@ -117,7 +117,7 @@ void check_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tenso
 
 }  // namespace
 
-TEST_CASE("cuda gemm matches the CPU for every dtype pair, transpose and odd shape", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda gemm matches the CPU for every dtype pair, transpose and odd shape", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(31);
   const GemmCase cases[] = {{1, 1, 1}, {7, 13, 5}, {127, 65, 33}, {256, 256, 256}};
@@ -145,7 +145,7 @@ TEST_CASE("cuda gemm matches the CPU for every dtype pair, transpose and odd sha
   }
 }
 
-TEST_CASE("cuda gemm batches with strides, broadcast operands and gaps in C", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda gemm batches with strides, broadcast operands and gaps in C", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(32);
   const int64_t batch = 5, m = 9, n = 6, k = 11;
@@ -187,7 +187,7 @@ TEST_CASE("cuda gemm batches with strides, broadcast operands and gaps in C", "[
   }
 }
 
-TEST_CASE("cuda gemm with k = 0 scales C by beta, or zeroes it without reading it", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda gemm with k = 0 scales C by beta, or zeroes it without reading it", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   for (const auto& types : kGemmTypes) {
     INFO(types[0] << " -> " << types[1]);
@@ -214,7 +214,7 @@ TEST_CASE("cuda gemm with k = 0 scales C by beta, or zeroes it without reading i
   }
 }
 
-TEST_CASE("cuda gemm refuses the dtype combinations the contract excludes", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda gemm refuses the dtype combinations the contract excludes", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   GemmDesc d;
   d.m = d.n = d.k = 2;
@@ -239,7 +239,7 @@ TEST_CASE("cuda gemm refuses the dtype combinations the contract excludes", "[cu
   CHECK(integer.rfind("gemm: unsupported dtype", 0) == 0);
 }
 
-TEST_CASE("cuda FP32 gemm keeps every input bit unless TF32 is allowed", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda FP32 gemm keeps every input bit unless TF32 is allowed", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // (1 + 2^-12) * 1 + 1 * (-1) = 2^-12 exactly in FP32; TF32 keeps 10 fraction bits, rounds
   // the first input to 1 and returns 0.
@@ -298,7 +298,7 @@ std::string conv_label(const ConvCase& s, DType dtype) {
 
 }  // namespace
 
-TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda][cudnn]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(41);
   for (const ConvCase& s : conv_cases()) {
@@ -327,7 +327,7 @@ TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda][c
   }
 }
 
-TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their bits", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their bits", "[cuda][cudnn]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(42);
   for (const ConvCase& s : conv_cases()) {
@@ -372,7 +372,7 @@ TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their b
   }
 }
 
-TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cuda][cudnn]") {
   MIXPREC_REQUIRE_CUDA();
   // A 1x1 filter over two channels: (1 + 2^-12) * 1 + 1 * (-1) = 2^-12 at every pixel.
   Tf32Scope scope(false);
@@ -388,7 +388,7 @@ TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cud
   for (float v : y.to_float_vector()) CHECK(v == tiny);
 }
 
-TEST_CASE("cuda conv2d refuses mismatched dtypes and shapes as the CPU does", "[cuda][cuda_libraries]") {
+TEST_CASE("cuda conv2d refuses mismatched dtypes and shapes as the CPU does", "[cuda][cudnn]") {
   MIXPREC_REQUIRE_CUDA();
   const Tensor x = Tensor::zeros({1, 2, 5, 5}, DType::F16, gpu());
   const Tensor w32 = Tensor::zeros({3, 2, 3, 3}, DType::F32, gpu());

@@ -1,0 +1,314 @@
+// cuBLASLt's matrix multiply for the emulated backend, on the host, with the semantics that
+// cuda/cuda_gemm.cpp relies on (cuBLASLt documentation):
+//   D = alpha * op(A) * op(B) + beta * C, column-major layouts of rows x cols with a leading
+//   dimension, op() from the descriptor's TRANSA / TRANSB, batches of BATCH_COUNT matrices
+//   STRIDED_BATCH_OFFSET elements apart, alpha and beta host floats (scale type 32F), FP32
+//   accumulation (inputs first rounded to TF32 under CUBLAS_COMPUTE_32F_FAST_TF32), one
+//   rounding to D's type, and C not read when beta is 0.
+// Only the attributes the backend sets are accepted; any other is CUBLAS_STATUS_NOT_SUPPORTED,
+// so that new use of the library is emulated on purpose rather than ignored. Shapes, types
+// and leading dimensions are checked as the library documents them, so a layout the backend
+// gets wrong fails here with CUBLAS_STATUS_INVALID_VALUE or NOT_SUPPORTED as on a GPU.
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/half.h"
+
+struct cublasLtContext {
+  int live = 1;
+};
+
+namespace {
+
+struct MatmulDesc {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  int32_t trans_a = CUBLAS_OP_N;
+  int32_t trans_b = CUBLAS_OP_N;
+};
+
+struct Layout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+  int32_t batch = 1;
+  int64_t stride = 0;
+};
+
+struct Preference {
+  uint64_t max_workspace = 0;
+};
+
+template <class To, class From>
+To* as(From* p) {
+  return reinterpret_cast<To*>(p);
+}
+
+template <class V>
+cublasStatus_t read_value(const void* buf, size_t bytes, V& out) {
+  if (buf == nullptr || bytes != sizeof(V)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&out, buf, sizeof(V));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+bool floating(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+float load(cudaDataType_t type, const void* base, int64_t index) {
+  switch (type) {
+    case CUDA_R_16F: return float(static_cast<const mixprec::half*>(base)[index]);
+    case CUDA_R_16BF: return float(static_cast<const mixprec::bfloat16*>(base)[index]);
+    default: return static_cast<const float*>(base)[index];
+  }
+}
+
+void store(cudaDataType_t type, void* base, int64_t index, float value) {
+  switch (type) {
+    case CUDA_R_16F: static_cast<mixprec::half*>(base)[index] = mixprec::half(value); break;
+    case CUDA_R_16BF: static_cast<mixprec::bfloat16*>(base)[index] = mixprec::bfloat16(value); break;
+    default: static_cast<float*>(base)[index] = value;
+  }
+}
+
+// TF32 keeps 10 fraction bits: round to nearest even there (Inf and NaN pass unchanged).
+float to_tf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7F800000u) != 0x7F800000u) {
+    bits += 0xFFFu + ((bits >> 13) & 1u);
+    bits &= ~0x1FFFu;
+  }
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// The problem of a descriptor and four layouts, or a status saying why there is none.
+struct Problem {
+  int64_t m = 0, n = 0, k = 0;
+  int32_t batch = 1;
+};
+
+cublasStatus_t validate(const MatmulDesc* desc, const Layout* a, const Layout* b, const Layout* c,
+                        const Layout* d, Problem& out) {
+  if (desc == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (desc->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (desc->compute != CUBLAS_COMPUTE_32F && desc->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!floating(a->type) || a->type != b->type || c->type != d->type || !floating(c->type))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  // FP32 operands only into FP32; FP16/BF16 operands into their own type or FP32.
+  if (a->type == CUDA_R_32F ? c->type != CUDA_R_32F : (c->type != a->type && c->type != CUDA_R_32F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a->type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
+  const auto m = static_cast<int64_t>(c->rows), n = static_cast<int64_t>(c->cols);
+  const auto k = static_cast<int64_t>(ta ? a->rows : a->cols);
+  if (static_cast<int64_t>(ta ? a->cols : a->rows) != m) return CUBLAS_STATUS_INVALID_VALUE;
+  if (static_cast<int64_t>(tb ? b->cols : b->rows) != k) return CUBLAS_STATUS_INVALID_VALUE;
+  if (static_cast<int64_t>(tb ? b->rows : b->cols) != n) return CUBLAS_STATUS_INVALID_VALUE;
+  if (d->rows != c->rows || d->cols != c->cols || d->ld != c->ld) return CUBLAS_STATUS_INVALID_VALUE;
+  for (const Layout* l : {a, b, c}) {
+    if (l->ld < static_cast<int64_t>(l->rows) || l->ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (a->batch != c->batch || b->batch != c->batch || d->batch != c->batch ||
+      d->stride != c->stride)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  out = {m, n, k, c->batch};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *desc = as<cublasLtMatmulDescOpaque_t>(new MatmulDesc{compute, scale});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete as<MatmulDesc>(desc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t bytes) {
+  auto* d = as<MatmulDesc>(desc);
+  if (d == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return read_value(buf, bytes, d->trans_a);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return read_value(buf, bytes, d->trans_b);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (layout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = as<cublasLtMatrixLayoutOpaque_t>(new Layout{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete as<Layout>(layout);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t bytes) {
+  auto* l = as<Layout>(layout);
+  if (l == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return read_value(buf, bytes, l->batch);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return read_value(buf, bytes, l->stride);
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *pref = as<cublasLtMatmulPreferenceOpaque_t>(new Preference);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete as<Preference>(pref);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Alignments and the reduction scheme only narrow the algorithms a GPU may choose; the host
+// computation has one, so they are recorded as accepted.
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t bytes) {
+  auto* p = as<Preference>(pref);
+  if (p == nullptr || buf == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return read_value(buf, bytes, p->max_workspace);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+      return bytes == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* found) {
+  if (handle == nullptr || pref == nullptr || results == nullptr || found == nullptr || requested < 1)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  Problem problem;
+  const cublasStatus_t status =
+      validate(as<MatmulDesc>(desc), as<Layout>(a), as<Layout>(b), as<Layout>(c), as<Layout>(d), problem);
+  *found = 0;
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  std::memset(&results[0], 0, sizeof results[0]);
+  results[0].workspaceSize = 0;
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t compute_desc,
+                              const void* alpha, const void* a, cublasLtMatrixLayout_t a_desc,
+                              const void* b, cublasLtMatrixLayout_t b_desc, const void* beta,
+                              const void* c, cublasLtMatrixLayout_t c_desc, void* d,
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t*, void*,
+                              size_t, cudaStream_t) {
+  if (handle == nullptr || alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const auto* desc = as<MatmulDesc>(compute_desc);
+  const auto *la = as<Layout>(a_desc), *lb = as<Layout>(b_desc), *lc = as<Layout>(c_desc);
+  Problem p;
+  const cublasStatus_t status = validate(desc, la, lb, lc, as<Layout>(d_desc), p);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
+  const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
+  const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const auto operand = [&](const Layout* l, const void* base, int64_t offset, int64_t index) {
+    const float v = load(l->type, base, offset + index);
+    return tf32 ? to_tf32(v) : v;
+  };
+  for (int32_t batch = 0; batch < p.batch; ++batch) {
+    const int64_t oa = batch * la->stride, ob = batch * lb->stride, oc = batch * lc->stride;
+    for (int64_t j = 0; j < p.n; ++j) {
+      for (int64_t i = 0; i < p.m; ++i) {
+        float acc = 0.0f;
+        for (int64_t q = 0; q < p.k; ++q) {
+          const float x = operand(la, a, oa, ta ? q + i * la->ld : i + q * la->ld);
+          const float y = operand(lb, b, ob, tb ? j + q * lb->ld : q + j * lb->ld);
+          acc += x * y;
+        }
+        const int64_t at = oc + i + j * lc->ld;
+        float value = alpha_v * acc;
+        if (beta_v != 0.0f) value += beta_v * load(lc->type, c, at);
+        store(lc->type, d, at, value);
+      }
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// From cuBLAS itself (cuda_check.cpp and device_query.cpp name them).
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+  }
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "resource allocation failed";
+    default: return "an unknown error";
+  }
+}
+
+cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (type) {
+    case MAJOR_VERSION: *value = CUBLAS_VER_MAJOR; break;
+    case MINOR_VERSION: *value = CUBLAS_VER_MINOR; break;
+    case PATCH_LEVEL: *value = CUBLAS_VER_PATCH; break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
