@@ -17,7 +17,8 @@ Storage::Storage(Storage&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       nbytes_(std::exchange(other.nbytes_, 0)),
       device_(other.device_),
-      version_(other.version_) {
+      version_(other.version_),
+      index_bounds_(std::exchange(other.index_bounds_, std::nullopt)) {
   other.bump_version();  // its tensors lost their data
 }
 
@@ -29,6 +30,7 @@ Storage& Storage::operator=(Storage&& other) noexcept {
     device_ = other.device_;
     // Both buffers changed under any tensor saved over them.
     version_ = std::max(version_, other.version_) + 1;
+    index_bounds_ = std::exchange(other.index_bounds_, std::nullopt);
     other.bump_version();
   }
   return *this;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "core/device.h"
 
@@ -33,6 +34,17 @@ class Storage {
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
+  // The least and greatest value of an I32 buffer whose data came from the host in one copy
+  // (Tensor::to sets them), so that an index check on a device need not wait to read the
+  // device. Tensor::data() clears them at every writable access, so whatever writes the
+  // buffer afterwards (in-place ops, backend primitives) leaves no stale bounds behind.
+  struct IndexBounds {
+    int32_t lowest;
+    int32_t highest;
+  };
+  const std::optional<IndexBounds>& index_bounds() const { return index_bounds_; }
+  void set_index_bounds(std::optional<IndexBounds> bounds) { index_bounds_ = bounds; }
+
  private:
   void release() noexcept;
 
@@ -40,6 +52,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   uint64_t version_ = 0;
+  std::optional<IndexBounds> index_bounds_;
 };
 
 }  // namespace mixprec

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -154,7 +156,13 @@ Device Tensor::device() const {
 
 void* Tensor::data() {
   require_defined("data");
+  impl_->storage->set_index_bounds(std::nullopt);
   return impl_->storage->data();
+}
+
+std::optional<Storage::IndexBounds> Tensor::index_bounds() const {
+  require_defined("index_bounds");
+  return impl_->storage->index_bounds();
 }
 
 const void* Tensor::data() const {
@@ -192,6 +200,13 @@ Tensor Tensor::to(Device target) const {
   if (numel() == 0) return out;
   if (device().is_cpu()) {
     backend_for(target).copy_from_host(out.data(), data(), nbytes());
+    if (dtype() == DType::I32) {
+      // Indices on their way to a device: their bounds, read here for free, spare the index
+      // checks of embedding and cross-entropy a wait for the device.
+      const auto* values = static_cast<const int32_t*>(data());
+      const auto [lowest, highest] = std::minmax_element(values, values + numel());
+      out.impl_->storage->set_index_bounds(Storage::IndexBounds{*lowest, *highest});
+    }
   } else if (target.is_cpu()) {
     backend_for(device()).copy_to_host(out.data(), data(), nbytes());
   } else {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -74,8 +75,12 @@ class Tensor {
   DType dtype() const;
   Device device() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  // Writable access forgets the storage's index bounds (Storage::index_bounds).
   void* data();
   const void* data() const;
+  // Bounds of an I32 tensor's values known without reading its device (Storage::index_bounds);
+  // empty when unknown.
+  std::optional<Storage::IndexBounds> index_bounds() const;
   // Typed pointer; throws when T does not match dtype (half/bfloat16 via core/half.h).
   template <class T>
   T* data_as();

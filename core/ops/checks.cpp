@@ -41,6 +41,12 @@ void check_indices(const char* op, const Tensor& ids, int64_t upper, const char*
   MIXPREC_CHECK(ids.device() == like.device(), op, ": ", what, " ", describe(ids), " on ",
                 ids.device(), " and ", describe(like), " on ", like.device(),
                 " are on different devices");
+  if (!ids.device().is_cpu()) {
+    // Indices copied from the host whose bounds fit need no wait for the device; any others
+    // (bounds unknown or outside the range) are searched on the device for the message.
+    const std::optional<Storage::IndexBounds> bounds = ids.index_bounds();
+    if (bounds && bounds->lowest >= 0 && bounds->highest < upper) return;
+  }
   const int64_t bad = backend_for(ids.device()).find_out_of_range(ids, upper);
   if (bad >= 0)
     MIXPREC_FAIL(op, ": ", what, " ", describe(ids), " holds ", ids.get(bad), " at index ", bad,

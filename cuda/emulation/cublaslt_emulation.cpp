@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/half.h"
 
@@ -253,16 +254,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
     const float v = load(l->type, base, offset + index);
     return tf32 ? to_tf32(v) : v;
   };
+  // op(A) as m rows of k and op(B) transposed as n rows of k, in FP32, so that every dot
+  // product below walks contiguous memory; the sum runs over k in order.
+  std::vector<float> rows_a(static_cast<size_t>(p.m * p.k)), rows_b(static_cast<size_t>(p.n * p.k));
   for (int32_t batch = 0; batch < p.batch; ++batch) {
     const int64_t oa = batch * la->stride, ob = batch * lb->stride, oc = batch * lc->stride;
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t q = 0; q < p.k; ++q)
+        rows_a[i * p.k + q] = operand(la, a, oa, ta ? q + i * la->ld : i + q * la->ld);
+    for (int64_t j = 0; j < p.n; ++j)
+      for (int64_t q = 0; q < p.k; ++q)
+        rows_b[j * p.k + q] = operand(lb, b, ob, tb ? j + q * lb->ld : q + j * lb->ld);
     for (int64_t j = 0; j < p.n; ++j) {
+      const float* y = &rows_b[j * p.k];
       for (int64_t i = 0; i < p.m; ++i) {
+        const float* x = &rows_a[i * p.k];
         float acc = 0.0f;
-        for (int64_t q = 0; q < p.k; ++q) {
-          const float x = operand(la, a, oa, ta ? q + i * la->ld : i + q * la->ld);
-          const float y = operand(lb, b, ob, tb ? j + q * lb->ld : q + j * lb->ld);
-          acc += x * y;
-        }
+        for (int64_t q = 0; q < p.k; ++q) acc += x[q] * y[q];
         const int64_t at = oc + i + j * lc->ld;
         float value = alpha_v * acc;
         if (beta_v != 0.0f) value += beta_v * load(lc->type, c, at);

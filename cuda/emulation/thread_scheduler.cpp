@@ -1,7 +1,6 @@
 #include "cuda/emulation/thread_scheduler.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <exception>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/emulation/fiber_context.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MIXPREC_EMULATION_ASAN 1
@@ -34,7 +34,7 @@ constexpr size_t kStackBytes = size_t{256} << 10;
 enum class State { kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
 struct Fiber {
-  ucontext_t context{};
+  FiberContext context;
   State state = State::kReady;
   // The pending warp exchange: what this lane deposited, where its result goes.
   const void* deposit = nullptr;
@@ -71,7 +71,7 @@ struct Launch {
   const std::function<void()>* body = nullptr;
   std::vector<Fiber> fibers;
   size_t running = 0;
-  ucontext_t scheduler{};
+  FiberContext scheduler;
   std::exception_ptr error;
   bool active = false;
 #if defined(MIXPREC_EMULATION_ASAN)
@@ -103,7 +103,7 @@ void resume(Launch& launch, size_t index) {
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&fake_stack, stack_pool.stack(index), kStackBytes);
 #endif
-  swapcontext(&launch.scheduler, &launch.fibers[index].context);
+  switch_context(launch.scheduler, launch.fibers[index].context);
 #if defined(MIXPREC_EMULATION_ASAN)
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
@@ -117,7 +117,7 @@ void yield_to_scheduler(Launch& launch) {
   __sanitizer_start_switch_fiber(self.state == State::kDone ? nullptr : &fake_stack,
                                  launch.scheduler_stack_bottom, launch.scheduler_stack_size);
 #endif
-  swapcontext(&self.context, &launch.scheduler);
+  switch_context(self.context, launch.scheduler);
 #if defined(MIXPREC_EMULATION_ASAN)
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
@@ -204,11 +204,7 @@ void run_block(Launch& launch, size_t threads, bool descending) {
   launch.fibers.assign(threads, Fiber{});
   for (size_t i = 0; i < threads; ++i) {
     Fiber& f = launch.fibers[i];
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = stack_pool.stack(i);
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_entry, 0);
+    prepare_context(f.context, stack_pool.stack(i), kStackBytes, fiber_entry);
   }
   size_t done = 0;
   while (done < threads) {

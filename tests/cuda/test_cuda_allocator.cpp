@@ -198,7 +198,7 @@ TEST_CASE("cuda primitives reject tensors on another device", "[cuda]") {
   CHECK(message.find("is not on cuda:0") != std::string::npos);
 }
 
-TEST_CASE("cuda backend creates its library handles once", "[cuda][cudnn]") {
+TEST_CASE("cuda backend creates its library handles once", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   CudaBackend& backend = cuda_backend();
   cublasLtHandle_t lt = backend.cublaslt_handle();

@@ -298,7 +298,7 @@ std::string conv_label(const ConvCase& s, DType dtype) {
 
 }  // namespace
 
-TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda][cudnn]") {
+TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(41);
   for (const ConvCase& s : conv_cases()) {
@@ -327,7 +327,7 @@ TEST_CASE("cuda conv2d forward matches the CPU with and without bias", "[cuda][c
   }
 }
 
-TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their bits", "[cuda][cudnn]") {
+TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their bits", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(42);
   for (const ConvCase& s : conv_cases()) {
@@ -372,7 +372,7 @@ TEST_CASE("cuda conv2d backward data and filter match the CPU and repeat their b
   }
 }
 
-TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cuda][cudnn]") {
+TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // A 1x1 filter over two channels: (1 + 2^-12) * 1 + 1 * (-1) = 2^-12 at every pixel.
   Tf32Scope scope(false);
@@ -388,7 +388,7 @@ TEST_CASE("cuda FP32 conv2d keeps every input bit unless TF32 is allowed", "[cud
   for (float v : y.to_float_vector()) CHECK(v == tiny);
 }
 
-TEST_CASE("cuda conv2d refuses mismatched dtypes and shapes as the CPU does", "[cuda][cudnn]") {
+TEST_CASE("cuda conv2d refuses mismatched dtypes and shapes as the CPU does", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   const Tensor x = Tensor::zeros({1, 2, 5, 5}, DType::F16, gpu());
   const Tensor w32 = Tensor::zeros({3, 2, 3, 3}, DType::F32, gpu());
