@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cuda/emulation/tf32.h"
 
 struct cublasLtContext {
   int live = 1;
@@ -72,17 +73,7 @@ void store(cudaDataType_t type, void* base, int64_t index, float value) {
   }
 }
 
-// TF32 keeps 10 fraction bits: round to nearest even there (Inf and NaN pass unchanged).
-float to_tf32(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if ((bits & 0x7F800000u) != 0x7F800000u) {
-    bits += 0xFFFu + ((bits >> 13) & 1u);
-    bits &= ~0x1FFFu;
-  }
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
+using mixprec::emulation::to_tf32;
 
 // The problem of a descriptor and four layouts, or a status saying why there is none.
 struct Problem {

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cuda/emulation/tf32.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;
@@ -182,17 +183,7 @@ void store(cudnnDataType_t type, void* base, int64_t index, float value) {
   }
 }
 
-// TF32 keeps 10 fraction bits: round to nearest even there (Inf and NaN pass unchanged).
-float to_tf32(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  if ((bits & 0x7F800000u) != 0x7F800000u) {
-    bits += 0xFFFu + ((bits >> 13) & 1u);
-    bits &= ~0x1FFFu;
-  }
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
+using mixprec::emulation::to_tf32;
 
 // acc + a * b rounded once, as the FFMA instructions of GPU kernels accumulate, where the host
 // has the instruction; explicit so that the compiler's contraction choices (which differ
