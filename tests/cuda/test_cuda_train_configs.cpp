@@ -124,12 +124,14 @@ std::string curve_differences(const RunCurve& reference, const RunCurve& actual,
 // - FP32 (TF32 stays off in the trainer): 1e-3, a hundred times the per-op difference. A run
 //   one batch behind the CPU's misses it at most steps of either config (the loss moves by up
 //   to 1.5e-2 a step in the GPT, 7e-1 in the CNN).
-// - FP16: 1e-2, above FP16's own distance from FP32 on the CPU.
-// - BF16: 3e-2, likewise for BF16, eight times coarser than FP16.
+// - FP16 and BF16: 3e-2. The first H200 run measured, for the CNN on MNIST (FP32 agreeing
+//   to 1.2e-5, so the ops themselves agree), 1.7e-2 in FP16 at step 30 and 1.1e-2 in BF16:
+//   cuDNN sums a 16-bit convolution in another order than the CPU, each order rounds its
+//   activations differently, and 30 steps of training compound that. A wrong kernel moves
+//   the curve by far more; the per-op agreement tests hold the tight bounds.
 // The absolute floor only matters for losses near zero, which 30 steps do not reach.
 CurveTolerance tolerance_for(const std::string& precision) {
   if (precision == "fp32") return {1e-3, 1e-5};
-  if (precision == "fp16") return {1e-2, 1e-4};
   return {3e-2, 1e-4};
 }
 
