@@ -19,6 +19,7 @@
 #endif
 
 #if defined(MIXPREC_EMULATION_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -204,6 +205,12 @@ void run_block(Launch& launch, size_t threads, bool descending) {
   launch.fibers.assign(threads, Fiber{});
   for (size_t i = 0; i < threads; ++i) {
     Fiber& f = launch.fibers[i];
+#if defined(MIXPREC_EMULATION_ASAN)
+    // The frames a thread was in when it switched away for the last time (or when its launch
+    // failed) never return, so AddressSanitizer's marks of their redzones would stay on the
+    // stack and flag the next thread to run there; every thread starts on a clean stack.
+    __asan_unpoison_memory_region(stack_pool.stack(i), kStackBytes);
+#endif
     prepare_context(f.context, stack_pool.stack(i), kStackBytes, fiber_entry);
   }
   size_t done = 0;
