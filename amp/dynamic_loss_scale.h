@@ -34,6 +34,7 @@ class DynamicLossScale final : public LossScalePolicy {
   int growth_tracker() const override { return state_.growth_tracker; }
   int hysteresis_left() const override { return state_.hysteresis_left; }
   FloorPolicy floor_policy() const override { return options_.floor_policy; }
+  std::optional<DynamicScaleRule> device_rule() const override { return rule_; }
   const DynamicLossScaleOptions& options() const { return options_; }
   nlohmann::json state_dict() const override;
   void load_state_dict(const nlohmann::json& state) override;

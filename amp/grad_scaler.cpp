@@ -259,12 +259,7 @@ StepResult GradScaler::step(Optimizer& optimizer) {
     recheck(optimizer, record);
   }
   if (record.found_inf) {
-    result.outcome = StepResult::Outcome::Skipped;
-    result.nonfinite_tensors = record.nonfinite_tensors;
-    result.reason = "non-finite gradients in " + std::to_string(record.nonfinite_tensors.size()) +
-                    " tensor(s) of " + label(optimizer) + " at loss scale " +
-                    spdlog::fmt_lib::format("{}", step_scale_) + ": " +
-                    join(record.nonfinite_tensors);
+    result = skip_result(optimizer, record.nonfinite_tensors, step_scale_);
     record.skipped = true;
     record.stage = Stage::Stepped;
     return result;
@@ -305,7 +300,6 @@ StepTelemetry GradScaler::update() {
                  "not counted. Zero the gradients and start the next step");
   }
 
-  std::vector<std::string> reasons;
   for (const auto& [optimizer, record] : records_) {
     telemetry.found_inf = telemetry.found_inf || record.found_inf;
     telemetry.skipped = telemetry.skipped || record.skipped;
@@ -313,6 +307,12 @@ StepTelemetry GradScaler::update() {
                                        record.nonfinite_tensors.begin(),
                                        record.nonfinite_tensors.end());
   }
+  telemetry.scale = scaled_this_step_ ? step_scale_ : scale_value();
+  telemetry.grad_norm = grad_norm_;
+  return close_step(std::move(telemetry));
+}
+
+StepTelemetry GradScaler::close_step(StepTelemetry telemetry) {
   if (telemetry.skipped)
     telemetry.reason = "non-finite gradients at loss scale " +
                        spdlog::fmt_lib::format("{}", scale_value()) + ": " +
@@ -322,7 +322,6 @@ StepTelemetry GradScaler::update() {
                                                                         : std::map<std::string, int64_t>{};
   for (const std::string& name : telemetry.nonfinite_tensors) ++overflow_counts[name];
 
-  telemetry.scale = scaled_this_step_ ? step_scale_ : scale_value();
   // Only an overflow can hit the floor, so only then is the policy kept for a rollback.
   std::unique_ptr<LossScalePolicy> before = telemetry.found_inf ? policy_->clone() : nullptr;
   const ScaleChange change = policy_->update(telemetry.found_inf);
@@ -339,12 +338,47 @@ StepTelemetry GradScaler::update() {
 
   telemetry.next_scale = change.after;
   telemetry.scale_event = scale_event_name(change.event);
-  telemetry.grad_norm = grad_norm_;
   telemetry.growth_tracker = policy_->growth_tracker();
   telemetry.hysteresis_left = policy_->hysteresis_left();
   telemetry.skipped_in_a_row = skipped_in_a_row_;
   finish_step();
   return telemetry;
+}
+
+StepResult GradScaler::skip_result(const Optimizer& optimizer,
+                                   const std::vector<std::string>& nonfinite, double scale) {
+  StepResult result;
+  result.outcome = StepResult::Outcome::Skipped;
+  result.nonfinite_tensors = nonfinite;
+  result.reason = "non-finite gradients in " + std::to_string(nonfinite.size()) + " tensor(s) of " +
+                  label(optimizer) + " at loss scale " + spdlog::fmt_lib::format("{}", scale) +
+                  ": " + join(nonfinite);
+  return result;
+}
+
+GradScaler::DeferredOutcome GradScaler::finish_deferred_step(
+    const Optimizer& optimizer, const std::vector<std::string>& nonfinite, double grad_norm) {
+  for (const auto& [owner, record] : records_)
+    MIXPREC_CHECK(record.stage == Stage::Ready, "GradScaler: a deferred step was resolved while ",
+                  label(*owner), " is in the middle of a regular step");
+  DeferredOutcome outcome;
+  const bool found_inf = enabled_ && !nonfinite.empty();
+  if (found_inf) outcome.result = skip_result(optimizer, nonfinite, scale_value());
+  StepTelemetry telemetry;
+  telemetry.step = effective_steps_;
+  telemetry.scale = scale_value();
+  telemetry.grad_norm = grad_norm;
+  if (!enabled_) {
+    telemetry.next_scale = 1.0;
+    telemetry.scale_event = scale_event_name(ScaleEvent::Kept);
+    finish_step();
+    outcome.telemetry = std::move(telemetry);
+    return outcome;
+  }
+  telemetry.found_inf = telemetry.skipped = found_inf;
+  if (found_inf) telemetry.nonfinite_tensors = nonfinite;
+  outcome.telemetry = close_step(std::move(telemetry));
+  return outcome;
 }
 
 void GradScaler::abandon_step() {

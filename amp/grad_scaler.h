@@ -93,6 +93,21 @@ class GradScaler {
   // names the tensors that kept overflowing; the scale and counters are left as they were.
   StepTelemetry update();
 
+  // A step checked on the device and read back later (amp/deferred_steps.h), as update()
+  // would have reported it.
+  struct DeferredOutcome {
+    StepResult result;
+    StepTelemetry telemetry;
+  };
+  // Finishes one effective step of `optimizer` whose unscale, check and update ran on the
+  // device: `nonfinite` names its non-finite gradients (empty: it was taken), grad_norm is
+  // its clip norm (-1: none). Moves the host's policy exactly as update() would (the device
+  // ran the same rule) and counts the step; throws like update() under FloorPolicy::Error,
+  // and when a regular step is in progress.
+  DeferredOutcome finish_deferred_step(const Optimizer& optimizer,
+                                       const std::vector<std::string>& nonfinite,
+                                       double grad_norm);
+
   // Attaches a gradient norm (e.g. clip_grad_norm's result) to this step's telemetry.
   void record_grad_norm(double norm);
   // Effective steps completed (update() calls), skipped ones included.
@@ -127,6 +142,11 @@ class GradScaler {
   // Checks the current gradients again (no unscaling) and merges the result into `record`.
   void recheck(Optimizer& optimizer, OptimizerRecord& record);
   Tensor scaled_loss(const Tensor& loss, double weight);
+  // update()'s second half: `telemetry` holds step, scale, grad_norm, found_inf, skipped and
+  // the names; adds the reason, moves the policy, counts the step.
+  StepTelemetry close_step(StepTelemetry telemetry);
+  static StepResult skip_result(const Optimizer& optimizer,
+                                const std::vector<std::string>& nonfinite, double scale);
   // Returns every optimizer to READY and closes the window; finish_step also counts the
   // effective step.
   void abandon_step();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,9 @@ class LossScalePolicy {
   virtual int growth_tracker() const { return 0; }
   virtual int hysteresis_left() const { return 0; }
   virtual FloorPolicy floor_policy() const { return FloorPolicy::Clamp; }
+  // The rule a device can run to move this scale (Backend::update_loss_scale), or nullopt
+  // for a scale that never moves.
+  virtual std::optional<DynamicScaleRule> device_rule() const { return std::nullopt; }
   // Every setting and every piece of state, enough to continue the exact trajectory:
   // {"kind": ..., ...}. load_state_dict accepts only the same kind and throws, naming the
   // field, for a missing or invalid one; settings are validated as by the constructor.

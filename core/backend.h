@@ -220,6 +220,41 @@ class Backend {
   // is validated here; the state is not (on a device that would cost a read-back).
   virtual void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                                  const Tensor& found_inf) = 0;
+
+  // ---- deferred steps: the skip decided on the device (amp/deferred_steps.h) -----------
+  // `scale_state` is a dynamic-scale state tensor as in update_loss_scale (I32
+  // [kDynamicScaleStateWords]); S is its scale.
+  // out (F32 [1], overwritten) = S * weight, the product in double rounded once to float:
+  // the factor GradScaler::scale multiplies the loss by, without the host knowing S.
+  virtual void loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) = 0;
+  // unscale_and_check with inv_scale = 1.0 / S computed in double on the device; otherwise
+  // exactly the host-scale overload above (S == 1 is a pure check).
+  virtual void unscale_and_check_on_device(const std::vector<Tensor>& grads,
+                                           const Tensor& scale_state, Tensor& found_inf,
+                                           Tensor& tensor_flags) = 0;
+  // clip_grad_norm's rescale without a host read. squared_sums: F32 [grads.size()] from
+  // squared_norms(grads). norm = sqrt of their sum, accumulated in double in index order;
+  // norm_out (F32 [1], overwritten) = norm rounded to float. When clip_coefficient(norm,
+  // max_norm) < 1, every element g of every grad (F32, in place) becomes
+  // affine_value(g, float(coef), 0); otherwise nothing is written. max_norm: finite, > 0.
+  virtual void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
+                                  double max_norm, Tensor& norm_out) = 0;
+  // sgd_step / adam_step with the per-step values picked on the device: j = taken[0] (I32
+  // [1], steps taken since the host last resolved), then the update of
+  // sgd_hyper_with(base, table.entry[j]) (adam_hyper_with for Adam). A non-zero found_inf
+  // (required here, F32 [1]; NaN counts as set) or j outside [0, table.count) writes nothing.
+  // base and every entry below count are validated on the host as sgd_step / adam_step
+  // validate their hyper (an Adam entry's derived fields must match its step and lr).
+  virtual void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
+                                 const Tensor& taken, Tensor& master, const Tensor& grad,
+                                 Tensor* momentum, Tensor* working, const Tensor& found_inf) = 0;
+  virtual void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
+                                  const Tensor& taken, Tensor& master, const Tensor& grad,
+                                  Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                                  const Tensor& found_inf) = 0;
+  // taken[0] (I32 [1]) += 1 when found_inf[0] (F32 [1]) is 0; a non-zero or NaN flag leaves
+  // it. Queued after an optimizer's deferred updates, so they all read the count before it.
+  virtual void count_taken_step(const Tensor& found_inf, Tensor& taken) = 0;
 };
 
 // The backend that owns `device`; throws when none is registered (e.g. CUDA not built, or

@@ -143,5 +143,28 @@ void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, cons
 void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
                        const Tensor& found_inf);
 
+// ---- deferred steps ---------------------------------------------------------------------
+// scale_state as update_loss_scale's state (its values are not read); weight finite, > 0.
+void loss_scale_factor(Device device, const Tensor& scale_state, double weight,
+                       const Tensor& out);
+void unscale_and_check_on_device(Device device, const std::vector<Tensor>& grads,
+                                 const Tensor& scale_state, const Tensor& found_inf,
+                                 const Tensor& tensor_flags);
+// The gradients are F32 (clipped in place); max_norm finite and > 0.
+void clip_by_total_norm(Device device, const std::vector<Tensor>& grads,
+                        const Tensor& squared_sums, double max_norm, const Tensor& norm_out);
+// The operands as sgd_step / adam_step check them (found_inf required), taken I32 [1], and
+// 1 <= table.count <= kMaxDeferredSteps. Adam: every entry below count, combined with base
+// by adam_hyper_with, is checked as adam_step checks its hyper (its derived fields against
+// set_step(entry.step) with lr = entry.lr); the message names the entry.
+void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& table,
+                       const Tensor& taken, const Tensor& master, const Tensor& grad,
+                       const Tensor* momentum, const Tensor* working, const Tensor& found_inf);
+void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
+                        const Tensor& taken, const Tensor& master, const Tensor& grad,
+                        const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+                        const Tensor& found_inf);
+void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken);
+
 }  // namespace backend_checks
 }  // namespace mixprec

@@ -1,6 +1,7 @@
 // Argument checks of the mixed-precision primitives (core/backend.h), shared by every backend.
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "core/backend_checks.h"
@@ -18,6 +19,45 @@ void found_inf_flag(const char* op, const Tensor& t, Device device) {
                 describe(t));
 }
 
+// The I32 [kDynamicScaleStateWords] tensor holding a DynamicScaleState's bytes. Its values
+// are not checked: on a device that would cost a read-back.
+void scale_state(const char* op, const char* what, const Tensor& t, Device device) {
+  MIXPREC_CHECK(t.defined(), op, ": ", what, " is undefined; pass an I32 [",
+                kDynamicScaleStateWords, "] tensor holding a DynamicScaleState");
+  on_device(op, what, t, device);
+  MIXPREC_CHECK(t.dtype() == DType::I32 && t.shape() == Shape{kDynamicScaleStateWords}, op, ": ",
+                what, " must be I32 [", kDynamicScaleStateWords,
+                "] (the bytes of a DynamicScaleState), got ", describe(t));
+}
+
+// The device counter of the deferred steps: I32 [1].
+void taken_counter(const char* op, const Tensor& t, Device device) {
+  MIXPREC_CHECK(t.defined(), op, ": taken is undefined; pass an I32 [1] tensor");
+  on_device(op, "taken", t, device);
+  MIXPREC_CHECK(t.dtype() == DType::I32 && t.numel() == 1, op, ": taken must be I32 [1], got ",
+                describe(t));
+}
+
+// The flags and gradients of an unscale pass.
+void unscale_operands(const char* op, Device device, const std::vector<Tensor>& grads,
+                      const Tensor& found_inf, const Tensor& tensor_flags) {
+  found_inf_flag(op, found_inf, device);
+  MIXPREC_CHECK(tensor_flags.defined(), op, ": tensor_flags is undefined; pass an I32 [",
+                grads.size(), "] tensor");
+  on_device(op, "tensor_flags", tensor_flags, device);
+  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
+                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
+                op, ": tensor_flags must be I32 [", grads.size(),
+                "] (one flag per gradient), got ", describe(tensor_flags));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MIXPREC_CHECK(g.defined(), op, ": gradient ", i, " is undefined; pass only defined gradients");
+    on_device(op, "gradient", g, device);
+    MIXPREC_CHECK(is_floating(g.dtype()), op, ": gradient ", i, " is ", describe(g),
+                  "; gradients must be F32, F16 or BF16");
+  }
+}
+
 }  // namespace
 
 // ---- mixed precision --------------------------------------------------------------------
@@ -27,21 +67,7 @@ void unscale_and_check(Device device, const std::vector<Tensor>& grads, double i
   constexpr const char* kOp = "unscale_and_check";
   MIXPREC_CHECK(std::isfinite(inv_scale) && inv_scale > 0, kOp,
                 ": inv_scale must be finite and positive, got ", inv_scale);
-  found_inf_flag(kOp, found_inf, device);
-  MIXPREC_CHECK(tensor_flags.defined(), kOp, ": tensor_flags is undefined; pass an I32 [",
-                grads.size(), "] tensor");
-  on_device(kOp, "tensor_flags", tensor_flags, device);
-  MIXPREC_CHECK(tensor_flags.dtype() == DType::I32 &&
-                    tensor_flags.shape() == Shape{static_cast<int64_t>(grads.size())},
-                kOp, ": tensor_flags must be I32 [", grads.size(),
-                "] (one flag per gradient), got ", describe(tensor_flags));
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
-    on_device(kOp, "gradient", g, device);
-    MIXPREC_CHECK(is_floating(g.dtype()), kOp, ": gradient ", i, " is ", describe(g),
-                  "; gradients must be F32, F16 or BF16");
-  }
+  unscale_operands(kOp, device, grads, found_inf, tensor_flags);
 }
 
 void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out) {
@@ -102,47 +128,86 @@ void working_copy(const char* op, Device device, const Tensor* working, const Te
 
 }  // namespace
 
-void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
-              const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
-  constexpr const char* kOp = "sgd_step";
-  master_and_grad(kOp, device, master, grad);
-  MIXPREC_CHECK(hyper.momentum == 0.0f || momentum != nullptr, kOp, ": momentum ",
-                hyper.momentum, " needs a momentum buffer (F32, ", describe(master),
-                "); pass one");
-  if (momentum != nullptr) state_buffer(kOp, "momentum buffer", device, *momentum, master);
-  working_copy(kOp, device, working, master);
-  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+namespace {
+
+// Names a rate-table entry in a message; nothing for an immediate step's own hyper.
+struct EntryName {
+  int32_t index = -1;
+};
+
+std::ostream& operator<<(std::ostream& out, EntryName entry) {
+  if (entry.index >= 0) out << " (table entry " << entry.index << ")";
+  return out;
 }
 
-void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
-               const Tensor* found_inf) {
-  constexpr const char* kOp = "adam_step";
-  MIXPREC_CHECK(std::isfinite(hyper.lr) && hyper.lr >= 0.0f, kOp,
+void sgd_operands(const char* op, Device device, const SgdHyper& hyper, const Tensor& master,
+                  const Tensor& grad, const Tensor* momentum, const Tensor* working,
+                  const Tensor* found_inf) {
+  master_and_grad(op, device, master, grad);
+  MIXPREC_CHECK(hyper.momentum == 0.0f || momentum != nullptr, op, ": momentum ",
+                hyper.momentum, " needs a momentum buffer (F32, ", describe(master),
+                "); pass one");
+  if (momentum != nullptr) state_buffer(op, "momentum buffer", device, *momentum, master);
+  working_copy(op, device, working, master);
+  if (found_inf != nullptr) found_inf_flag(op, *found_inf, device);
+}
+
+// The hyperparameters as torch.optim.Adam checks them, and the derived fields against what
+// set_step() computes from them.
+void adam_hyper(const char* op, EntryName entry, const AdamHyper& hyper) {
+  MIXPREC_CHECK(std::isfinite(hyper.lr) && hyper.lr >= 0.0f, op, entry,
                 ": lr must be finite and >= 0, got ", hyper.lr);
   MIXPREC_CHECK(hyper.beta1 >= 0.0f && hyper.beta1 < 1.0f && hyper.beta2 >= 0.0f &&
                     hyper.beta2 < 1.0f,
-                kOp, ": betas must be in [0, 1), got (", hyper.beta1, ", ", hyper.beta2, ")");
-  MIXPREC_CHECK(std::isfinite(hyper.eps) && hyper.eps >= 0.0f, kOp,
+                op, entry, ": betas must be in [0, 1), got (", hyper.beta1, ", ", hyper.beta2,
+                ")");
+  MIXPREC_CHECK(std::isfinite(hyper.eps) && hyper.eps >= 0.0f, op, entry,
                 ": eps must be finite and >= 0, got ", hyper.eps);
-  MIXPREC_CHECK(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0.0f, kOp,
+  MIXPREC_CHECK(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0.0f, op, entry,
                 ": weight_decay must be finite and >= 0, got ", hyper.weight_decay);
-  MIXPREC_CHECK(hyper.step >= 1, kOp, ": step must be >= 1 (the 1-based index of this "
+  MIXPREC_CHECK(hyper.step >= 1, op, entry, ": step must be >= 1 (the 1-based index of this "
                 "update), got ", hyper.step, "; call set_step(t) before the update");
   AdamHyper derived = hyper;
   derived.set_step(hyper.step);
   MIXPREC_CHECK(derived.step_size == hyper.step_size &&
                     derived.bias_correction2_sqrt == hyper.bias_correction2_sqrt &&
                     derived.decay_factor == hyper.decay_factor,
-                kOp, ": the bias corrections do not match step ", hyper.step, " and the "
+                op, entry, ": the bias corrections do not match step ", hyper.step, " and the "
                 "hyperparameters (changed after set_step?); call set_step(t) after setting them");
-  master_and_grad(kOp, device, master, grad);
-  state_buffer(kOp, "exp_avg", device, exp_avg, master);
-  state_buffer(kOp, "exp_avg_sq", device, exp_avg_sq, master);
-  MIXPREC_CHECK(exp_avg.data() != exp_avg_sq.data() || master.numel() == 0, kOp,
+}
+
+void adam_operands(const char* op, Device device, const Tensor& master, const Tensor& grad,
+                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+                   const Tensor* found_inf) {
+  master_and_grad(op, device, master, grad);
+  state_buffer(op, "exp_avg", device, exp_avg, master);
+  state_buffer(op, "exp_avg_sq", device, exp_avg_sq, master);
+  MIXPREC_CHECK(exp_avg.data() != exp_avg_sq.data() || master.numel() == 0, op,
                 ": exp_avg and exp_avg_sq share storage; pass two distinct buffers");
-  working_copy(kOp, device, working, master);
-  if (found_inf != nullptr) found_inf_flag(kOp, *found_inf, device);
+  working_copy(op, device, working, master);
+  if (found_inf != nullptr) found_inf_flag(op, *found_inf, device);
+}
+
+// 1 <= count <= kMaxDeferredSteps.
+void table_count(const char* op, int32_t count) {
+  MIXPREC_CHECK(count >= 1 && count <= kMaxDeferredSteps, op, ": the rate table's count must be "
+                "in [1, ", kMaxDeferredSteps, "] (one entry per step that may be taken before "
+                "the host resolves them), got ", count);
+}
+
+}  // namespace
+
+void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
+              const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
+  sgd_operands("sgd_step", device, hyper, master, grad, momentum, working, found_inf);
+}
+
+void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+               const Tensor* found_inf) {
+  constexpr const char* kOp = "adam_step";
+  adam_hyper(kOp, EntryName{}, hyper);
+  adam_operands(kOp, device, master, grad, exp_avg, exp_avg_sq, working, found_inf);
 }
 
 void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
@@ -163,13 +228,86 @@ void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor
                     rule.min_scale <= rule.max_scale,
                 kOp, ": need 0 < min_scale <= max_scale, both finite, got min_scale ",
                 rule.min_scale, " and max_scale ", rule.max_scale);
-  MIXPREC_CHECK(state.defined(), kOp, ": state is undefined; pass an I32 [",
-                kDynamicScaleStateWords, "] tensor holding a DynamicScaleState");
-  on_device(kOp, "state", state, device);
-  MIXPREC_CHECK(state.dtype() == DType::I32 && state.shape() == Shape{kDynamicScaleStateWords},
-                kOp, ": state must be I32 [", kDynamicScaleStateWords,
-                "] (the bytes of a DynamicScaleState), got ", describe(state));
+  scale_state(kOp, "state", state, device);
   found_inf_flag(kOp, found_inf, device);
+}
+
+// ---- deferred steps ---------------------------------------------------------------------
+
+void loss_scale_factor(Device device, const Tensor& scale_state_tensor, double weight,
+                       const Tensor& out) {
+  constexpr const char* kOp = "loss_scale_factor";
+  MIXPREC_CHECK(std::isfinite(weight) && weight > 0.0, kOp,
+                ": weight must be finite and positive, got ", weight);
+  scale_state(kOp, "scale_state", scale_state_tensor, device);
+  MIXPREC_CHECK(out.defined(), kOp, ": out is undefined; pass an F32 [1] tensor");
+  on_device(kOp, "out", out, device);
+  MIXPREC_CHECK(out.dtype() == DType::F32 && out.numel() == 1, kOp, ": out must be F32 [1], got ",
+                describe(out));
+}
+
+void unscale_and_check_on_device(Device device, const std::vector<Tensor>& grads,
+                                 const Tensor& scale_state_tensor, const Tensor& found_inf,
+                                 const Tensor& tensor_flags) {
+  constexpr const char* kOp = "unscale_and_check_on_device";
+  scale_state(kOp, "scale_state", scale_state_tensor, device);
+  unscale_operands(kOp, device, grads, found_inf, tensor_flags);
+}
+
+void clip_by_total_norm(Device device, const std::vector<Tensor>& grads,
+                        const Tensor& squared_sums, double max_norm, const Tensor& norm_out) {
+  constexpr const char* kOp = "clip_by_total_norm";
+  MIXPREC_CHECK(std::isfinite(max_norm) && max_norm > 0.0, kOp,
+                ": max_norm must be finite and positive, got ", max_norm);
+  MIXPREC_CHECK(squared_sums.defined(), kOp, ": squared_sums is undefined; pass an F32 [",
+                grads.size(), "] tensor from squared_norms");
+  on_device(kOp, "squared_sums", squared_sums, device);
+  MIXPREC_CHECK(squared_sums.dtype() == DType::F32 &&
+                    squared_sums.shape() == Shape{static_cast<int64_t>(grads.size())},
+                kOp, ": squared_sums must be F32 [", grads.size(),
+                "] (one sum of squares per gradient), got ", describe(squared_sums));
+  MIXPREC_CHECK(norm_out.defined(), kOp, ": norm_out is undefined; pass an F32 [1] tensor");
+  on_device(kOp, "norm_out", norm_out, device);
+  MIXPREC_CHECK(norm_out.dtype() == DType::F32 && norm_out.numel() == 1, kOp,
+                ": norm_out must be F32 [1], got ", describe(norm_out));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MIXPREC_CHECK(g.defined(), kOp, ": gradient ", i, " is undefined; pass only defined gradients");
+    on_device(kOp, "gradient", g, device);
+    MIXPREC_CHECK(g.dtype() == DType::F32, kOp, ": gradient ", i, " is ", describe(g),
+                  "; the gradients clipped in place must be F32");
+  }
+}
+
+void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& table,
+                       const Tensor& taken, const Tensor& master, const Tensor& grad,
+                       const Tensor* momentum, const Tensor* working, const Tensor& found_inf) {
+  constexpr const char* kOp = "sgd_step_deferred";
+  table_count(kOp, table.count);
+  // An entry changes only lr and first_step, which sgd_step does not constrain: the checks
+  // of base (the momentum buffer) hold for every entry.
+  sgd_operands(kOp, device, sgd_hyper_with(base, table.entry[0]), master, grad, momentum, working,
+               &found_inf);
+  taken_counter(kOp, taken, device);
+}
+
+void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
+                        const Tensor& taken, const Tensor& master, const Tensor& grad,
+                        const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
+                        const Tensor& found_inf) {
+  constexpr const char* kOp = "adam_step_deferred";
+  table_count(kOp, table.count);
+  // Every entry with base's other hyperparameters, as the kernel will use it.
+  for (int32_t j = 0; j < table.count; ++j)
+    adam_hyper(kOp, EntryName{j}, adam_hyper_with(base, table.entry[j]));
+  adam_operands(kOp, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
+  taken_counter(kOp, taken, device);
+}
+
+void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken) {
+  constexpr const char* kOp = "count_taken_step";
+  found_inf_flag(kOp, found_inf, device);
+  taken_counter(kOp, taken, device);
 }
 
 }  // namespace mixprec::backend_checks

@@ -244,39 +244,54 @@ int64_t CudaBackend::find_out_of_range(const Tensor& ids, int64_t upper) {
 
 // ---- mixed precision ---------------------------------------------------------------------------
 
-void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
-                                    Tensor& found_inf, Tensor& tensor_flags) {
-  constexpr const char* kOp = "unscale_and_check";
-  backend_checks::unscale_and_check(device(), grads, inv_scale, found_inf, tensor_flags);
-  std::vector<kernels::TensorRef> refs;
-  refs.reserve(grads.size());
-  for (const Tensor& g : grads) {
-    // The kernel writes through the pointer: gradients are updated in place by contract.
-    refs.push_back({const_cast<void*>(g.data()), g.numel(), g.dtype()});
-  }
-  if (grads.empty()) return;
+namespace {
 
+// The multi-tensor table's view of `ts`. The kernels that write do so through these pointers:
+// the tensors are updated in place by contract.
+std::vector<kernels::TensorRef> tensor_refs(const std::vector<Tensor>& ts) {
+  std::vector<kernels::TensorRef> refs;
+  refs.reserve(ts.size());
+  for (const Tensor& t : ts) refs.push_back({const_cast<void*>(t.data()), t.numel(), t.dtype()});
+  return refs;
+}
+
+}  // namespace
+
+void CudaBackend::unscale_grads(const char* op, const std::vector<Tensor>& grads,
+                                double inv_scale, const Tensor* scale_state, Tensor& found_inf,
+                                Tensor& tensor_flags) {
+  if (grads.empty()) return;
   use_device();
-  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(kOp, refs);
+  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(op, tensor_refs(grads));
   Scratch device_table(allocator_, table.bytes.size());
   copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
+  float* found = static_cast<float*>(found_inf.data());
+  int32_t* flags = static_cast<int32_t*>(tensor_flags.data());
+  if (scale_state != nullptr) {
+    kernels::unscale_and_check_on_device(table, device_table.get(),
+                                         static_cast<const int32_t*>(scale_state->data()), found,
+                                         flags, stream_);
+    return;
+  }
   // inv_scale == 1 is a pure check: no store at all, so the bits (NaN payloads included) stay
   // exactly as they were.
-  kernels::unscale_and_check(table, device_table.get(), inv_scale, inv_scale != 1.0,
-                             static_cast<float*>(found_inf.data()),
-                             static_cast<int32_t*>(tensor_flags.data()), stream_);
+  kernels::unscale_and_check(table, device_table.get(), inv_scale, inv_scale != 1.0, found, flags,
+                             stream_);
+}
+
+void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                                    Tensor& found_inf, Tensor& tensor_flags) {
+  backend_checks::unscale_and_check(device(), grads, inv_scale, found_inf, tensor_flags);
+  unscale_grads("unscale_and_check", grads, inv_scale, nullptr, found_inf, tensor_flags);
 }
 
 void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   constexpr const char* kOp = "squared_norms";
   backend_checks::squared_norms(device(), xs, out);
-  std::vector<kernels::TensorRef> refs;
-  refs.reserve(xs.size());
-  for (const Tensor& x : xs) refs.push_back({const_cast<void*>(x.data()), x.numel(), x.dtype()});
   if (xs.empty()) return;
 
   use_device();
-  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(kOp, refs);
+  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(kOp, tensor_refs(xs));
   Scratch device_table(allocator_, table.bytes.size());
   copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
   Scratch partials(allocator_, static_cast<size_t>(table.chunks) * sizeof(float));
@@ -323,6 +338,81 @@ void CudaBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
   use_device();
   kernels::update_loss_scale(rule, static_cast<int32_t*>(state.data()),
                              static_cast<const float*>(found_inf.data()), stream_);
+}
+
+// ---- deferred steps ----------------------------------------------------------------------------
+
+void CudaBackend::loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) {
+  backend_checks::loss_scale_factor(device(), scale_state, weight, out);
+  use_device();
+  kernels::loss_scale_factor(static_cast<const int32_t*>(scale_state.data()), weight,
+                             static_cast<float*>(out.data()), stream_);
+}
+
+void CudaBackend::unscale_and_check_on_device(const std::vector<Tensor>& grads,
+                                              const Tensor& scale_state, Tensor& found_inf,
+                                              Tensor& tensor_flags) {
+  backend_checks::unscale_and_check_on_device(device(), grads, scale_state, found_inf,
+                                              tensor_flags);
+  unscale_grads("unscale_and_check_on_device", grads, 1.0, &scale_state, found_inf, tensor_flags);
+}
+
+void CudaBackend::clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
+                                     double max_norm, Tensor& norm_out) {
+  constexpr const char* kOp = "clip_by_total_norm";
+  backend_checks::clip_by_total_norm(device(), grads, squared_sums, max_norm, norm_out);
+  use_device();
+  const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(kOp, tensor_refs(grads));
+  // The table is uploaded only when there is something to scale; the norm is written anyway.
+  const size_t table_bytes = table.chunks > 0 ? table.bytes.size() : 0;
+  Scratch device_table(allocator_, table_bytes);
+  if (table_bytes > 0) copy_from_host(device_table.get(), table.bytes.data(), table_bytes);
+  Scratch coef(allocator_, sizeof(double));
+  kernels::clip_by_total_norm(table, device_table.get(),
+                              static_cast<const float*>(squared_sums.data()), max_norm,
+                              static_cast<float*>(norm_out.data()),
+                              static_cast<double*>(coef.get()), stream_);
+}
+
+void CudaBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
+                                    const Tensor& taken, Tensor& master, const Tensor& grad,
+                                    Tensor* momentum, Tensor* working, const Tensor& found_inf) {
+  backend_checks::sgd_step_deferred(device(), base, table, taken, master, grad, momentum, working,
+                                    found_inf);
+  if (master.numel() == 0) return;
+  use_device();
+  kernels::sgd_step_deferred(base, table, static_cast<const int32_t*>(taken.data()),
+                             static_cast<float*>(master.data()),
+                             static_cast<const float*>(grad.data()),
+                             base.momentum != 0.0f ? static_cast<float*>(momentum->data()) : nullptr,
+                             working != nullptr ? working->data() : nullptr,
+                             working != nullptr ? working->dtype() : DType::F32, master.numel(),
+                             static_cast<const float*>(found_inf.data()), stream_);
+}
+
+void CudaBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
+                                     const Tensor& taken, Tensor& master, const Tensor& grad,
+                                     Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                                     const Tensor& found_inf) {
+  backend_checks::adam_step_deferred(device(), base, table, taken, master, grad, exp_avg,
+                                     exp_avg_sq, working, found_inf);
+  if (master.numel() == 0) return;
+  use_device();
+  kernels::adam_step_deferred(base, table, static_cast<const int32_t*>(taken.data()),
+                              static_cast<float*>(master.data()),
+                              static_cast<const float*>(grad.data()),
+                              static_cast<float*>(exp_avg.data()),
+                              static_cast<float*>(exp_avg_sq.data()),
+                              working != nullptr ? working->data() : nullptr,
+                              working != nullptr ? working->dtype() : DType::F32, master.numel(),
+                              static_cast<const float*>(found_inf.data()), stream_);
+}
+
+void CudaBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {
+  backend_checks::count_taken_step(device(), found_inf, taken);
+  use_device();
+  kernels::count_taken_step(static_cast<const float*>(found_inf.data()),
+                            static_cast<int32_t*>(taken.data()), stream_);
 }
 
 }  // namespace mixprec

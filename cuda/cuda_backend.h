@@ -133,6 +133,21 @@ class CudaBackend final : public Backend {
   void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                          const Tensor& found_inf) override;
 
+  // ---- deferred steps (no host sync; the optimizer steps copy nothing to the device either:
+  // their rate tables travel with the launch) -------------------------------------------------
+  void loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) override;
+  void unscale_and_check_on_device(const std::vector<Tensor>& grads, const Tensor& scale_state,
+                                   Tensor& found_inf, Tensor& tensor_flags) override;
+  void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
+                          double max_norm, Tensor& norm_out) override;
+  void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const Tensor& taken,
+                         Tensor& master, const Tensor& grad, Tensor* momentum, Tensor* working,
+                         const Tensor& found_inf) override;
+  void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const Tensor& taken,
+                          Tensor& master, const Tensor& grad, Tensor& exp_avg,
+                          Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
+  void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
+
  private:
   // Scratch device memory from the allocator for the duration of one primitive. Freeing it
   // right after the launches is safe: later users of the block run after them on the stream.
@@ -152,6 +167,10 @@ class CudaBackend final : public Backend {
 
   // `t` is defined and lives on this backend's device; the message names op and `what`.
   void check_here(const char* op, const char* what, const Tensor& t) const;
+  // The unscale pass of both unscale primitives, after validation: by the host's inv_scale,
+  // or by 1 / S read on the device from scale_state when that is not null.
+  void unscale_grads(const char* op, const std::vector<Tensor>& grads, double inv_scale,
+                     const Tensor* scale_state, Tensor& found_inf, Tensor& tensor_flags);
   // Makes this backend's device current for the calling thread (the CUDA runtime keeps it
   // per thread); every primitive calls it before touching the stream.
   void use_device() const;

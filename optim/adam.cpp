@@ -71,39 +71,92 @@ Adam::Adam(std::vector<Parameter> params, AdamOptions options, std::string name,
 AdamW::AdamW(std::vector<Parameter> params, AdamOptions options, std::string name)
     : Adam(std::move(params), std::move(options), std::move(name), true) {}
 
-void Adam::update(size_t index, const Parameter& param, const Tensor& grad) {
+AdamHyper Adam::base_hyper(size_t index, double lr) const {
   AdamHyper hyper;
-  hyper.lr = static_cast<float>(lr());
+  hyper.lr = static_cast<float>(lr);
   hyper.beta1 = static_cast<float>(options_.beta1);
   hyper.beta2 = static_cast<float>(options_.beta2);
   hyper.eps = static_cast<float>(options_.eps);
   hyper.weight_decay = decays_[index] ? static_cast<float>(options_.weight_decay) : 0.0f;
   hyper.decoupled_weight_decay = decoupled_;
-  // set_step reads lr, the betas and weight_decay, so it comes last.
-  hyper.set_step(param_steps_[index] + 1);
+  return hyper;
+}
 
-  Tensor master = param.master();
+void Adam::start_moments(size_t index, const Tensor& master, Tensor& exp_avg,
+                         Tensor& exp_avg_sq) const {
   // The moments are created on the parameter's first update and kept only once that update
   // succeeded, like SGD's momentum buffer.
-  Tensor exp_avg = exp_avg_[index];
-  Tensor exp_avg_sq = exp_avg_sq_[index];
+  exp_avg = exp_avg_[index];
+  exp_avg_sq = exp_avg_sq_[index];
   if (!exp_avg.defined()) exp_avg = Tensor::zeros(master.shape(), DType::F32, master.device());
   if (!exp_avg_sq.defined()) {
     exp_avg_sq = Tensor::zeros(master.shape(), DType::F32, master.device());
   }
-  Tensor working;
-  if (param.working_dtype() != DType::F32) working = param.working();
+}
 
-  backend_for(master.device())
-      .adam_step(hyper, master, grad, exp_avg, exp_avg_sq,
-                 working.defined() ? &working : nullptr, nullptr);
+void Adam::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& exp_avg,
+                       Tensor& exp_avg_sq) {
   master.mark_modified();
   if (working.defined()) working.mark_modified();
   exp_avg.mark_modified();
   exp_avg_sq.mark_modified();
   exp_avg_[index] = exp_avg;
   exp_avg_sq_[index] = exp_avg_sq;
+}
+
+void Adam::update(size_t index, const Parameter& param, const Tensor& grad) {
+  AdamHyper hyper = base_hyper(index, lr());
+  // set_step reads lr, the betas and weight_decay, so it comes last.
+  hyper.set_step(param_steps_[index] + 1);
+
+  Tensor master = param.master();
+  Tensor exp_avg, exp_avg_sq;
+  start_moments(index, master, exp_avg, exp_avg_sq);
+  Tensor working;
+  if (param.working_dtype() != DType::F32) working = param.working();
+
+  backend_for(master.device())
+      .adam_step(hyper, master, grad, exp_avg, exp_avg_sq,
+                 working.defined() ? &working : nullptr, nullptr);
+  keep_update(index, master, working, exp_avg, exp_avg_sq);
   ++param_steps_[index];
+}
+
+void Adam::update_deferred(size_t index, const Parameter& param, const Tensor& grad,
+                           const DeferredUpdate& deferred) {
+  // Entry j: the update that follows j taken pending steps, so the parameter's (j+1)-th
+  // update since the last resolve, at the rate the schedule gives after them.
+  AdamRateTable table;
+  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
+  for (int32_t j = 0; j < table.count; ++j) {
+    AdamHyper hyper = base_hyper(index, deferred.lr_by_taken[static_cast<size_t>(j)]);
+    hyper.set_step(param_steps_[index] + j + 1);
+    table.entry[j] = {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt,
+                      hyper.decay_factor, hyper.step};
+  }
+  Tensor master = param.master();
+  Tensor exp_avg, exp_avg_sq;
+  start_moments(index, master, exp_avg, exp_avg_sq);
+  Tensor working;
+  if (param.working_dtype() != DType::F32) working = param.working();
+  backend_for(master.device())
+      .adam_step_deferred(base_hyper(index, lr()), table, deferred.taken, master, grad, exp_avg,
+                          exp_avg_sq, working.defined() ? &working : nullptr, deferred.found_inf);
+  keep_update(index, master, working, exp_avg, exp_avg_sq);
+}
+
+void Adam::resolve_deferred_state(int64_t taken) {
+  // Deferred steps update every trainable parameter, so each advanced by `taken`.
+  for (size_t i = 0; i < param_steps_.size(); ++i) {
+    if (!params()[i].requires_grad()) continue;
+    param_steps_[i] += taken;
+    // Moments started by steps that were all skipped hold zeros nobody wrote to: a parameter
+    // that has never been updated has none.
+    if (param_steps_[i] == 0) {
+      exp_avg_[i] = Tensor();
+      exp_avg_sq_[i] = Tensor();
+    }
+  }
 }
 
 void Adam::save_state(OptimizerState& state) const {

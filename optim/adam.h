@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/math/amp.h"
 #include "optim/optimizer.h"
 
 namespace mixprec {
@@ -44,10 +45,22 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<Parameter> params, AdamOptions options, std::string name, bool decoupled);
   void update(size_t index, const Parameter& param, const Tensor& grad) override;
+  void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
+                       const DeferredUpdate& deferred) override;
+  void resolve_deferred_state(int64_t taken) override;
   void save_state(OptimizerState& state) const override;
   void load_state(const OptimizerState& state) override;
 
  private:
+  // The hyperparameters of params()[index] at rate `lr`, before set_step.
+  AdamHyper base_hyper(size_t index, double lr) const;
+  // The parameter's moments, zeros when it has none yet.
+  void start_moments(size_t index, const Tensor& master, Tensor& exp_avg,
+                     Tensor& exp_avg_sq) const;
+  // Marks what an update wrote and keeps the moments.
+  void keep_update(size_t index, Tensor& master, Tensor& working, Tensor& exp_avg,
+                   Tensor& exp_avg_sq);
+
   AdamOptions options_;
   bool decoupled_ = false;
   std::vector<bool> decays_;  // per parameter, from the filter

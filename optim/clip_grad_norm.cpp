@@ -1,5 +1,5 @@
 // Global-norm gradient clipping: per-tensor sums of squares on the gradients' backend,
-// combined in double on the host.
+// combined in double on the host, or on the device by clip_grad_norm_on_device.
 #include "optim/clip_grad_norm.h"
 
 #include <cmath>
@@ -17,9 +17,9 @@ struct DeviceGrads {
   std::vector<Tensor> grads;
 };
 
-}  // namespace
-
-double clip_grad_norm(const std::vector<Parameter>& params, double max_norm, ClipOptions options) {
+// The gradients of `params` by device, after clip_grad_norm's checks.
+std::vector<DeviceGrads> grads_by_device(const std::vector<Parameter>& params, double max_norm,
+                                         ClipOptions options) {
   MIXPREC_CHECK(std::isfinite(max_norm) && max_norm > 0.0,
                 "clip_grad_norm: max_norm must be finite and positive, got ", max_norm);
   std::vector<DeviceGrads> groups;
@@ -39,13 +39,22 @@ double clip_grad_norm(const std::vector<Parameter>& params, double max_norm, Cli
     if (group == nullptr) group = &groups.emplace_back(DeviceGrads{grad.device(), {}});
     group->grads.push_back(grad);
   }
+  return groups;
+}
 
+Tensor squared_sums(DeviceGrads& group) {
+  Tensor sums = Tensor::empty({static_cast<int64_t>(group.grads.size())}, DType::F32, group.device);
+  backend_for(group.device).squared_norms(group.grads, sums);
+  return sums;
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<Parameter>& params, double max_norm, ClipOptions options) {
+  std::vector<DeviceGrads> groups = grads_by_device(params, max_norm, options);
   double total = 0.0;
   for (DeviceGrads& group : groups) {
-    Tensor sums =
-        Tensor::empty({static_cast<int64_t>(group.grads.size())}, DType::F32, group.device);
-    backend_for(group.device).squared_norms(group.grads, sums);
-    for (float s : sums.to_float_vector()) total += static_cast<double>(s);
+    for (float s : squared_sums(group).to_float_vector()) total += static_cast<double>(s);
   }
   const double norm = std::sqrt(total);
   if (!std::isfinite(norm)) {
@@ -54,7 +63,7 @@ double clip_grad_norm(const std::vector<Parameter>& params, double max_norm, Cli
                   "to find the op)");
     return norm;
   }
-  const double coef = max_norm / (norm + 1e-6);
+  const double coef = clip_coefficient(norm, max_norm);
   if (coef < 1.0) {
     for (DeviceGrads& group : groups) {
       Backend& backend = backend_for(group.device);
@@ -65,6 +74,21 @@ double clip_grad_norm(const std::vector<Parameter>& params, double max_norm, Cli
       }
     }
   }
+  return norm;
+}
+
+Tensor clip_grad_norm_on_device(const std::vector<Parameter>& params, double max_norm,
+                                ClipOptions options) {
+  MIXPREC_CHECK(!options.error_if_nonfinite, "clip_grad_norm_on_device: error_if_nonfinite "
+                "needs the norm on the host; use clip_grad_norm");
+  std::vector<DeviceGrads> groups = grads_by_device(params, max_norm, options);
+  MIXPREC_CHECK(!groups.empty(), "clip_grad_norm_on_device: no parameter has a gradient");
+  MIXPREC_CHECK(groups.size() == 1, "clip_grad_norm_on_device: the gradients must be on one "
+                "device, found them on ", groups.size(), " devices");
+  DeviceGrads& group = groups.front();
+  Tensor norm = Tensor::empty({1}, DType::F32, group.device);
+  backend_for(group.device).clip_by_total_norm(group.grads, squared_sums(group), max_norm, norm);
+  for (Tensor& g : group.grads) g.mark_modified();
   return norm;
 }
 

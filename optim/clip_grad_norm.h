@@ -25,4 +25,12 @@ struct ClipOptions {
 double clip_grad_norm(const std::vector<Parameter>& params, double max_norm,
                       ClipOptions options = {});
 
+// clip_grad_norm without a host read (Backend::clip_by_total_norm): the same norm and the
+// same rescale, bit for bit, decided on the gradients' device. Returns the norm as an F32
+// [1] tensor there, to be read when it is logged. Needs every gradient on one device (throws
+// otherwise, and for no gradient at all); error_if_nonfinite is not available (it would need
+// the read); the other checks are clip_grad_norm's.
+Tensor clip_grad_norm_on_device(const std::vector<Parameter>& params, double max_norm,
+                                ClipOptions options = {});
+
 }  // namespace mixprec

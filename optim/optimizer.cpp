@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "core/backend.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -45,10 +46,17 @@ Optimizer::Optimizer(std::vector<Parameter> params, std::string name)
   }
 }
 
-void Optimizer::step() {
+void Optimizer::check_gradients(bool every_trainable_has_one) const {
   // Every check runs before the first update, so a misuse leaves all parameters untouched.
   for (const Parameter& p : params_) {
-    if (!p.requires_grad() || !p.grad().defined()) continue;
+    if (!p.requires_grad()) continue;
+    if (!p.grad().defined()) {
+      MIXPREC_CHECK(!every_trainable_has_one, "optimizer '", name_, "': parameter '", p.name(),
+                    "' has no gradient, but a deferred step updates every trainable parameter "
+                    "(their step counts advance together on the device); freeze it "
+                    "(requires_grad false) or take regular steps");
+      continue;
+    }
     const double scale = p.working().grad_scale();
     MIXPREC_CHECK(scale == 1.0, "optimizer '", name_, "': the gradient of '", p.name(),
                   "' still carries a loss scale of ", scale, "; call scaler.step(optimizer) "
@@ -61,6 +69,17 @@ void Optimizer::step() {
                   " but the optimizer needs an F32 gradient shaped like its master ",
                   describe(master));
   }
+}
+
+void Optimizer::require_no_deferred(const char* call) const {
+  MIXPREC_CHECK(deferred_pending_ == 0, "optimizer '", name_, "': ", call, " with ",
+                deferred_pending_, " deferred step(s) not yet resolved; resolve them first "
+                "(DeferredSteps::resolve)");
+}
+
+void Optimizer::step() {
+  require_no_deferred("step()");
+  check_gradients(false);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = params_[i];
     if (!p.requires_grad()) continue;
@@ -69,6 +88,47 @@ void Optimizer::step() {
     update(i, p, grad);
   }
   ++steps_taken_;
+}
+
+void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken) {
+  MIXPREC_CHECK(deferred_pending_ < kMaxDeferredSteps, "optimizer '", name_, "': ",
+                deferred_pending_, " deferred steps are pending, as many as a deferred step "
+                "can count; resolve them first");
+  MIXPREC_CHECK(static_cast<int64_t>(lr_by_taken.size()) == deferred_pending_ + 1, "optimizer '",
+                name_, "': a deferred step needs ", deferred_pending_ + 1, " learning rates (one "
+                "per possible count of taken pending steps), got ", lr_by_taken.size());
+  for (double lr : lr_by_taken)
+    MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
+                  "optimizer '", name_, "': a deferred learning rate must be finite, "
+                  "non-negative and within FP32's range, got ", lr);
+  const Device device = params_.front().device();
+  MIXPREC_CHECK(found_inf.defined() && found_inf.dtype() == DType::F32 &&
+                    found_inf.numel() == 1 && found_inf.device() == device,
+                "optimizer '", name_, "': found_inf must be an F32 [1] tensor on ", device,
+                ", got ", found_inf.defined() ? describe(found_inf) : "undefined");
+  check_gradients(true);
+  if (!taken_on_device_.defined()) taken_on_device_ = Tensor::zeros({1}, DType::I32, device);
+  const DeferredUpdate deferred{found_inf, taken_on_device_, lr_by_taken};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Parameter& p = params_[i];
+    if (p.requires_grad()) update_deferred(i, p, p.grad(), deferred);
+  }
+  // Queued after every update above, which read the count before it moves.
+  backend_for(device).count_taken_step(found_inf, taken_on_device_);
+  taken_on_device_.mark_modified();
+  ++deferred_pending_;
+}
+
+void Optimizer::resolve_deferred(int64_t taken) {
+  MIXPREC_CHECK(taken >= 0 && taken <= deferred_pending_, "optimizer '", name_,
+                "': resolve_deferred(", taken, ") with ", deferred_pending_,
+                " deferred step(s) pending");
+  if (deferred_pending_ == 0) return;
+  resolve_deferred_state(taken);
+  steps_taken_ += taken;
+  deferred_pending_ = 0;
+  backend_for(taken_on_device_.device()).fill(taken_on_device_, 0.0);
+  taken_on_device_.mark_modified();
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -84,6 +144,7 @@ void Optimizer::set_lr(double lr) {
 }
 
 OptimizerState Optimizer::state_dict() const {
+  require_no_deferred("state_dict()");
   OptimizerState state;
   nlohmann::json names = nlohmann::json::array();
   for (const Parameter& p : params_) names.push_back(p.name());
@@ -102,6 +163,7 @@ OptimizerState Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
+  require_no_deferred("load_state_dict()");
   const nlohmann::json& s = state.scalars;
   MIXPREC_CHECK(s.is_object(), "optimizer '", name_, "': the optimizer state's scalars must be "
                 "a JSON object, got ", s.type_name());

@@ -14,6 +14,15 @@
 
 namespace mixprec {
 
+// What an optimizer needs to queue a deferred update (step_deferred): the device flag that
+// cancels it, the device count j of earlier unresolved steps that were taken, and the
+// learning rate for each possible j.
+struct DeferredUpdate {
+  Tensor found_inf;             // F32 [1]
+  Tensor taken;                 // I32 [1]
+  std::vector<double> lr_by_taken;  // deferred_pending() + 1 rates
+};
+
 // What a checkpoint keeps of an optimizer: JSON scalars and named F32 tensors (moment buffers,
 // keyed "<buffer>.<parameter index>", e.g. "exp_avg.3"). The checkpoint code stores the
 // tensors bit-exactly, so a resumed run continues with the same bits.
@@ -38,9 +47,25 @@ class Optimizer {
   // still-scaled gradients: GradScaler::step does the unscale and the skip). Parameters that
   // are frozen or have no gradient are left alone. Counts one step taken.
   void step();
-  // Updates actually applied; LR schedules read this, so a step that GradScaler skipped
+  // Updates actually applied (resolved ones, for deferred steps); LR schedules read this, so a step that GradScaler skipped
   // does not advance them.
   int64_t steps_taken() const { return steps_taken_; }
+
+  // ---- deferred steps: skipped or not, decided on the device (amp/deferred_steps.h) ----
+  // Queues one update of every trainable parameter that the device flag found_inf (F32 [1],
+  // on the parameters' device) cancels when non-zero; the host does not wait to learn which.
+  // An update uses lr_by_taken[j], where j counts the earlier unresolved deferred steps that
+  // were taken, so lr_by_taken holds deferred_pending() + 1 rates (lr_by_taken[0] is
+  // normally lr()). steps_taken() does not count a deferred step until resolve_deferred().
+  // Throws, changing nothing, where step() throws, when a trainable parameter has no
+  // gradient (their step counts advance together, so each needs one), when a regular
+  // step() is mixed in, and when kMaxDeferredSteps steps are already pending.
+  void step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken);
+  int64_t deferred_pending() const { return deferred_pending_; }
+  // The host has read that `taken` (0 ..= deferred_pending()) of the pending steps were
+  // applied: counts them as steps taken, settles the concrete optimizer's state (buffers
+  // started by steps that were all skipped are dropped) and restarts the device count.
+  void resolve_deferred(int64_t taken);
 
   // Drops every gradient (set_to_none) or zero-fills it.
   void zero_grad(bool set_to_none = true);
@@ -71,6 +96,12 @@ class Optimizer {
   virtual void load_state(const OptimizerState& state) = 0;
   // The update of one parameter that has a gradient; `index` is its position in params().
   virtual void update(size_t index, const Parameter& param, const Tensor& grad) = 0;
+  // The deferred form of update(): queued for every trainable parameter by step_deferred.
+  virtual void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
+                               const DeferredUpdate& deferred) = 0;
+  // Called by resolve_deferred with how many of the pending steps were taken (every
+  // trainable parameter was updated by each of those).
+  virtual void resolve_deferred_state(int64_t taken) = 0;
   void set_initial_lr(double lr) { set_lr(lr); }
 
   // Helpers for load_state. The tensor stored as "<buffer>.<index>", or null.
@@ -87,6 +118,11 @@ class Optimizer {
   std::string name_;
   double lr_ = 0.0;
   int64_t steps_taken_ = 0;
+  int64_t deferred_pending_ = 0;
+  Tensor taken_on_device_;  // I32 [1], created by the first deferred step
+  // step()'s checks of every gradient that the update will read.
+  void check_gradients(bool every_trainable_has_one) const;
+  void require_no_deferred(const char* call) const;
 };
 
 }  // namespace mixprec

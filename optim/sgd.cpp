@@ -33,16 +33,21 @@ SGD::SGD(std::vector<Parameter> params, SgdOptions options, std::string name)
                 "got momentum ", options_.momentum, " and dampening ", options_.dampening);
   set_initial_lr(options_.lr);
   momentum_.resize(this->params().size());
+  momentum_unresolved_.assign(this->params().size(), false);
 }
 
-void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
+SgdHyper SGD::base_hyper(double lr) const {
   SgdHyper hyper;
-  hyper.lr = static_cast<float>(lr());
+  hyper.lr = static_cast<float>(lr);
   hyper.momentum = static_cast<float>(options_.momentum);
   hyper.dampening = static_cast<float>(options_.dampening);
   hyper.weight_decay = static_cast<float>(options_.weight_decay);
   hyper.nesterov = options_.nesterov;
+  return hyper;
+}
 
+void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
+  SgdHyper hyper = base_hyper(lr());
   Tensor master = param.master();
   // The buffer is created on the parameter's first update and kept only once that update
   // succeeded; a failed first update must not leave an uninitialised buffer behind.
@@ -58,11 +63,53 @@ void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
   backend_for(master.device())
       .sgd_step(hyper, master, grad, buffer.defined() ? &buffer : nullptr,
                 working.defined() ? &working : nullptr, nullptr);
+  keep_update(index, master, working, buffer);
+}
+
+void SGD::update_deferred(size_t index, const Parameter& param, const Tensor& grad,
+                          const DeferredUpdate& deferred) {
+  Tensor master = param.master();
+  Tensor buffer;
+  // A buffer that no applied update has written yet: only the first taken step (j == 0)
+  // starts it from the gradient.
+  bool unstarted = false;
+  if (options_.momentum != 0.0) {
+    buffer = momentum_[index];
+    unstarted = !buffer.defined() || momentum_unresolved_[index];
+    if (!buffer.defined()) {
+      buffer = Tensor::zeros(master.shape(), DType::F32, master.device());
+      momentum_unresolved_[index] = true;
+    }
+  }
+  SgdRateTable table;
+  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
+  for (int32_t j = 0; j < table.count; ++j) {
+    table.entry[j].lr = static_cast<float>(deferred.lr_by_taken[static_cast<size_t>(j)]);
+    table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
+  }
+  Tensor working;
+  if (param.working_dtype() != DType::F32) working = param.working();
+  backend_for(master.device())
+      .sgd_step_deferred(base_hyper(lr()), table, deferred.taken, master, grad,
+                         buffer.defined() ? &buffer : nullptr,
+                         working.defined() ? &working : nullptr, deferred.found_inf);
+  keep_update(index, master, working, buffer);
+}
+
+void SGD::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buffer) {
   master.mark_modified();
   if (working.defined()) working.mark_modified();
   if (buffer.defined()) {
     buffer.mark_modified();
     momentum_[index] = buffer;
+  }
+}
+
+void SGD::resolve_deferred_state(int64_t taken) {
+  for (size_t i = 0; i < momentum_.size(); ++i) {
+    // Buffers started by deferred steps that were all skipped were never written.
+    if (momentum_unresolved_[i] && taken == 0) momentum_[i] = Tensor();
+    momentum_unresolved_[i] = false;
   }
 }
 

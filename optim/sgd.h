@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "core/math/amp.h"
 #include "optim/optimizer.h"
 
 namespace mixprec {
@@ -30,6 +31,12 @@ class SGD final : public Optimizer {
 
  private:
   void update(size_t index, const Parameter& param, const Tensor& grad) override;
+  void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
+                       const DeferredUpdate& deferred) override;
+  void resolve_deferred_state(int64_t taken) override;
+  SgdHyper base_hyper(double lr) const;
+  // Marks what an update wrote and keeps the buffer.
+  void keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buffer);
   // The momentum buffers as "momentum.<index>" (those defined); no scalars beyond the base's.
   // Loading buffers into an SGD without momentum throws (they would be ignored); a parameter
   // without a stored buffer starts its momentum afresh on its next update, as in torch.
@@ -37,6 +44,8 @@ class SGD final : public Optimizer {
   void load_state(const OptimizerState& state) override;
   SgdOptions options_;
   std::vector<Tensor> momentum_;
+  // True for a buffer that deferred steps started and no resolve has confirmed yet.
+  std::vector<bool> momentum_unresolved_;
 };
 
 }  // namespace mixprec

@@ -430,7 +430,7 @@ class ConfigReader : KeyReader {
   void read_train(const YAML::Node& map, const std::string& path, TrainLoopConfig& train) const {
     check_keys(map, path,
                {"epochs", "steps", "batch_size", "accumulation_steps", "clip_grad_norm", "seed",
-                "eval_every", "log_every", "max_consecutive_skips"},
+                "eval_every", "log_every", "max_consecutive_skips", "host_reads"},
                {{{"num_epochs", "epochs"},
                  {"max_steps", "steps"},
                  {"max_iters", "steps"},
@@ -466,6 +466,7 @@ class ConfigReader : KeyReader {
     read_int(map, path, "log_every", train.log_every, IntRange::between(1, kMaxCount));
     read_int(map, path, "max_consecutive_skips", train.max_consecutive_skips,
              IntRange::between(0, kMaxCount));
+    read_choice(map, path, "host_reads", train.host_reads, {"auto", "per_step", "at_log"});
   }
 
   void read_checkpoint(const YAML::Node& map, const std::string& path,

@@ -176,6 +176,7 @@ std::string to_yaml(const TrainConfig& config) {
   emit(out, "eval_every", train.eval_every);
   emit(out, "log_every", train.log_every);
   emit(out, "max_consecutive_skips", train.max_consecutive_skips);
+  emit(out, "host_reads", train.host_reads);
   out << YAML::EndMap;
 
   const CheckpointConfig& checkpoint = config.checkpoint;

@@ -45,6 +45,12 @@ int64_t first_nonfinite(const Tensor& inputs, double& value) {
   return bad - values.begin();
 }
 
+// first_nonfinite of a batch's inputs; -1 for integer inputs (token ids), which are not checked.
+int64_t first_nonfinite_input(const Batch& batch, double& value) {
+  if (!is_floating(batch.inputs.dtype())) return -1;
+  return first_nonfinite(batch.inputs, value);
+}
+
 }  // namespace
 
 NonfiniteGuard::NonfiniteGuard(const TrainConfig& config, const std::vector<Parameter>& params,
@@ -95,6 +101,15 @@ double NonfiniteGuard::injected_value() const {
                                              : std::numeric_limits<double>::infinity();
 }
 
+bool NonfiniteGuard::input_is_bad(int64_t step, const std::vector<Batch>& batches) const {
+  if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty())
+    return true;
+  double value = 0.0;
+  for (const Batch& batch : batches)
+    if (first_nonfinite_input(batch, value) >= 0) return true;
+  return false;
+}
+
 std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<Batch>& batches) {
   input_skip_ = false;
   bad_batch_ = -1;
@@ -106,9 +121,8 @@ std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<B
     batches.front().inputs = inputs;
   }
   for (const Batch& batch : batches) {
-    if (!is_floating(batch.inputs.dtype())) continue;
     double value = 0.0;
-    const int64_t element = first_nonfinite(batch.inputs, value);
+    const int64_t element = first_nonfinite_input(batch, value);
     if (element < 0) continue;
     input_skip_ = true;
     bad_batch_ = batch.number;
@@ -157,6 +171,9 @@ StepTelemetry NonfiniteGuard::input_skip_telemetry(const GradScaler& scaler,
 
 bool NonfiniteGuard::finish_step(int64_t step, StepResult& result, StepTelemetry& telemetry,
                                  std::optional<double> loss) {
+  // Set again below for this step: a loop that finishes several steps after beginning them
+  // all must not carry one step's flag into the next.
+  nonfinite_loss_ = false;
   if (!result.skipped()) {
     skipped_in_a_row_ = 0;
     last_applied_step_ = step;

@@ -60,6 +60,10 @@ class NonfiniteGuard {
   // not checked.
   std::optional<StepResult> begin_step(int64_t step, std::vector<Batch>& batches);
 
+  // True when begin_step(step, batches) would skip the step for its input; changes nothing
+  // (a loop that still has steps to finish first asks before beginning this one).
+  bool input_is_bad(int64_t step, const std::vector<Batch>& batches) const;
+
   // The loss of microbatch `micro` of `step` (F32 scalar), multiplied by Inf/NaN when the
   // injection is `loss` at this step and micro == 0; otherwise `loss` itself.
   Tensor loss(int64_t step, int64_t micro, const Tensor& loss) const;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "amp/deferred_steps.h"
 #include "amp/grad_scaler.h"
 #include "apps/data/batch.h"
 #include "apps/train/session.h"
@@ -38,5 +39,13 @@ struct StepOutcome {
 StepOutcome take_optimizer_step(Session& s, Optimizer& optimizer, GradScaler& scaler,
                                 const LrSchedule& schedule, const std::vector<Batch>& batches,
                                 const StepHooks& hooks = {});
+
+// The same step with the outcome decided on the device (amp/deferred_steps.h): queues it
+// and returns its loss (as StepOutcome::loss); what happened is known after
+// deferred.resolve(), which also sets nothing on the optimizer's lr: after resolving, the
+// caller sets lr = schedule.lr_at(steps_taken()) when any step was taken.
+Tensor take_deferred_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
+                          const LrSchedule& schedule, const std::vector<Batch>& batches,
+                          const StepHooks& hooks = {});
 
 }  // namespace mixprec

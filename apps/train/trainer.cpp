@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 
+#include "amp/deferred_steps.h"
 #include "amp/grad_scaler.h"
 #include "apps/checkpoint/atomic_file.h"
 #include "apps/checkpoint/checkpoint_dir.h"
@@ -27,6 +28,7 @@
 #include "apps/train/training_setup.h"
 #include "core/autograd/grad_mode.h"
 #include "core/error.h"
+#include "core/ops/ops.h"
 
 #if MIXPREC_WITH_CUDA
 #include "cuda/register.h"
@@ -60,6 +62,32 @@ CheckpointData checkpoint_data(const Session& s, const RunPosition& position,
   data.model = s.model->state_dict();
   data.state = make_run_state(s.config, position, optimizer, scaler, *s.dropout_gen);
   return data;
+}
+
+// A step as the loop finishes it: its number, wall time, the learning rate after it and the
+// data position after it.
+struct UnresolvedStep {
+  int64_t step = 0;
+  double seconds = 0.0;
+  double lr_after = 0.0;
+  int64_t next_batch = 0;
+};
+
+// train.host_reads: "auto" reads at log steps on a GPU, where each read waits for the device.
+bool reads_at_log_steps(const TrainConfig& config, Device device) {
+  if (config.train.host_reads == "auto") return !device.is_cpu();
+  return config.train.host_reads == "at_log";
+}
+
+// The values of scalar tensors on one device, in one read.
+std::vector<double> read_scalars(const std::vector<Tensor>& scalars) {
+  if (scalars.empty()) return {};
+  NoGradGuard no_grad;
+  std::vector<Tensor> flat;
+  for (const Tensor& t : scalars) flat.push_back(ops::reshape(t.to(DType::F32), {1}));
+  const std::vector<float> values =
+      (flat.size() == 1 ? flat.front() : ops::concat(flat, 0)).to_float_vector();
+  return {values.begin(), values.end()};
 }
 
 nlohmann::json eval_record(int64_t step, const EvalResult& eval, bool classification) {
@@ -188,62 +216,41 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   bool evaluated = false;
   const int64_t samples_per_step = batch_size * accumulation;
   const DType working = s.precision.working_dtype();
+  // train.host_reads: with deferred steps the outcome of each step stays on the device
+  // until a log, eval or checkpoint step reads all of them at once.
+  std::optional<DeferredSteps> deferred;
+  if (reads_at_log_steps(config, s.device)) deferred.emplace(scaler, *optimizer);
+  std::vector<UnresolvedStep> unresolved;
 
-  while (position.step < total_steps) {
-    const Clock::time_point start = Clock::now();
-    const int64_t step = position.step + 1;
-    // Every microbatch of the step is checked on the host before any reaches the model, so a
-    // bad one skips the step without a forward pass; the data position advances either way.
-    std::vector<Batch> step_batches;
-    for (int64_t micro = 0; micro < accumulation; ++micro) step_batches.push_back(batches.next());
-    position.next_batch += accumulation;
-    const std::optional<StepResult> bad_input = guard.begin_step(step, step_batches);
-    StepResult result;
-    StepTelemetry telemetry;
-    if (bad_input) {
-      result = *bad_input;
-      telemetry = guard.input_skip_telemetry(scaler, result);
-    } else {
-      StepHooks hooks;
-      hooks.loss = [&](int64_t micro, const Tensor& loss) { return guard.loss(step, micro, loss); };
-      hooks.gradients = [&] { guard.gradients(step); };
-      StepOutcome outcome =
-          take_optimizer_step(s, *optimizer, scaler, *schedule, step_batches, hooks);
-      pending_losses.push_back(outcome.loss);
-      result = outcome.result;
-      telemetry = outcome.telemetry;
-    }
-    // Inputs that skip the step leave the learning rate where it is, as a skipped step does.
-    position.step = step;
+  const auto is_log_step = [&](int64_t step) {
+    return step % config.train.log_every == 0 || step == total_steps || step == 1;
+  };
+  // Reads the pending losses in one go (one wait for the device) into the statistics.
+  const auto read_pending_losses = [&] {
+    const std::vector<double> values = read_scalars(pending_losses);
+    pending_losses.clear();
+    for (double value : values) stats.record_loss(value);
+    return values;
+  };
+  // Everything the loop does with a step whose outcome is known: the skip count, the stop
+  // check, the step event, the metrics record and the progress line. `loss_read`: step_loss
+  // is this step's loss. Returns true when the run must stop.
+  const auto finish_step = [&](const UnresolvedStep& done, StepResult& result,
+                               StepTelemetry& telemetry, bool loss_read, bool bad_input) {
+    const int64_t step = done.step;
     if (result.skipped()) ++position.skipped_steps;
-    const bool log_step = step % config.train.log_every == 0 || step == total_steps ||
-                          result.skipped() || step == 1;
-    // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
-    // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
-    // before the clock stops, so device work still queued is timed in the step that waits
-    // for it rather than in none.
-    bool loss_read = false;
-    if (log_step || (progress.bar() && s.device.is_cpu())) {
-      loss_read = true;
-      for (const Tensor& loss : pending_losses) {
-        step_loss = loss.item();
-        stats.record_loss(step_loss);
-      }
-      pending_losses.clear();
-      loss_step = step;
-    }
-    // Skipped steps are log steps, so a skipped step's own loss has just been read.
+    const bool log_step = is_log_step(step) || result.skipped();
+    // Skipped steps are log steps, so a skipped step's own loss has been read.
     const bool stop_run = guard.finish_step(
         step, result, telemetry,
         loss_read && !bad_input ? std::optional<double>(step_loss) : std::nullopt);
-    const double seconds = seconds_since(start);
-    position.train_seconds += seconds;
-    stats.record_time(seconds);
+    position.train_seconds += done.seconds;
+    stats.record_time(done.seconds);
 
     if (options.on_step) {
       StepEvent event;
       event.step = step;
-      event.seconds = seconds;
+      event.seconds = done.seconds;
       event.train_seconds = position.train_seconds;
       event.scale = telemetry.scale;
       event.next_scale = telemetry.next_scale;
@@ -264,10 +271,10 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
                                                 : nlohmann::json(std::to_string(step_loss));
       const std::optional<double> window_loss = stats.take_window_loss();
       record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
-      record["lr"] = optimizer->lr();
-      record["step_ms"] = seconds * 1000.0;
+      record["lr"] = done.lr_after;
+      record["step_ms"] = done.seconds * 1000.0;
       record["elapsed_s"] = position.train_seconds;
-      record["epoch"] = (position.next_batch - 1) / s.data->batches_per_epoch();
+      record["epoch"] = (done.next_batch - 1) / s.data->batches_per_epoch();
       record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
       if (!s.device.is_cpu()) {
         const uint64_t syncs = device_host_syncs(s.device);
@@ -288,24 +295,129 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       line.loss = step_loss;
       line.loss_step = loss_step;
       line.scale = telemetry.next_scale;
-      line.lr = optimizer->lr();
+      line.lr = done.lr_after;
       line.throughput = throughput;
       line.unit = classification ? "samples/s" : "tokens/s";
       line.eta_s = step_time * static_cast<double>(total_steps - step);
       line.skipped = result.skipped();
       progress.step(line);
     }
-    if (stop_run) {
-      // The skipped steps left the weights as they were: this checkpoint holds the last good
-      // ones (and the data position after the skips).
-      progress.finish();
-      const std::string saved = save_checkpoint(
-          checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
-          config.checkpoint.keep);
-      guard.stop(step, scaler, saved, metrics);  // writes the "stopped" record, throws
+    return stop_run;
+  };
+  // Saves the last applied weights (with the data position after the skips) and throws
+  // TrainingStopped.
+  const auto stop_at = [&](int64_t step) {
+    progress.finish();
+    const std::string saved = save_checkpoint(
+        checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+        config.checkpoint.keep);
+    guard.stop(step, scaler, saved, metrics);  // writes the "stopped" record, throws
+  };
+  // Reads what the deferred steps did (losses, flags, clip norms: a wait or three for all of
+  // them), finishes them in step order and stops the run if the last one ends a run of
+  // max_consecutive_skips skips. The host ran ahead of the device, so a step's own wall time
+  // says little; each is timed as an equal share of the window from the first one's start to
+  // the end of the wait.
+  Clock::time_point window_start;
+  const auto resolve_deferred = [&] {
+    if (unresolved.empty()) return;
+    // Recorded one by one below, so that each step's train_loss window holds only the
+    // losses up to it.
+    const std::vector<double> losses = read_scalars(pending_losses);
+    pending_losses.clear();
+    std::vector<ResolvedStep> resolved = deferred->resolve();
+    MIXPREC_CHECK(resolved.size() == unresolved.size() && losses.size() == resolved.size(),
+                  "internal: ", resolved.size(), " deferred steps resolved for ",
+                  unresolved.size(), " taken");
+    const double share = seconds_since(window_start) / static_cast<double>(unresolved.size());
+    for (UnresolvedStep& step : unresolved) step.seconds = share;
+    // The regular loop moves the rate after each taken step: each step's record shows the
+    // rate after it, as the schedule gives it for the steps taken by then.
+    int64_t taken = 0;
+    for (const ResolvedStep& r : resolved) taken += r.result.stepped() ? 1 : 0;
+    const int64_t taken_before = optimizer->steps_taken() - taken;
+    const double lr_before = optimizer->lr();
+    if (taken > 0) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
+    bool stop = false;
+    int64_t taken_so_far = 0;
+    for (size_t i = 0; i < resolved.size(); ++i) {
+      taken_so_far += resolved[i].result.stepped() ? 1 : 0;
+      unresolved[i].lr_after =
+          taken_so_far > 0 ? schedule->lr_at(taken_before + taken_so_far) : lr_before;
+      step_loss = losses[i];
+      loss_step = unresolved[i].step;
+      stats.record_loss(step_loss);
+      stop = finish_step(unresolved[i], resolved[i].result, resolved[i].telemetry, true, false);
     }
+    const int64_t last = unresolved.back().step;
+    unresolved.clear();
+    if (stop) stop_at(last);
+  };
+
+  while (position.step < total_steps) {
+    const Clock::time_point start = Clock::now();
+    const int64_t step = position.step + 1;
+    // Every microbatch of the step is checked on the host before any reaches the model, so a
+    // bad one skips the step without a forward pass; the data position advances either way.
+    std::vector<Batch> step_batches;
+    for (int64_t micro = 0; micro < accumulation; ++micro) step_batches.push_back(batches.next());
+    // Deferred steps are finished before a step skipped for its input, in step order.
+    if (deferred && guard.input_is_bad(step, step_batches)) resolve_deferred();
+    position.next_batch += accumulation;
+    position.step = step;
+    const std::optional<StepResult> bad_input = guard.begin_step(step, step_batches);
     const bool last = step == total_steps;
-    if ((config.train.eval_every > 0 && step % config.train.eval_every == 0) || last) {
+    const bool eval_step =
+        (config.train.eval_every > 0 && step % config.train.eval_every == 0) || last;
+    const bool save_step =
+        (config.checkpoint.every > 0 && step % config.checkpoint.every == 0) || last;
+    UnresolvedStep current{step, 0.0, optimizer->lr(), position.next_batch};
+    StepHooks hooks;
+    hooks.loss = [&](int64_t micro, const Tensor& loss) { return guard.loss(step, micro, loss); };
+    hooks.gradients = [&] { guard.gradients(step); };
+    if (deferred && !bad_input) {
+      if (unresolved.empty()) window_start = start;
+      pending_losses.push_back(
+          take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));
+      unresolved.push_back(current);
+      // The host reads only where it must: log, eval and checkpoint steps, an interrupt
+      // (which saves), a full table of pending steps, and every step while steps are being
+      // skipped, so that train.max_consecutive_skips stops the run where per_step would.
+      if (is_log_step(step) || eval_step || save_step || interrupt_signal() != 0 ||
+          deferred->full() || guard.skipped_in_a_row() > 0)
+        resolve_deferred();
+    } else {
+      StepResult result;
+      StepTelemetry telemetry;
+      if (bad_input) {
+        result = *bad_input;
+        telemetry = guard.input_skip_telemetry(scaler, result);
+      } else {
+        StepOutcome outcome =
+            take_optimizer_step(s, *optimizer, scaler, *schedule, step_batches, hooks);
+        pending_losses.push_back(outcome.loss);
+        result = outcome.result;
+        telemetry = outcome.telemetry;
+      }
+      // Inputs that skip the step leave the learning rate where it is, as a skipped step does.
+      // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
+      // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
+      // before the clock stops, so device work still queued is timed in the step that waits
+      // for it rather than in none.
+      bool loss_read = false;
+      if (is_log_step(step) || result.skipped() || (progress.bar() && s.device.is_cpu())) {
+        loss_read = true;
+        const std::vector<double> values = read_pending_losses();
+        if (!values.empty()) step_loss = values.back();
+        loss_step = step;
+      }
+      current.seconds = seconds_since(start);
+      current.lr_after = optimizer->lr();
+      if (finish_step(current, result, telemetry, loss_read, bad_input.has_value()))
+        stop_at(step);
+    }
+
+    if (eval_step) {
       last_eval = evaluate(*s.model, *s.data, s.device, working);
       evaluated = true;
       metrics.write(eval_record(step, last_eval, classification));
@@ -317,7 +429,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
                         : "");
       progress.message(text);
     }
-    if ((config.checkpoint.every > 0 && step % config.checkpoint.every == 0) || last) {
+    if (save_step) {
       save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
                       config.checkpoint.keep);
       last_saved = step;
@@ -325,6 +437,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     // An interrupt stops the run here, with this step saved; one during the last step does
     // not, as the run is then complete.
     if (interrupt_signal() != 0 && !last) {
+      if (deferred) resolve_deferred();
       progress.finish();
       if (last_saved != step) {
         save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),

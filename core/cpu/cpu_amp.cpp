@@ -1,8 +1,9 @@
 // Mixed-precision primitives of the CPU backend: the fused unscale-and-check of an
 // optimizer's gradients, per-tensor sums of squares (gradient clipping), the fused SGD and
-// Adam/AdamW steps and the dynamic loss-scale update. The per-element math is
-// core/math/amp.h, shared with the CUDA backend; this file adds validation, loops and the
-// rounding on store.
+// Adam/AdamW steps, the dynamic loss-scale update, and their deferred forms (the scale, the
+// clip and the step's skip decided from tensors rather than host values). The per-element
+// math is core/math/amp.h, shared with the CUDA backend; this file adds validation, loops and
+// the rounding on store.
 //
 // Every loop is either elementwise or reduces in fixed-size blocks whose partial sums are
 // added in index order, so no result depends on the OpenMP thread count.
@@ -133,17 +134,14 @@ void adam_elements(const AdamHyper& hyper, float* __restrict w, const float* __r
   }
 }
 
+// A NaN flag counts as set (NaN != 0).
 bool flag_set(const Tensor* found_inf) {
   return found_inf != nullptr && found_inf->data_as<float>()[0] != 0.0f;
 }
 
-}  // namespace
-
-void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
-                                   Tensor& found_inf, Tensor& tensor_flags) {
-  constexpr const char* kOp = "unscale_and_check";
-  backend_checks::unscale_and_check(kCPU, grads, inv_scale, found_inf, tensor_flags);
-
+// The unscale pass of both unscale primitives, after their validation.
+void unscale_grads(const char* op, const std::vector<Tensor>& grads, double inv_scale,
+                   Tensor& found_inf, Tensor& tensor_flags) {
   // inv_scale == 1 is a pure check: no store at all, so the bits (NaN payloads included)
   // stay exactly as they were.
   const bool write = inv_scale != 1.0;
@@ -151,13 +149,64 @@ void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_
   bool any = false;
   for (size_t i = 0; i < grads.size(); ++i) {
     Tensor g = grads[i];
-    const int64_t bad = MIXPREC_DISPATCH_FLOATING(g.dtype(), kOp, [&] {
+    const int64_t bad = MIXPREC_DISPATCH_FLOATING(g.dtype(), op, [&] {
       return unscale_elements(g.data_as<scalar_t>(), g.numel(), inv_scale, write);
     });
     flags[i] = bad > 0 ? 1 : 0;
     any = any || bad > 0;
   }
   if (any) found_inf.data_as<float>()[0] = 1.0f;
+}
+
+// The update of sgd_step and sgd_step_deferred, after validation and the skip decision.
+void apply_sgd(const char* op, const SgdHyper& hyper, Tensor& master, const Tensor& grad,
+               Tensor* momentum, Tensor* working) {
+  const bool use_momentum = hyper.momentum != 0.0f;
+  const int64_t n = master.numel();
+  float* w = master.data_as<float>();
+  const float* g = grad.data_as<float>();
+  float* buf = use_momentum ? momentum->data_as<float>() : nullptr;
+  if (working == nullptr) return sgd_elements<float>(hyper, w, g, buf, nullptr, n);
+  MIXPREC_DISPATCH_FLOATING(working->dtype(), op, [&] {
+    sgd_elements(hyper, w, g, buf, working->data_as<scalar_t>(), n);
+  });
+}
+
+// The update of adam_step and adam_step_deferred, after validation and the skip decision.
+void apply_adam(const char* op, const AdamHyper& hyper, Tensor& master, const Tensor& grad,
+                Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working) {
+  const int64_t n = master.numel();
+  float* w = master.data_as<float>();
+  const float* g = grad.data_as<float>();
+  float* m = exp_avg.data_as<float>();
+  float* v = exp_avg_sq.data_as<float>();
+  if (working == nullptr) return adam_elements<float>(hyper, w, g, m, v, nullptr, n);
+  MIXPREC_DISPATCH_FLOATING(working->dtype(), op, [&] {
+    adam_elements(hyper, w, g, m, v, working->data_as<scalar_t>(), n);
+  });
+}
+
+// Through memcpy: the tensor's storage is only guaranteed the alignment of an int32.
+DynamicScaleState read_scale_state(const Tensor& state) {
+  DynamicScaleState s;
+  std::memcpy(&s, state.data(), sizeof s);
+  return s;
+}
+
+// The entry of a deferred step's table that taken[0] selects, or null when it is outside
+// [0, count) (then nothing is written).
+template <class Table>
+const auto* deferred_entry(const Table& table, const Tensor& taken) {
+  const int32_t j = taken.data_as<int32_t>()[0];
+  return j >= 0 && j < table.count ? &table.entry[j] : nullptr;
+}
+
+}  // namespace
+
+void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
+                                   Tensor& found_inf, Tensor& tensor_flags) {
+  backend_checks::unscale_and_check(kCPU, grads, inv_scale, found_inf, tensor_flags);
+  unscale_grads("unscale_and_check", grads, inv_scale, found_inf, tensor_flags);
 }
 
 void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
@@ -198,47 +247,86 @@ void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
 
 void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                           Tensor* momentum, Tensor* working, const Tensor* found_inf) {
-  constexpr const char* kOp = "sgd_step";
   backend_checks::sgd_step(kCPU, hyper, master, grad, momentum, working, found_inf);
   if (flag_set(found_inf)) return;
-
-  const bool use_momentum = hyper.momentum != 0.0f;
-  const int64_t n = master.numel();
-  float* w = master.data_as<float>();
-  const float* g = grad.data_as<float>();
-  float* buf = use_momentum ? momentum->data_as<float>() : nullptr;
-  if (working == nullptr) return sgd_elements<float>(hyper, w, g, buf, nullptr, n);
-  MIXPREC_DISPATCH_FLOATING(working->dtype(), kOp, [&] {
-    sgd_elements(hyper, w, g, buf, working->data_as<scalar_t>(), n);
-  });
+  apply_sgd("sgd_step", hyper, master, grad, momentum, working);
 }
 
 void CpuBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
                            Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
                            const Tensor* found_inf) {
-  constexpr const char* kOp = "adam_step";
   backend_checks::adam_step(kCPU, hyper, master, grad, exp_avg, exp_avg_sq, working, found_inf);
   if (flag_set(found_inf)) return;
-
-  const int64_t n = master.numel();
-  float* w = master.data_as<float>();
-  const float* g = grad.data_as<float>();
-  float* m = exp_avg.data_as<float>();
-  float* v = exp_avg_sq.data_as<float>();
-  if (working == nullptr) return adam_elements<float>(hyper, w, g, m, v, nullptr, n);
-  MIXPREC_DISPATCH_FLOATING(working->dtype(), kOp, [&] {
-    adam_elements(hyper, w, g, m, v, working->data_as<scalar_t>(), n);
-  });
+  apply_adam("adam_step", hyper, master, grad, exp_avg, exp_avg_sq, working);
 }
 
 void CpuBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                                    const Tensor& found_inf) {
   backend_checks::update_loss_scale(kCPU, rule, state, found_inf);
-  // Through memcpy: the tensor's storage is only guaranteed the alignment of an int32.
-  DynamicScaleState s;
-  std::memcpy(&s, state.data(), sizeof s);
+  DynamicScaleState s = read_scale_state(state);
   update_dynamic_scale(rule, s, flag_set(&found_inf));
   std::memcpy(state.data(), &s, sizeof s);
+}
+
+// ---- deferred steps ------------------------------------------------------------------------
+
+void CpuBackend::loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) {
+  backend_checks::loss_scale_factor(kCPU, scale_state, weight, out);
+  out.data_as<float>()[0] = static_cast<float>(read_scale_state(scale_state).scale * weight);
+}
+
+void CpuBackend::unscale_and_check_on_device(const std::vector<Tensor>& grads,
+                                             const Tensor& scale_state, Tensor& found_inf,
+                                             Tensor& tensor_flags) {
+  backend_checks::unscale_and_check_on_device(kCPU, grads, scale_state, found_inf, tensor_flags);
+  const double inv_scale = 1.0 / read_scale_state(scale_state).scale;
+  unscale_grads("unscale_and_check_on_device", grads, inv_scale, found_inf, tensor_flags);
+}
+
+void CpuBackend::clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
+                                    double max_norm, Tensor& norm_out) {
+  backend_checks::clip_by_total_norm(kCPU, grads, squared_sums, max_norm, norm_out);
+  const float* sums = squared_sums.data_as<float>();
+  double total = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) total += static_cast<double>(sums[i]);
+  const double norm = std::sqrt(total);
+  norm_out.data_as<float>()[0] = static_cast<float>(norm);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (!(coef < 1.0)) return;
+  // affine loads each block before storing it, so scaling in place is safe.
+  for (const Tensor& g : grads) {
+    Tensor inout = g;
+    affine(inout, static_cast<float>(coef), 0.0f, inout);
+  }
+}
+
+void CpuBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
+                                   const Tensor& taken, Tensor& master, const Tensor& grad,
+                                   Tensor* momentum, Tensor* working, const Tensor& found_inf) {
+  backend_checks::sgd_step_deferred(kCPU, base, table, taken, master, grad, momentum, working,
+                                    found_inf);
+  if (flag_set(&found_inf)) return;
+  const SgdStepRates* rates = deferred_entry(table, taken);
+  if (rates == nullptr) return;
+  apply_sgd("sgd_step_deferred", sgd_hyper_with(base, *rates), master, grad, momentum, working);
+}
+
+void CpuBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
+                                    const Tensor& taken, Tensor& master, const Tensor& grad,
+                                    Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
+                                    const Tensor& found_inf) {
+  backend_checks::adam_step_deferred(kCPU, base, table, taken, master, grad, exp_avg, exp_avg_sq,
+                                     working, found_inf);
+  if (flag_set(&found_inf)) return;
+  const AdamStepRates* rates = deferred_entry(table, taken);
+  if (rates == nullptr) return;
+  apply_adam("adam_step_deferred", adam_hyper_with(base, *rates), master, grad, exp_avg,
+             exp_avg_sq, working);
+}
+
+void CpuBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {
+  backend_checks::count_taken_step(kCPU, found_inf, taken);
+  if (!flag_set(&found_inf)) taken.data_as<int32_t>()[0] += 1;
 }
 
 }  // namespace mixprec

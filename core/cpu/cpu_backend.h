@@ -91,6 +91,19 @@ class CpuBackend final : public Backend {
                  Tensor& exp_avg_sq, Tensor* working, const Tensor* found_inf) override;
   void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                          const Tensor& found_inf) override;
+  // The counter and the scale state are plain host memory here, read directly.
+  void loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) override;
+  void unscale_and_check_on_device(const std::vector<Tensor>& grads, const Tensor& scale_state,
+                                   Tensor& found_inf, Tensor& tensor_flags) override;
+  void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
+                          double max_norm, Tensor& norm_out) override;
+  void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const Tensor& taken,
+                         Tensor& master, const Tensor& grad, Tensor* momentum, Tensor* working,
+                         const Tensor& found_inf) override;
+  void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const Tensor& taken,
+                          Tensor& master, const Tensor& grad, Tensor& exp_avg,
+                          Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
+  void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
 };
 
 }  // namespace mixprec

@@ -218,4 +218,66 @@ MIXPREC_HD ScaleEvent update_dynamic_scale(const DynamicScaleRule& rule, Dynamic
   return ScaleEvent::Grew;
 }
 
+// ---- deferred steps (device-resolved skips) ----------------------------------------------
+
+// A step whose skip is decided on the device: the host queues the update before it knows how
+// many of the steps still unresolved were taken, so it passes one set of per-step values for
+// every possible count j = 0, 1, ..., count - 1 and the kernel picks entry j, read from a
+// device counter of steps taken since the host last resolved. The values are computed on the
+// host exactly as for an immediate step (AdamHyper::set_step, the LR schedule), so a deferred
+// update has the same bits as the immediate one it stands for. The tables travel by value
+// with the launch (about 1.5 KiB), so nothing is copied to the device per step.
+inline constexpr int32_t kMaxDeferredSteps = 64;
+
+struct AdamStepRates {
+  float lr = 0.0f;
+  float step_size = 0.0f;
+  float bias_correction2_sqrt = 0.0f;
+  float decay_factor = 1.0f;
+  int64_t step = 0;
+};
+
+struct AdamRateTable {
+  AdamStepRates entry[kMaxDeferredSteps];
+  int32_t count = 0;  // entries in use, 1 ..= kMaxDeferredSteps
+};
+
+struct SgdStepRates {
+  float lr = 0.0f;
+  int32_t first_step = 0;  // 1: the momentum buffer starts from this update's gradient
+};
+
+struct SgdRateTable {
+  SgdStepRates entry[kMaxDeferredSteps];
+  int32_t count = 0;
+};
+
+// `base` (lr, betas, eps, weight_decay, decoupled_weight_decay) with entry `rates`'s derived
+// fields.
+MIXPREC_HD AdamHyper adam_hyper_with(const AdamHyper& base, const AdamStepRates& rates) {
+  AdamHyper hyper = base;
+  hyper.lr = rates.lr;
+  hyper.step = rates.step;
+  hyper.step_size = rates.step_size;
+  hyper.bias_correction2_sqrt = rates.bias_correction2_sqrt;
+  hyper.decay_factor = rates.decay_factor;
+  return hyper;
+}
+
+MIXPREC_HD SgdHyper sgd_hyper_with(const SgdHyper& base, const SgdStepRates& rates) {
+  SgdHyper hyper = base;
+  hyper.lr = rates.lr;
+  hyper.first_step = rates.first_step != 0;
+  return hyper;
+}
+
+// The factor that clip_grad_norm multiplies every gradient by, from the total norm in double:
+// max_norm / (norm + 1e-6) when that is below 1, else 1 (no clipping); 1 as well when the
+// norm is not finite (the step is skipped by the Inf/NaN check instead).
+MIXPREC_HD double clip_coefficient(double norm, double max_norm) {
+  if (!isfinite(norm)) return 1.0;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
 }  // namespace mixprec

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/math/elementwise.h"
 #include "cuda/kernels/amp_table.h"
 #include "cuda/kernels/common.cuh"
 
@@ -51,11 +52,27 @@ __device__ bool unscale_span(T* p, int64_t len, double inv_scale, bool write) {
   return bad;
 }
 
+// The scale of a DynamicScaleState kept as I32 words (update_loss_scale's state tensor): its
+// first 8 bytes, copied through memcpy because the tensor guarantees only 4-byte alignment
+// and the double needs 8.
+__device__ __forceinline__ double state_scale(const int32_t* state) {
+  static_assert(offsetof(DynamicScaleState, scale) == 0);
+  double scale;
+  memcpy(&scale, state, sizeof scale);
+  return scale;
+}
+
+// scale_state (null: use inv_scale and write as given): inv_scale = 1 / S in double, and a
+// pure check when that is 1, as the host-scale call decides on the host.
 __global__ void __launch_bounds__(kThreads) unscale_kernel(const TableEntry* entries,
                                                           const TableChunk* chunks,
                                                           int64_t num_chunks, double inv_scale,
-                                                          bool write, float* found_inf,
-                                                          int32_t* flags) {
+                                                          bool write, const int32_t* scale_state,
+                                                          float* found_inf, int32_t* flags) {
+  if (scale_state != nullptr) {
+    inv_scale = 1.0 / state_scale(scale_state);
+    write = inv_scale != 1.0;
+  }
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const TableChunk chunk = chunks[c];
     const TableEntry e = entries[chunk.tensor];
@@ -147,6 +164,50 @@ __global__ void __launch_bounds__(kThreads) tensor_norms_kernel(const TableEntry
   }
 }
 
+// ---- clipping by the total norm -----------------------------------------------------------------
+
+// One thread: the sums in double in index order (the CPU backend's order), the norm and the
+// coefficient, which stays on the device for the scale pass.
+__global__ void total_norm_kernel(const float* squared_sums, int64_t count, double max_norm,
+                                  float* norm_out, double* coef) {
+  double total = 0.0;
+  for (int64_t i = 0; i < count; ++i) total += static_cast<double>(squared_sums[i]);
+  const double norm = sqrt(total);
+  *norm_out = static_cast<float>(norm);
+  *coef = clip_coefficient(norm, max_norm);
+}
+
+// Every F32 element g becomes affine_value(g, float(coef), 0) when coef < 1; otherwise the
+// kernel returns before loading anything.
+__global__ void __launch_bounds__(kThreads) clip_scale_kernel(const TableEntry* entries,
+                                                             const TableChunk* chunks,
+                                                             int64_t num_chunks,
+                                                             const double* coef) {
+  const double c = *coef;
+  if (!(c < 1.0)) return;
+  const float alpha = static_cast<float>(c);
+  for (int64_t k = blockIdx.x; k < num_chunks; k += gridDim.x) {
+    const TableChunk chunk = chunks[k];
+    const TableEntry e = entries[chunk.tensor];
+    float* p = static_cast<float*>(e.data) + chunk.begin;
+    const int64_t len = chunk_length(e, chunk);
+    int64_t i = threadIdx.x;
+    if (aligned_to(p, 16)) {
+      constexpr int V = kVec<float>;
+      using P = Pack<float, V>;
+      const int64_t packs = len / V;
+      for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
+        P v = reinterpret_cast<P*>(p)[q];
+#pragma unroll
+        for (int j = 0; j < V; ++j) v.v[j] = affine_value(v.v[j], alpha, 0.0f);
+        reinterpret_cast<P*>(p)[q] = v;
+      }
+      i = packs * V + threadIdx.x;
+    }
+    for (; i < len; i += kThreads) p[i] = affine_value(p[i], alpha, 0.0f);
+  }
+}
+
 // ---- SGD ---------------------------------------------------------------------------------------
 
 // Stands for "no working copy" in the kernel's template argument.
@@ -176,6 +237,10 @@ struct SgdElements {
     }
     if (momentum != nullptr) *reinterpret_cast<Pack<float, V>*>(momentum + i0) = b;
   }
+  // A deferred step: the table entry's values on top of `hyper`, the base.
+  __device__ __forceinline__ void use(const SgdStepRates& rates) {
+    hyper = sgd_hyper_with(hyper, rates);
+  }
   bool state_aligned() const { return momentum == nullptr || aligned_to(momentum, 16); }
 };
 
@@ -193,17 +258,31 @@ struct AdamElements {
     *reinterpret_cast<Pack<float, V>*>(exp_avg + i0) = m;
     *reinterpret_cast<Pack<float, V>*>(exp_avg_sq + i0) = v;
   }
+  __device__ __forceinline__ void use(const AdamStepRates& rates) {
+    hyper = adam_hyper_with(hyper, rates);
+  }
   bool state_aligned() const { return aligned_to(exp_avg, 16) && aligned_to(exp_avg_sq, 16); }
 };
 
+// Stands for "an immediate step": the Step's hyper is used as it is.
+struct NoTable {};
+
 // One fused optimizer step: V elements per iteration (packs of V floats, and V working
 // elements), the rest one by one. The flag is read before anything is loaded, so a skipped
-// step costs one load per thread.
-template <class Step, class W, int V>
-__global__ void __launch_bounds__(kThreads) fused_step_kernel(Step step, float* master,
+// step costs one load per thread. A deferred step (Table a rate table, passed by value with
+// the launch) then reads j = *taken and takes entry j's values, or returns when j is outside
+// [0, table.count): nothing crosses from the host but the launch's own arguments.
+template <class Step, class Table, class W, int V>
+__global__ void __launch_bounds__(kThreads) fused_step_kernel(Step step, Table table,
+                                                             const int32_t* taken, float* master,
                                                              const float* grad, W* working,
                                                              int64_t n, const float* found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
+  if constexpr (!std::is_same_v<Table, NoTable>) {
+    const int32_t j = *taken;
+    if (j < 0 || j >= table.count) return;
+    step.use(table.entry[j]);
+  }
   using PF = Pack<float, V>;
   const int64_t packs = n / V;
   const int64_t stride = thread_stride();
@@ -230,18 +309,20 @@ __global__ void __launch_bounds__(kThreads) fused_step_kernel(Step step, float* 
   }
 }
 
-template <class Step, class W>
-void launch_fused_step(const Step& step, float* master, const float* grad, W* working, int64_t n,
-                       const float* found_inf, cudaStream_t stream) {
+template <class Step, class Table, class W>
+void launch_fused_step(const Step& step, const Table& table, const int32_t* taken, float* master,
+                       const float* grad, W* working, int64_t n, const float* found_inf,
+                       cudaStream_t stream) {
   constexpr int V = 4;
   bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && step.state_aligned();
   if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
   if (vector) {
-    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream, fused_step_kernel<Step, W, V>)(step,
-        master, grad, working, n, found_inf);
+    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream,
+                   fused_step_kernel<Step, Table, W, V>)(step, table, taken, master, grad,
+                                                         working, n, found_inf);
   } else {
-    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, fused_step_kernel<Step, W, 1>)(step, master, grad,
-        working, n, found_inf);
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, fused_step_kernel<Step, Table, W, 1>)(step,
+        table, taken, master, grad, working, n, found_inf);
   }
   CUDA_CHECK_LAST();
 }
@@ -256,6 +337,15 @@ __global__ void update_scale_kernel(DynamicScaleRule rule, int32_t* state,
   memcpy(&s, state, sizeof s);
   update_dynamic_scale(rule, s, *found_inf != 0.0f);
   memcpy(state, &s, sizeof s);
+}
+
+__global__ void loss_scale_factor_kernel(const int32_t* state, double weight, float* out) {
+  *out = static_cast<float>(state_scale(state) * weight);
+}
+
+// A NaN flag is not 0, so it leaves the count, as any non-zero flag does.
+__global__ void count_taken_step_kernel(const float* found_inf, int32_t* taken) {
+  if (*found_inf == 0.0f) *taken += 1;
 }
 
 const TableEntry* table_entries(const void* device_table) {
@@ -273,15 +363,31 @@ unsigned chunk_grid(int64_t chunks) {
 
 }  // namespace
 
-void unscale_and_check(const MultiTensorTable& table, const void* device_table, double inv_scale,
-                       bool write, float* found_inf, int32_t* flags, cudaStream_t stream) {
+namespace {
+
+void launch_unscale(const MultiTensorTable& table, const void* device_table, double inv_scale,
+                    bool write, const int32_t* scale_state, float* found_inf, int32_t* flags,
+                    cudaStream_t stream) {
   if (table.tensors == 0) return;
   CUDA_CHECK(cudaMemsetAsync(flags, 0, static_cast<size_t>(table.tensors) * sizeof(int32_t), stream));
   if (table.chunks == 0) return;
   MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, unscale_kernel)(
       table_entries(device_table), table_chunks(table, device_table), table.chunks, inv_scale,
-      write, found_inf, flags);
+      write, scale_state, found_inf, flags);
   CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+void unscale_and_check(const MultiTensorTable& table, const void* device_table, double inv_scale,
+                       bool write, float* found_inf, int32_t* flags, cudaStream_t stream) {
+  launch_unscale(table, device_table, inv_scale, write, nullptr, found_inf, flags, stream);
+}
+
+void unscale_and_check_on_device(const MultiTensorTable& table, const void* device_table,
+                                 const int32_t* scale_state, float* found_inf, int32_t* flags,
+                                 cudaStream_t stream) {
+  launch_unscale(table, device_table, 1.0, false, scale_state, found_inf, flags, stream);
 }
 
 void squared_norms(const MultiTensorTable& table, const void* device_table, float* partials,
@@ -297,20 +403,34 @@ void squared_norms(const MultiTensorTable& table, const void* device_table, floa
   CUDA_CHECK_LAST();
 }
 
+void clip_by_total_norm(const MultiTensorTable& table, const void* device_table,
+                        const float* squared_sums, double max_norm, float* norm_out,
+                        double* coef, cudaStream_t stream) {
+  MIXPREC_LAUNCH(1, 1, stream, total_norm_kernel)(squared_sums, table.tensors, max_norm, norm_out,
+                                                  coef);
+  CUDA_CHECK_LAST();
+  if (table.chunks == 0) return;
+  MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, clip_scale_kernel)(
+      table_entries(device_table), table_chunks(table, device_table), table.chunks, coef);
+  CUDA_CHECK_LAST();
+}
+
 namespace {
 
 // Dispatches a fused step on the working copy's dtype (none when `working` is null).
-template <class Step>
-void run_fused_step(const char* op, const Step& step, float* master, const float* grad,
-                    void* working, DType working_dtype, int64_t n, const float* found_inf,
-                    cudaStream_t stream) {
+template <class Step, class Table>
+void run_fused_step(const char* op, const Step& step, const Table& table, const int32_t* taken,
+                    float* master, const float* grad, void* working, DType working_dtype,
+                    int64_t n, const float* found_inf, cudaStream_t stream) {
   if (n <= 0) return;
   if (working == nullptr) {
-    launch_fused_step<Step, NoWorking>(step, master, grad, nullptr, n, found_inf, stream);
+    launch_fused_step<Step, Table, NoWorking>(step, table, taken, master, grad, nullptr, n,
+                                              found_inf, stream);
     return;
   }
   MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, op, [&] {
-    launch_fused_step(step, master, grad, static_cast<scalar_t*>(working), n, found_inf, stream);
+    launch_fused_step(step, table, taken, master, grad, static_cast<scalar_t*>(working), n,
+                      found_inf, stream);
   });
 }
 
@@ -319,20 +439,46 @@ void run_fused_step(const char* op, const Step& step, float* master, const float
 void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
               void* working, DType working_dtype, int64_t n, const float* found_inf,
               cudaStream_t stream) {
-  run_fused_step("sgd_step", SgdElements{hyper, momentum}, master, grad, working, working_dtype,
-                 n, found_inf, stream);
+  run_fused_step("sgd_step", SgdElements{hyper, momentum}, NoTable{}, nullptr, master, grad,
+                 working, working_dtype, n, found_inf, stream);
 }
 
 void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
                float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
                const float* found_inf, cudaStream_t stream) {
-  run_fused_step("adam_step", AdamElements{hyper, exp_avg, exp_avg_sq}, master, grad, working,
-                 working_dtype, n, found_inf, stream);
+  run_fused_step("adam_step", AdamElements{hyper, exp_avg, exp_avg_sq}, NoTable{}, nullptr,
+                 master, grad, working, working_dtype, n, found_inf, stream);
+}
+
+void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const int32_t* taken,
+                       float* master, const float* grad, float* momentum, void* working,
+                       DType working_dtype, int64_t n, const float* found_inf,
+                       cudaStream_t stream) {
+  run_fused_step("sgd_step_deferred", SgdElements{base, momentum}, table, taken, master, grad,
+                 working, working_dtype, n, found_inf, stream);
+}
+
+void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const int32_t* taken,
+                        float* master, const float* grad, float* exp_avg, float* exp_avg_sq,
+                        void* working, DType working_dtype, int64_t n, const float* found_inf,
+                        cudaStream_t stream) {
+  run_fused_step("adam_step_deferred", AdamElements{base, exp_avg, exp_avg_sq}, table, taken,
+                 master, grad, working, working_dtype, n, found_inf, stream);
 }
 
 void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
                        cudaStream_t stream) {
   MIXPREC_LAUNCH(1, 1, stream, update_scale_kernel)(rule, state, found_inf);
+  CUDA_CHECK_LAST();
+}
+
+void loss_scale_factor(const int32_t* state, double weight, float* out, cudaStream_t stream) {
+  MIXPREC_LAUNCH(1, 1, stream, loss_scale_factor_kernel)(state, weight, out);
+  CUDA_CHECK_LAST();
+}
+
+void count_taken_step(const float* found_inf, int32_t* taken, cudaStream_t stream) {
+  MIXPREC_LAUNCH(1, 1, stream, count_taken_step_kernel)(found_inf, taken);
   CUDA_CHECK_LAST();
 }
 

@@ -1,5 +1,6 @@
 // Mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares,
-// the fused SGD and Adam/AdamW steps and the dynamic loss-scale update. The per-element math
+// the clip by the total norm, the fused SGD and Adam/AdamW steps (immediate or deferred),
+// the dynamic loss-scale update and the small kernels of deferred steps. The per-element math
 // is core/math/amp.h, shared with the CPU backend. Internal to cuda/; launches are
 // asynchronous on `stream`, and every flag they read or write stays on the device.
 //
@@ -30,11 +31,27 @@ namespace mixprec::kernels {
 void unscale_and_check(const MultiTensorTable& table, const void* device_table, double inv_scale,
                        bool write, float* found_inf, int32_t* flags, cudaStream_t stream);
 
+// unscale_and_check with inv_scale = 1.0 / S, S the scale of the DynamicScaleState held by
+// `scale_state` (device I32 [kDynamicScaleStateWords]), computed in double on the device;
+// `write` is inv_scale != 1, as the host-scale call decides it.
+void unscale_and_check_on_device(const MultiTensorTable& table, const void* device_table,
+                                 const int32_t* scale_state, float* found_inf, int32_t* flags,
+                                 cudaStream_t stream);
+
 // out[t] (F32, table.tensors entries) = sum of squares of tensor t, FP32 accumulation:
 // each chunk's sum by a fixed tree into partials (table.chunks floats of device scratch),
 // then each tensor's chunk sums added in chunk order.
 void squared_norms(const MultiTensorTable& table, const void* device_table, float* partials,
                    float* out, cudaStream_t stream);
+
+// One thread sums squared_sums (F32, table.tensors values) in double in index order and
+// writes *norm_out = float(sqrt(sum)) and *coef = clip_coefficient(norm, max_norm) (device
+// scratch of one double); then, when *coef < 1, every element g of every tensor of the table
+// (all F32) becomes affine_value(g, float(*coef), 0). The scale pass is queued whenever the
+// table has chunks and returns at once on the device when *coef >= 1.
+void clip_by_total_norm(const MultiTensorTable& table, const void* device_table,
+                        const float* squared_sums, double max_norm, float* norm_out,
+                        double* coef, cudaStream_t stream);
 
 // sgd_update of n F32 master values from the F32 gradient; momentum (null when
 // hyper.momentum == 0) is the F32 buffer; working (null for none) receives the new master
@@ -56,5 +73,25 @@ void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* 
 // found_inf is device F32 [1].
 void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,
                        cudaStream_t stream);
+
+// ---- deferred steps (Backend's contracts in core/backend.h) ----------------------------------
+// The tables travel by value as launch arguments; `taken` (device I32 [1]) and found_inf
+// (device F32 [1], required) are read by the kernel: a non-zero flag or j = *taken outside
+// [0, table.count) writes nothing, otherwise the update of sgd_hyper_with(base,
+// table.entry[j]) (adam_hyper_with for Adam), as sgd_step / adam_step.
+void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const int32_t* taken,
+                       float* master, const float* grad, float* momentum, void* working,
+                       DType working_dtype, int64_t n, const float* found_inf,
+                       cudaStream_t stream);
+void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const int32_t* taken,
+                        float* master, const float* grad, float* exp_avg, float* exp_avg_sq,
+                        void* working, DType working_dtype, int64_t n, const float* found_inf,
+                        cudaStream_t stream);
+
+// One thread: *out = float(S * weight), the product in double; `state` as update_loss_scale's.
+void loss_scale_factor(const int32_t* state, double weight, float* out, cudaStream_t stream);
+
+// One thread: *taken += 1 when *found_inf == 0 (a NaN flag leaves it).
+void count_taken_step(const float* found_inf, int32_t* taken, cudaStream_t stream);
 
 }  // namespace mixprec::kernels
