@@ -298,12 +298,22 @@ summary_table() {
   printf '%-34s %s\n' "binaries" "${binaries_note}"
   printf '%-34s %s\n' "CUDA tests (${test_filter:-all})" "${tests_note}"
   if [[ -s "${out}/bench.json" ]] && command -v python3 >/dev/null 2>&1; then
-    FP16_PEAK="${fp16_peak_tflops}" HBM_PEAK="${hbm_peak_gbs}" python3 - "${out}/bench.json" <<'EOF'
-import json, os, sys
+    FP16_PEAK="${fp16_peak_tflops}" HBM_PEAK="${hbm_peak_gbs}" python3 - "${out}/bench.json" \
+      "${out}/train.json" <<'EOF'
+import json, math, os, sys
 fp16_peak = float(os.environ["FP16_PEAK"])
 hbm_peak = float(os.environ["HBM_PEAK"])
 with open(sys.argv[1]) as f:
     runs = {b["name"]: b for b in json.load(f).get("benchmarks", [])}
+# The FP16 GPT step of the training stage, if it ran: the amp tail is quoted as its share.
+gpt_fp16_ms = None
+if os.path.isfile(sys.argv[2]):
+    with open(sys.argv[2]) as f:
+        for run in json.load(f).get("runs", []):
+            ms = run.get("summary", {}).get("median_step_ms")
+            if run["config"] == "gpt_shakespeare_gpu" and run["precision"] == "fp16" and \
+                    isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0:
+                gpt_fp16_ms = ms
 rows = [
     ("GEMM 4096^3 FP16", "BM_CudaGemm/F16/4096/manual_time", "TFLOP/s"),
     ("GEMM 4096^3 BF16", "BM_CudaGemm/BF16/4096/manual_time", "TFLOP/s"),
@@ -313,6 +323,7 @@ rows = [
     ("add 25M FP32", "BM_CudaAdd/F32/25000000/manual_time", "GB/s"),
     ("unscale_and_check 25M/100 FP16", "BM_CudaUnscaleAndCheck/F16/manual_time", "GB/s"),
     ("unscale_and_check 25M/100 FP32", "BM_CudaUnscaleAndCheck/F32/manual_time", "GB/s"),
+    ("amp + AdamW tail, GPT, FP16", "BM_CudaAmpStep/manual_time", "us/step"),
 ]
 for label, name, unit in rows:
     run = runs.get(name)
@@ -326,6 +337,10 @@ for label, name, unit in rows:
         value = run[unit]
         if unit == "TFLOP/s":
             print(f"{label:<34} {value:8.1f} TFLOP/s  {100 * value / fp16_peak:5.1f}% of {fp16_peak:.0f} FP16 peak")
+        elif unit == "us/step":
+            share = f"  {100 * value / (1000 * gpt_fp16_ms):5.1f}% of the {gpt_fp16_ms:.2f} ms FP16 GPT step" \
+                if gpt_fp16_ms else ""
+            print(f"{label:<34} {value:8.0f} us/step{share}")
         else:
             print(f"{label:<34} {value:8.0f} GB/s     {100 * value / hbm_peak:5.1f}% of {hbm_peak:.0f} GB/s HBM")
 EOF
