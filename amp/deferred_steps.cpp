@@ -63,19 +63,24 @@ Tensor DeferredSteps::scale(const Tensor& loss, double weight) {
   MIXPREC_CHECK(loss.defined() && is_floating(loss.dtype()) && loss.numel() == 1,
                 "DeferredSteps::scale: the loss must be a floating scalar, got ",
                 loss.defined() ? describe(loss) : "undefined");
+  require_usable();
   stage_ = Stage::Scaled;
-  if (!scaler_.enabled() || !scaler_.policy().scales_loss()) return loss.to(DType::F32);
+  const Tensor wide = loss.to(DType::F32);
+  // Without a scale the factor is the weight alone, multiplied as GradScaler does it.
+  if (!scaler_.enabled() || !scaler_.policy().scales_loss())
+    return weight == 1.0 ? wide : ops::mul_scalar(wide, weight);
   Tensor factor = Tensor::empty({1}, DType::F32, device_);
   backend_for(device_).loss_scale_factor(scale_state_, weight, factor);
   // The same float factor the regular path multiplies by (S * weight rounded once), so the
   // gradients have the same bits; only its value stays on the device.
-  Tensor scaled = ops::mul(loss.to(DType::F32), ops::reshape(factor, loss.shape()));
+  Tensor scaled = ops::mul(wide, ops::reshape(factor, loss.shape()));
   const double expected = expected_->scale();
   if (expected != 1.0) scaled.set_loss_scale(expected);
   return scaled;
 }
 
 void DeferredSteps::unscale() {
+  require_usable();
   require_stage(Stage::Scaled, "unscale");
   std::vector<Tensor> grads;
   current_ = PendingStep{};
@@ -111,6 +116,7 @@ void DeferredSteps::clip_grad_norm(const std::vector<Parameter>& params, double 
 }
 
 void DeferredSteps::step(const LrSchedule* schedule) {
+  require_usable();
   require_stage(Stage::Unscaled, "step");
   std::vector<double> lr_by_taken{optimizer_.lr()};
   for (int64_t j = 1; j <= optimizer_.deferred_pending(); ++j)
@@ -127,7 +133,14 @@ void DeferredSteps::step(const LrSchedule* schedule) {
   stage_ = Stage::Ready;
 }
 
+void DeferredSteps::require_usable() const {
+  MIXPREC_CHECK(!failed_, "DeferredSteps: an earlier resolve() failed part-way (", failure_,
+                "); the scaler and the optimizer no longer match the device, so this object "
+                "takes no more steps");
+}
+
 std::vector<ResolvedStep> DeferredSteps::resolve() {
+  require_usable();
   require_stage(Stage::Ready, "resolve");
   std::vector<ResolvedStep> resolved;
   if (pending_.empty()) return resolved;
@@ -152,7 +165,17 @@ std::vector<ResolvedStep> DeferredSteps::resolve() {
         if (flag_values.at(next_flag++) != 0) nonfinite.push_back(name);
     }
     const double norm = step.norm.defined() ? norm_values.at(next_norm++) : -1.0;
-    GradScaler::DeferredOutcome outcome = scaler_.finish_deferred_step(optimizer_, nonfinite, norm);
+    GradScaler::DeferredOutcome outcome;
+    try {
+      outcome = scaler_.finish_deferred_step(optimizer_, nonfinite, norm);
+    } catch (const std::exception& e) {
+      // FloorPolicy::Error: the steps before this one are counted, those after it already
+      // ran on the device; nothing can be replayed twice.
+      failed_ = true;
+      failure_ = e.what();
+      MIXPREC_FAIL("DeferredSteps::resolve: pending step ", resolved.size() + 1, " of ",
+                   pending_.size(), ": ", e.what());
+    }
     if (outcome.result.stepped()) ++taken;
     resolved.push_back({std::move(outcome.result), std::move(outcome.telemetry)});
   }

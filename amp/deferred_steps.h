@@ -17,13 +17,16 @@
 // state, telemetry and checkpoints are exactly those of the regular path
 // (scaler.step/update): the device ran the same rule (core/math/amp.h) on the same flags, the
 // updates used the same per-step values (AdamHyper::set_step, the schedule), and the clip the
-// same coefficient. What differs is only when the host knows: a skipped step is reported at
-// the next resolve, not at once.
+// same coefficient. What differs is when the host knows (a skipped step is reported at the
+// next resolve, not at once) and the clip norm in the telemetry, read back as a float.
 //
 // Restrictions, each a clear mixprec::Error: every trainable parameter of the optimizer must
-// have a gradient in every step (Optimizer::step_deferred), at most kMaxDeferredSteps steps
-// are pending (full() says when to resolve), and the scaler must not be inside a regular step
-// or accumulation window. GradScaler's tag checks (gradients never scaled, stale scales) are
+// have a gradient in every step and the set of trainable parameters must not change while
+// steps are pending (Optimizer::step_deferred), at most kMaxDeferredSteps steps are pending
+// (full() says when to resolve), and the scaler must not be inside a regular step or
+// accumulation window. One DeferredSteps per scaler: two would each move its scale. Resolve
+// before destroying it: an optimizer with unresolved steps refuses regular steps and
+// state_dict(). GradScaler's tag checks (gradients never scaled, stale scales) are
 // not repeated here: the steps are driven by one caller that scales every loss itself.
 #pragma once
 
@@ -71,7 +74,9 @@ class DeferredSteps {
   // Reads the flags (and the clip norms) of every pending step in one go, replays them in
   // order through GradScaler::finish_deferred_step and Optimizer::resolve_deferred, and
   // returns their outcomes in step order. Throws when a step is in progress (scaled but not
-  // stepped), and like GradScaler::update under FloorPolicy::Error.
+  // stepped), and like GradScaler::update under FloorPolicy::Error, naming the pending step;
+  // the steps after it have run on the device by then, so this object then refuses every
+  // further call (a training run ends there).
   std::vector<ResolvedStep> resolve();
 
   int64_t pending() const { return static_cast<int64_t>(pending_.size()); }
@@ -86,6 +91,7 @@ class DeferredSteps {
     std::vector<std::string> names;  // the checked gradients' parameters, in order
   };
   void require_stage(Stage stage, const char* call) const;
+  void require_usable() const;
 
   GradScaler& scaler_;
   Optimizer& optimizer_;
@@ -99,6 +105,8 @@ class DeferredSteps {
   Tensor found_inf_;  // this step's F32 [1] flag
   PendingStep current_;
   std::vector<PendingStep> pending_;
+  bool failed_ = false;  // a resolve threw part-way: see resolve()
+  std::string failure_;
 };
 
 }  // namespace mixprec

@@ -148,7 +148,7 @@ void Adam::update_deferred(size_t index, const Parameter& param, const Tensor& g
 void Adam::resolve_deferred_state(int64_t taken) {
   // Deferred steps update every trainable parameter, so each advanced by `taken`.
   for (size_t i = 0; i < param_steps_.size(); ++i) {
-    if (!params()[i].requires_grad()) continue;
+    if (!updated_by_deferred(i)) continue;
     param_steps_[i] += taken;
     // Moments started by steps that were all skipped hold zeros nobody wrote to: a parameter
     // that has never been updated has none.

@@ -54,7 +54,8 @@ void Optimizer::check_gradients(bool every_trainable_has_one) const {
       MIXPREC_CHECK(!every_trainable_has_one, "optimizer '", name_, "': parameter '", p.name(),
                     "' has no gradient, but a deferred step updates every trainable parameter "
                     "(their step counts advance together on the device); freeze it "
-                    "(requires_grad false) or take regular steps");
+                    "(requires_grad false) or take regular steps (mixprec train: "
+                    "train.host_reads: per_step)");
       continue;
     }
     const double scale = p.working().grad_scale();
@@ -106,8 +107,19 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
                     found_inf.numel() == 1 && found_inf.device() == device,
                 "optimizer '", name_, "': found_inf must be an F32 [1] tensor on ", device,
                 ", got ", found_inf.defined() ? describe(found_inf) : "undefined");
+  // The per-step values assume that each pending step updated the same parameters.
+  std::vector<bool> trainable;
+  for (const Parameter& p : params_) trainable.push_back(p.requires_grad());
+  if (deferred_pending_ > 0) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      MIXPREC_CHECK(trainable[i] == deferred_trainable_[i], "optimizer '", name_,
+                    "': parameter '", params_[i].name(), "' was ",
+                    trainable[i] ? "unfrozen" : "frozen", " while ", deferred_pending_,
+                    " deferred step(s) are pending; resolve them first");
+  }
   check_gradients(true);
   if (!taken_on_device_.defined()) taken_on_device_ = Tensor::zeros({1}, DType::I32, device);
+  deferred_trainable_ = std::move(trainable);
   const DeferredUpdate deferred{found_inf, taken_on_device_, lr_by_taken};
   for (size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = params_[i];

@@ -58,8 +58,9 @@ class Optimizer {
   // were taken, so lr_by_taken holds deferred_pending() + 1 rates (lr_by_taken[0] is
   // normally lr()). steps_taken() does not count a deferred step until resolve_deferred().
   // Throws, changing nothing, where step() throws, when a trainable parameter has no
-  // gradient (their step counts advance together, so each needs one), when a regular
-  // step() is mixed in, and when kMaxDeferredSteps steps are already pending.
+  // gradient (their step counts advance together, so each needs one) or was frozen or
+  // unfrozen while steps are pending, when a regular step() is mixed in, and when
+  // kMaxDeferredSteps steps are already pending.
   void step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken);
   int64_t deferred_pending() const { return deferred_pending_; }
   // The host has read that `taken` (0 ..= deferred_pending()) of the pending steps were
@@ -99,9 +100,10 @@ class Optimizer {
   // The deferred form of update(): queued for every trainable parameter by step_deferred.
   virtual void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
                                const DeferredUpdate& deferred) = 0;
-  // Called by resolve_deferred with how many of the pending steps were taken (every
-  // trainable parameter was updated by each of those).
+  // Called by resolve_deferred with how many of the pending steps were taken; each of those
+  // updated every parameter for which updated_by_deferred() is true.
   virtual void resolve_deferred_state(int64_t taken) = 0;
+  bool updated_by_deferred(size_t index) const { return deferred_trainable_.at(index); }
   void set_initial_lr(double lr) { set_lr(lr); }
 
   // Helpers for load_state. The tensor stored as "<buffer>.<index>", or null.
@@ -119,6 +121,7 @@ class Optimizer {
   double lr_ = 0.0;
   int64_t steps_taken_ = 0;
   int64_t deferred_pending_ = 0;
+  std::vector<bool> deferred_trainable_;  // the parameters the pending steps update
   Tensor taken_on_device_;  // I32 [1], created by the first deferred step
   // step()'s checks of every gradient that the update will read.
   void check_gradients(bool every_trainable_has_one) const;

@@ -101,13 +101,24 @@ double NonfiniteGuard::injected_value() const {
                                              : std::numeric_limits<double>::infinity();
 }
 
-bool NonfiniteGuard::input_is_bad(int64_t step, const std::vector<Batch>& batches) const {
+bool NonfiniteGuard::input_is_bad(int64_t step, const std::vector<Batch>& batches) {
   if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty())
     return true;
-  double value = 0.0;
-  for (const Batch& batch : batches)
-    if (first_nonfinite_input(batch, value) >= 0) return true;
-  return false;
+  scan_ = scan_inputs(step, batches);
+  return scan_->bad_batch >= 0;
+}
+
+NonfiniteGuard::InputScan NonfiniteGuard::scan_inputs(int64_t step,
+                                                      const std::vector<Batch>& batches) {
+  InputScan scan;
+  scan.step = step;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    scan.element = first_nonfinite_input(batches[i], scan.value);
+    if (scan.element < 0) continue;
+    scan.bad_batch = static_cast<int64_t>(i);
+    break;
+  }
+  return scan;
 }
 
 std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<Batch>& batches) {
@@ -120,10 +131,14 @@ std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<B
     inputs.set(0, injected_value());
     batches.front().inputs = inputs;
   }
-  for (const Batch& batch : batches) {
-    double value = 0.0;
-    const int64_t element = first_nonfinite_input(batch, value);
-    if (element < 0) continue;
+  // input_is_bad may have scanned these batches already (unchanged since: an injection
+  // would have made it answer without scanning).
+  const InputScan scan = scan_ && scan_->step == step ? *scan_ : scan_inputs(step, batches);
+  scan_.reset();
+  if (scan.bad_batch >= 0) {
+    const Batch& batch = batches[static_cast<size_t>(scan.bad_batch)];
+    const double value = scan.value;
+    const int64_t element = scan.element;
     input_skip_ = true;
     bad_batch_ = batch.number;
     StepResult result;

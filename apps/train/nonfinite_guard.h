@@ -60,9 +60,10 @@ class NonfiniteGuard {
   // not checked.
   std::optional<StepResult> begin_step(int64_t step, std::vector<Batch>& batches);
 
-  // True when begin_step(step, batches) would skip the step for its input; changes nothing
-  // (a loop that still has steps to finish first asks before beginning this one).
-  bool input_is_bad(int64_t step, const std::vector<Batch>& batches) const;
+  // True when begin_step(step, batches) would skip the step for its input, without beginning
+  // it (a loop that still has steps to finish first asks before beginning this one); the
+  // scan is kept for begin_step of the same step, so the batches are read once.
+  bool input_is_bad(int64_t step, const std::vector<Batch>& batches);
 
   // The loss of microbatch `micro` of `step` (F32 scalar), multiplied by Inf/NaN when the
   // injection is `loss` at this step and micro == 0; otherwise `loss` itself.
@@ -102,6 +103,14 @@ class NonfiniteGuard {
 
  private:
   enum class Target { None, Parameter, Loss, Input };
+  // The first non-finite input value of a step's batches (bad_batch -1: none).
+  struct InputScan {
+    int64_t step = 0;
+    int64_t bad_batch = -1;  // index into the batches
+    int64_t element = -1;
+    double value = 0.0;
+  };
+  static InputScan scan_inputs(int64_t step, const std::vector<Batch>& batches);
   double injected_value() const;
 
   const TrainConfig& config_;
@@ -115,6 +124,7 @@ class NonfiniteGuard {
   int64_t skipped_in_a_row_ = 0;
   int64_t last_applied_step_ = 0;
   std::vector<std::pair<std::string, int64_t>> counts_;  // in order of first appearance
+  std::optional<InputScan> scan_;  // input_is_bad's, until begin_step uses it
 };
 
 }  // namespace mixprec

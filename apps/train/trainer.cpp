@@ -347,7 +347,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       step_loss = losses[i];
       loss_step = unresolved[i].step;
       stats.record_loss(step_loss);
-      stop = finish_step(unresolved[i], resolved[i].result, resolved[i].telemetry, true, false);
+      stop = finish_step(unresolved[i], resolved[i].result, resolved[i].telemetry, true, false) ||
+             stop;
     }
     const int64_t last = unresolved.back().step;
     unresolved.clear();
@@ -381,10 +382,14 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
           take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));
       unresolved.push_back(current);
       // The host reads only where it must: log, eval and checkpoint steps, an interrupt
-      // (which saves), a full table of pending steps, and every step while steps are being
-      // skipped, so that train.max_consecutive_skips stops the run where per_step would.
+      // (which saves), a full table of pending steps, and for train.max_consecutive_skips:
+      // after every step while steps are being skipped, and at least every that many steps,
+      // so that a run of skips starting between reads reaches the limit no later than at
+      // the next read, and the run stops at the step per_step stops at.
+      const int64_t skip_limit = config.train.max_consecutive_skips;
       if (is_log_step(step) || eval_step || save_step || interrupt_signal() != 0 ||
-          deferred->full() || guard.skipped_in_a_row() > 0)
+          deferred->full() || guard.skipped_in_a_row() > 0 ||
+          (skip_limit > 0 && static_cast<int64_t>(unresolved.size()) >= skip_limit))
         resolve_deferred();
     } else {
       StepResult result;

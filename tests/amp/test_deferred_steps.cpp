@@ -14,6 +14,7 @@
 #include "amp/deferred_steps.h"
 #include "amp/dynamic_loss_scale.h"
 #include "amp/grad_scaler.h"
+#include "amp/no_loss_scale.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
@@ -268,6 +269,97 @@ TEST_CASE("DeferredSteps: at most kMaxDeferredSteps steps wait for a resolve",
   CHECK(resolved.size() == static_cast<size_t>(kMaxDeferredSteps));
   CHECK(opt.steps_taken() == kMaxDeferredSteps);
   CHECK_FALSE(deferred.full());
+}
+
+}  // namespace mixprec
+
+namespace mixprec {
+namespace {
+
+// Two microbatches of one step, weighted 1/3 and 2/3, through the regular scaler and through
+// DeferredSteps: the same weights afterwards.
+void check_accumulation_matches(std::unique_ptr<LossScalePolicy> policy_a,
+                                std::unique_ptr<LossScalePolicy> policy_b, bool enabled) {
+  Model model_a, model_b;
+  SGD opt_a(model_a.params(), SgdOptions{.lr = 0.1});
+  SGD opt_b(model_b.params(), SgdOptions{.lr = 0.1});
+  GradScaler scaler_a(std::move(policy_a), enabled);
+  GradScaler scaler_b(std::move(policy_b), enabled);
+  DeferredSteps deferred(scaler_b, opt_b);
+  for (int64_t step = 1; step <= 2; ++step) {
+    opt_a.zero_grad();
+    opt_b.zero_grad();
+    scaler_a.begin_accumulation(3);
+    scaler_a.scale(model_a.loss(step, false), 1).backward();
+    scaler_a.scale(model_a.loss(step + 10, false), 2).backward();
+    scaler_a.step(opt_a);
+    scaler_a.update();
+    deferred.scale(model_b.loss(step, false), 1.0 / 3.0).backward();
+    deferred.scale(model_b.loss(step + 10, false), 2.0 / 3.0).backward();
+    deferred.unscale();
+    deferred.step(nullptr);
+  }
+  CHECK(deferred.resolve().size() == 2);
+  CHECK(bits_of(model_a.weight.master()) == bits_of(model_b.weight.master()));
+  CHECK(bits_of(model_a.bias.master()) == bits_of(model_b.bias.master()));
+}
+
+}  // namespace
+
+TEST_CASE("DeferredSteps: microbatch weights apply with and without a loss scale",
+          "[amp][deferred]") {
+  SECTION("dynamic scale") { check_accumulation_matches(growing_scale(), growing_scale(), true); }
+  SECTION("no loss scale") {
+    check_accumulation_matches(std::make_unique<NoLossScale>(), std::make_unique<NoLossScale>(),
+                               true);
+  }
+  SECTION("disabled scaler") {
+    check_accumulation_matches(growing_scale(), growing_scale(), false);
+  }
+}
+
+TEST_CASE("DeferredSteps: freezing a parameter while steps are pending throws",
+          "[amp][deferred]") {
+  Model model(true);
+  model.unused.set_requires_grad(false);
+  std::unique_ptr<Optimizer> opt = make_optimizer("adamw", model);
+  GradScaler scaler(growing_scale());
+  DeferredSteps deferred(scaler, *opt);
+  opt->zero_grad();
+  deferred.scale(model.loss(1, false)).backward();
+  deferred.unscale();
+  deferred.step(nullptr);
+  model.bias.set_requires_grad(false);
+  opt->zero_grad();
+  deferred.scale(model.loss(2, false)).backward();
+  deferred.unscale();
+  CHECK_THROWS_WITH(deferred.step(nullptr),
+                    Contains("'fc.bias' was frozen while 1 deferred step(s) are pending"));
+  CHECK(opt->deferred_pending() == 1);
+}
+
+TEST_CASE("DeferredSteps: an overflow at the floor under floor_policy error fails the resolve "
+          "once and for all", "[amp][deferred]") {
+  Model model;
+  SGD opt(model.params(), SgdOptions{});
+  DynamicLossScaleOptions options;
+  options.init_scale = 2.0;
+  options.min_scale = 1.0;
+  options.floor_policy = FloorPolicy::Error;
+  GradScaler scaler(std::make_unique<DynamicLossScale>(options));
+  DeferredSteps deferred(scaler, opt);
+  // 2 -> backs off to 1 -> at the floor: the second overflow is the error.
+  for (int64_t step = 1; step <= 3; ++step) {
+    opt.zero_grad();
+    deferred.scale(model.loss(step, step <= 2)).backward();
+    deferred.unscale();
+    deferred.step(nullptr);
+  }
+  CHECK_THROWS_WITH(deferred.resolve(), Contains("pending step 2 of 3") &&
+                                            Contains("floor_policy: error"));
+  CHECK(scaler.effective_steps() == 1);
+  CHECK_THROWS_WITH(deferred.resolve(), Contains("an earlier resolve() failed"));
+  CHECK_THROWS_WITH(deferred.scale(model.loss(4, false)), Contains("an earlier resolve() failed"));
 }
 
 }  // namespace mixprec

@@ -590,3 +590,44 @@ TEST_CASE("host reads: an at_log run resumed from its checkpoint equals a per_st
   CHECK(read_text(checkpoint_file(resumed, 3, "model.safetensors")) !=
         read_text(checkpoint_file(resumed, 6, "model.safetensors")));
 }
+
+TEST_CASE("host reads: a run of skips that starts between reads stops where per_step stops",
+          "[apps][train]") {
+  if (!mnist_present()) {
+    WARN("MNIST test set not found at " << mnist_dir() << "; skipped");
+    return;
+  }
+  ScratchDir dir("host-reads-mid-window");
+  const std::string config = dir / "config.yaml";
+  write_text(config, cnn_config());
+  // The scale quadruples after every good step from 2^12 until the backward overflows, and a
+  // hysteresis of 10 keeps it there, so the skips run on. log_every 20 reads at step 1 only;
+  // the skips start between reads, and at_log must still stop at the third of them.
+  const std::vector<std::string> overrides{
+      "--set", "loss_scale={policy: dynamic, init_scale: 4096.0, growth_factor: 4.0, "
+               "growth_interval: 1, hysteresis: 10, max_scale: 1073741824.0}",
+      "--set", "train.steps=20", "--set", "train.log_every=20", "--set", "train.eval_every=0",
+      "--set", "train.clip_grad_norm=0", "--set", "train.max_consecutive_skips=3",
+      "--set", "checkpoint.every=0"};
+  const CliResult per_step = run_cli(with_mode(cnn_args(config, dir / "per_step", overrides), "per_step"));
+  INFO("per_step exit code " << per_step.code << ", stderr: " << per_step.err);
+  REQUIRE(per_step.code == 3);
+  const CliResult at_log = run_cli(with_mode(cnn_args(config, dir / "at_log", overrides), "at_log"));
+  INFO("at_log exit code " << at_log.code << ", stderr: " << at_log.err);
+  CHECK(at_log.code == 3);
+  // The same message, but for the run folder it names.
+  std::string expected = per_step.err;
+  for (size_t at = expected.find("/per_step/"); at != std::string::npos;
+       at = expected.find("/per_step/", at))
+    expected.replace(at, 10, "/at_log/");
+  CHECK(at_log.err == expected);
+  // The run of skips began after step 2, between the reads at steps 1 and 20.
+  const std::map<int64_t, nlohmann::json> steps = step_records(dir / "per_step");
+  REQUIRE_FALSE(steps.empty());
+  const int64_t first_skip = steps.rbegin()->first - 3 + 1;
+  CHECK(first_skip > 2);
+  CHECK(steps.at(first_skip)["skipped"] == true);
+  // Steps between log steps are recorded only when skipped.
+  CHECK(steps.count(first_skip - 1) == 0);
+  require_same_runs(dir / "per_step", dir / "at_log", {"checkpoint", "message"});
+}

@@ -133,6 +133,45 @@ TEST_CASE("cuda casts between floating dtypes match the CPU bit for bit, special
   }
 }
 
+// The device converts non-NaN FP16 values with the hardware's cvt instructions and the host
+// with integer code (core/half.h); they must agree everywhere, which these inputs pin down:
+// every FP16 pattern widened, and narrowed every FP16 value, the midpoint to its successor
+// (a tie, broken to even) and the floats on either side of that midpoint, over the whole
+// range, both signs, subnormals and the overflow threshold included. On the emulated backend
+// both sides take the integer path (no __CUDA_ARCH__ there): the test has teeth on a GPU.
+TEST_CASE("cuda FP16 casts match the CPU for every FP16 value and rounding boundary", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::vector<uint32_t> halves;
+  for (uint32_t h = 0; h <= 0xFFFFu; ++h) halves.push_back(h);
+  const Tensor all_halves = from_bits(halves, DType::F16);
+  Tensor widened_cpu = Tensor::empty(all_halves.shape(), DType::F32);
+  cpu_backend().cast(all_halves, widened_cpu);
+  Tensor widened_gpu = poisoned(all_halves.shape(), DType::F32);
+  gpu_backend().cast(all_halves.to(gpu()), widened_gpu);
+  expect_bits_equal(widened_cpu, widened_gpu);
+
+  std::vector<uint32_t> floats;
+  for (uint32_t h = 0; h < 0x7C00u; ++h) {  // every finite non-negative FP16 value
+    const float value = half_bits_to_float(static_cast<uint16_t>(h));
+    const float next = h + 1 < 0x7C00u ? half_bits_to_float(static_cast<uint16_t>(h + 1))
+                                       : 65536.0f;  // where the overflow midpoint is measured
+    const float midpoint = value + (next - value) / 2;  // exact: 11 bits need no rounding
+    for (float f : {value, midpoint, std::nextafter(midpoint, 0.0f),
+                    std::nextafter(midpoint, std::numeric_limits<float>::infinity())}) {
+      floats.push_back(f32_bits(f));
+      floats.push_back(f32_bits(-f));
+    }
+  }
+  for (float f : {1e-45f, 1e-38f, 0x1p-25f, 70000.0f, 3e38f})  // below and beyond FP16's range
+    floats.push_back(f32_bits(f));
+  const Tensor sources = from_bits(floats, DType::F32);
+  Tensor narrowed_cpu = Tensor::empty(sources.shape(), DType::F16);
+  cpu_backend().cast(sources, narrowed_cpu);
+  Tensor narrowed_gpu = poisoned(sources.shape(), DType::F16);
+  gpu_backend().cast(sources.to(gpu()), narrowed_gpu);
+  expect_bits_equal(narrowed_cpu, narrowed_gpu);
+}
+
 TEST_CASE("cuda casts to and from I32 match the CPU bit for bit", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // Values every dtype converts to I32 without overflow; truncation toward zero on both
