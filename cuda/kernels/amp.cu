@@ -334,7 +334,9 @@ void launch_fused_step(const Step& step, const Table& table, const int32_t* take
 __global__ void update_scale_kernel(DynamicScaleRule rule, int32_t* state,
                                     const float* found_inf) {
   DynamicScaleState s;
-  memcpy(&s, state, sizeof s);
+  // Through void*: the struct's member initializers make GCC warn about memcpy into it,
+  // although it is trivially copyable (core/math/amp.h asserts so).
+  memcpy(static_cast<void*>(&s), state, sizeof s);
   update_dynamic_scale(rule, s, *found_inf != 0.0f);
   memcpy(state, &s, sizeof s);
 }
