@@ -280,11 +280,9 @@ StepTelemetry GradScaler::update() {
   StepTelemetry telemetry;
   telemetry.step = effective_steps_;
   if (!enabled_) {
-    telemetry.scale = telemetry.next_scale = 1.0;
-    telemetry.scale_event = scale_event_name(ScaleEvent::Kept);
+    telemetry.scale = 1.0;
     telemetry.grad_norm = grad_norm_;
-    finish_step();
-    return telemetry;
+    return close_step(std::move(telemetry));
   }
   require_window_complete("update");
   const bool checked = std::any_of(records_.begin(), records_.end(),
@@ -313,6 +311,12 @@ StepTelemetry GradScaler::update() {
 }
 
 StepTelemetry GradScaler::close_step(StepTelemetry telemetry) {
+  if (!enabled_) {  // nothing was checked and the scale stays 1
+    telemetry.next_scale = 1.0;
+    telemetry.scale_event = scale_event_name(ScaleEvent::Kept);
+    finish_step();
+    return telemetry;
+  }
   if (telemetry.skipped)
     telemetry.reason = "non-finite gradients at loss scale " +
                        spdlog::fmt_lib::format("{}", scale_value()) + ": " +
@@ -368,13 +372,6 @@ GradScaler::DeferredOutcome GradScaler::finish_deferred_step(
   telemetry.step = effective_steps_;
   telemetry.scale = scale_value();
   telemetry.grad_norm = grad_norm;
-  if (!enabled_) {
-    telemetry.next_scale = 1.0;
-    telemetry.scale_event = scale_event_name(ScaleEvent::Kept);
-    finish_step();
-    outcome.telemetry = std::move(telemetry);
-    return outcome;
-  }
   telemetry.found_inf = telemetry.skipped = found_inf;
   if (found_inf) telemetry.nonfinite_tensors = nonfinite;
   outcome.telemetry = close_step(std::move(telemetry));

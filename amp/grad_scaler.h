@@ -143,7 +143,7 @@ class GradScaler {
   void recheck(Optimizer& optimizer, OptimizerRecord& record);
   Tensor scaled_loss(const Tensor& loss, double weight);
   // update()'s second half: `telemetry` holds step, scale, grad_norm, found_inf, skipped and
-  // the names; adds the reason, moves the policy, counts the step.
+  // the names; adds the reason, moves the policy (not when disabled), counts the step.
   StepTelemetry close_step(StepTelemetry telemetry);
   static StepResult skip_result(const Optimizer& optimizer,
                                 const std::vector<std::string>& nonfinite, double scale);

@@ -225,11 +225,10 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   const auto is_log_step = [&](int64_t step) {
     return step % config.train.log_every == 0 || step == total_steps || step == 1;
   };
-  // Reads the pending losses in one go (one wait for the device) into the statistics.
-  const auto read_pending_losses = [&] {
+  // Reads the pending losses in one go (one wait for the device); the caller records them.
+  const auto take_pending_losses = [&] {
     const std::vector<double> values = read_scalars(pending_losses);
     pending_losses.clear();
-    for (double value : values) stats.record_loss(value);
     return values;
   };
   // Everything the loop does with a step whose outcome is known: the skip count, the stop
@@ -323,8 +322,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     if (unresolved.empty()) return;
     // Recorded one by one below, so that each step's train_loss window holds only the
     // losses up to it.
-    const std::vector<double> losses = read_scalars(pending_losses);
-    pending_losses.clear();
+    const std::vector<double> losses = take_pending_losses();
     std::vector<ResolvedStep> resolved = deferred->resolve();
     MIXPREC_CHECK(resolved.size() == unresolved.size() && losses.size() == resolved.size(),
                   "internal: ", resolved.size(), " deferred steps resolved for ",
@@ -412,7 +410,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       bool loss_read = false;
       if (is_log_step(step) || result.skipped() || (progress.bar() && s.device.is_cpu())) {
         loss_read = true;
-        const std::vector<double> values = read_pending_losses();
+        const std::vector<double> values = take_pending_losses();
+        for (double value : values) stats.record_loss(value);
         if (!values.empty()) step_loss = values.back();
         loss_step = step;
       }

@@ -31,10 +31,11 @@ __device__ __forceinline__ bool unscale_one(T& slot, double inv_scale, bool writ
   return bad;
 }
 
-// One chunk by one block; true when this thread saw a non-finite value.
-template <class T>
-__device__ bool unscale_span(T* p, int64_t len, double inv_scale, bool write) {
-  bool bad = false;
+// Applies `visit` to every element of one chunk, this thread's share of it: 16-byte packs
+// where the chunk is aligned, one element at a time for the rest. Packs are stored back only
+// when `write` is set.
+template <class T, class Visit>
+__device__ __forceinline__ void visit_span(T* p, int64_t len, bool write, Visit visit) {
   int64_t i = threadIdx.x;
   if (aligned_to(p, 16)) {
     constexpr int V = kVec<T>;
@@ -43,12 +44,19 @@ __device__ bool unscale_span(T* p, int64_t len, double inv_scale, bool write) {
     for (int64_t k = threadIdx.x; k < packs; k += kThreads) {
       P v = reinterpret_cast<P*>(p)[k];
 #pragma unroll
-      for (int j = 0; j < V; ++j) bad = unscale_one(v.v[j], inv_scale, write) || bad;
+      for (int j = 0; j < V; ++j) visit(v.v[j]);
       if (write) reinterpret_cast<P*>(p)[k] = v;
     }
     i = packs * V + threadIdx.x;
   }
-  for (; i < len; i += kThreads) bad = unscale_one(p[i], inv_scale, write) || bad;
+  for (; i < len; i += kThreads) visit(p[i]);
+}
+
+// One chunk by one block; true when this thread saw a non-finite value.
+template <class T>
+__device__ bool unscale_span(T* p, int64_t len, double inv_scale, bool write) {
+  bool bad = false;
+  visit_span(p, len, write, [&](T& x) { bad = unscale_one(x, inv_scale, write) || bad; });
   return bad;
 }
 
@@ -190,21 +198,8 @@ __global__ void __launch_bounds__(kThreads) clip_scale_kernel(const TableEntry* 
     const TableChunk chunk = chunks[k];
     const TableEntry e = entries[chunk.tensor];
     float* p = static_cast<float*>(e.data) + chunk.begin;
-    const int64_t len = chunk_length(e, chunk);
-    int64_t i = threadIdx.x;
-    if (aligned_to(p, 16)) {
-      constexpr int V = kVec<float>;
-      using P = Pack<float, V>;
-      const int64_t packs = len / V;
-      for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
-        P v = reinterpret_cast<P*>(p)[q];
-#pragma unroll
-        for (int j = 0; j < V; ++j) v.v[j] = affine_value(v.v[j], alpha, 0.0f);
-        reinterpret_cast<P*>(p)[q] = v;
-      }
-      i = packs * V + threadIdx.x;
-    }
-    for (; i < len; i += kThreads) p[i] = affine_value(p[i], alpha, 0.0f);
+    visit_span(p, chunk_length(e, chunk), true,
+               [&](float& g) { g = affine_value(g, alpha, 0.0f); });
   }
 }
 
