@@ -122,6 +122,23 @@ class Backend {
   // Softmax (or log-softmax) over the last dim, FP32 math, y in x's dtype.
   virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+  // Causal attention's probabilities in one pass per row (what causal_attention's forward
+  // runs between its two GEMMs). scores: F32 [..., R, C], at least 2 dims. Writes
+  //   probs   = softmax over the last dim of causal_mask(scores, -inf)        (F32)
+  //   operand = dropout(probs, p, key) rounded once to operand's floating dtype
+  //             (with p == 0 no dropout: probs rounded)
+  // bit for bit what causal_mask, softmax, dropout and cast compose to on the same backend.
+  // probs and operand have scores' shape. probs may be scores itself (in place); operand may
+  // be probs itself only when it is F32 and p == 0. p in [0, 1).
+  virtual void attention_softmax(const Tensor& scores, float p, PhiloxKey key, Tensor& probs,
+                                 Tensor& operand) = 0;
+  // The backward of attention_softmax's dropout and softmax in one pass per row: probs and
+  // dprobs F32 [..., C], ds floating of their shape,
+  //   ds = softmax_backward(probs, dropout(dprobs, p, key)) rounded once to ds's dtype,
+  // bit for bit dropout, softmax_backward and cast composed on the same backend. ds may be
+  // dprobs itself when it is F32. p in [0, 1) (0: no dropout).
+  virtual void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float p,
+                                          PhiloxKey key, Tensor& ds) = 0;
   // logits [N, C] floating, labels I32 [N] already validated in [0, C).
   // loss: F32 scalar = mean over N of -log softmax(logits)[label].
   // row_stats: F32 [N, 2] for the backward, per row the maximum logit m and

@@ -348,6 +348,38 @@ Rows softmax_backward(Device device, const Tensor& y, const Tensor& dy, const Te
   return last_dim_rows(y);
 }
 
+Rows attention_softmax(Device device, const Tensor& scores, float p, const Tensor& probs,
+                       const Tensor& operand) {
+  constexpr const char* kOp = "attention_softmax";
+  all_on_device(kOp, device, {{"scores", &scores}, {"probs", &probs}, {"operand", &operand}});
+  MIXPREC_CHECK(scores.dtype() == DType::F32 && probs.dtype() == DType::F32 && scores.dim() >= 2,
+                kOp, ": scores ", describe(scores), " and probs ", describe(probs),
+                " must be F32 with at least 2 dimensions");
+  MIXPREC_CHECK(is_floating(operand.dtype()), kOp, ": operand ", describe(operand),
+                " must be floating");
+  same_shape(kOp, scores, probs);
+  same_shape(kOp, scores, operand);
+  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, kOp, ": dropout p must be in [0, 1), got ", p);
+  MIXPREC_CHECK(operand.numel() == 0 || operand.data() != probs.data() ||
+                    (operand.dtype() == DType::F32 && p == 0.0f),
+                kOp, ": operand may be probs itself only without dropout, got p = ", p);
+  return {scores.size(-2), scores.size(-1)};
+}
+
+Rows attention_softmax_backward(Device device, const Tensor& probs, const Tensor& dprobs, float p,
+                                const Tensor& ds) {
+  constexpr const char* kOp = "attention_softmax_backward";
+  all_on_device(kOp, device, {{"probs", &probs}, {"dprobs", &dprobs}, {"ds", &ds}});
+  MIXPREC_CHECK(probs.dtype() == DType::F32 && dprobs.dtype() == DType::F32 && probs.dim() >= 1,
+                kOp, ": probs ", describe(probs), " and dprobs ", describe(dprobs),
+                " must be F32 with at least 1 dimension");
+  MIXPREC_CHECK(is_floating(ds.dtype()), kOp, ": ds ", describe(ds), " must be floating");
+  same_shape(kOp, probs, dprobs);
+  same_shape(kOp, probs, ds);
+  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, kOp, ": dropout p must be in [0, 1), got ", p);
+  return last_dim_rows(probs);
+}
+
 Rows cross_entropy(Device device, const Tensor& logits, const Tensor& labels, const Tensor& loss,
                    const Tensor& row_stats) {
   constexpr const char* kOp = "cross_entropy";

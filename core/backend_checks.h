@@ -97,6 +97,12 @@ Conv2dGeometry conv2d_backward_filter(Device device, const Tensor& x, const Tens
 // Softmax rows are the last dim (a 0-d tensor is one row of one value).
 Rows softmax(Device device, const Tensor& x, const Tensor& y);
 Rows softmax_backward(Device device, const Tensor& y, const Tensor& dy, const Tensor& dx);
+// attention_softmax: the last two extents {R, C} of the scores.
+Rows attention_softmax(Device device, const Tensor& scores, float p, const Tensor& probs,
+                       const Tensor& operand);
+// attention_softmax_backward: rows and columns of the F32 probabilities.
+Rows attention_softmax_backward(Device device, const Tensor& probs, const Tensor& dprobs, float p,
+                                const Tensor& ds);
 // Rows and classes of the [N, C] logits.
 Rows cross_entropy(Device device, const Tensor& logits, const Tensor& labels, const Tensor& loss,
                    const Tensor& row_stats);

@@ -87,6 +87,10 @@ class CudaBackend final : public Backend {
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
   void softmax(const Tensor& x, Tensor& y, bool log) override;
   void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override;
+  void attention_softmax(const Tensor& scores, float p, PhiloxKey key, Tensor& probs,
+                         Tensor& operand) override;
+  void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float p,
+                                  PhiloxKey key, Tensor& ds) override;
   void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss,
                      Tensor& row_stats) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& labels,

@@ -1,8 +1,9 @@
-// Layout and neural-network primitives of the CUDA backend: permute, copy_narrow, softmax,
-// cross-entropy, layer norm, embedding, dropout and pooling. Validation is
-// core/backend_checks.h's (the CPU backend's too); the kernels are cuda/kernels/layout.cu,
-// softmax.cu, layer_norm.cu, embedding.cu, dropout.cu and pool.cu. None of them waits for the
-// device: values the host would need (the loss scale dloss, the labels) stay on the device.
+// Layout and neural-network primitives of the CUDA backend: permute, copy_narrow, softmax
+// (and attention's fused softmax), cross-entropy, layer norm, embedding, dropout and pooling.
+// Validation is core/backend_checks.h's (the CPU backend's too); the kernels are
+// cuda/kernels/layout.cu, softmax.cu, layer_norm.cu, embedding.cu, dropout.cu and pool.cu.
+// None of them waits for the device: values the host would need (the loss scale dloss, the
+// labels) stay on the device.
 #include <cstdint>
 #include <vector>
 
@@ -59,6 +60,28 @@ void CudaBackend::softmax(const Tensor& x, Tensor& y, bool log) {
   if (r.rows == 0) return;
   use_device();
   kernels::softmax(x.dtype(), x.data(), y.data(), r.rows, r.cols, log, stream_);
+}
+
+void CudaBackend::attention_softmax(const Tensor& scores, float p, PhiloxKey key, Tensor& probs,
+                                    Tensor& operand) {
+  const backend_checks::Rows r =
+      backend_checks::attention_softmax(device(), scores, p, probs, operand);
+  if (scores.numel() == 0) return;
+  use_device();
+  kernels::attention_softmax(operand.dtype(), scores.data_as<float>(), p, key,
+                             probs.data_as<float>(), operand.data(), scores.numel() / r.cols,
+                             r.rows, r.cols, stream_);
+}
+
+void CudaBackend::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float p,
+                                             PhiloxKey key, Tensor& ds) {
+  const backend_checks::Rows r =
+      backend_checks::attention_softmax_backward(device(), probs, dprobs, p, ds);
+  if (r.rows == 0) return;
+  use_device();
+  kernels::attention_softmax_backward(ds.dtype(), probs.data_as<float>(),
+                                      dprobs.data_as<float>(), p, key, ds.data(), r.rows, r.cols,
+                                      stream_);
 }
 
 void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {

@@ -127,6 +127,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.n_head, self.n_embd = n_head, n_embd
 
@@ -142,7 +143,9 @@ class CausalSelfAttention(nn.Module):
         att = (q.to(wide) @ k.to(wide).transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v.to(wide)).to(x.dtype)  # no attention dropout, as mixprec
+        # Dropout on the float32 probabilities, as mixprec's attention (and nanoGPT's).
+        att = self.attn_dropout(att)
+        y = (att @ v.to(wide)).to(x.dtype)
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.resid_dropout(self.c_proj(y))
 

@@ -8,6 +8,7 @@
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/math/dropout.h"
 #include "core/math/softmax.h"
 #include "core/tensor.h"
 
@@ -23,14 +24,20 @@ struct RowMaxSum {
 };
 
 // The sums of a row accumulate in double: a float running sum over a 50k-entry vocabulary
-// loses digits in proportion to the row length, which the result would carry.
+// loses digits in proportion to the row length, which the result would carry. value(j) is the
+// row's element j as a float.
+template <class Value>
+RowMaxSum reduce_row_of(const Value& value, int64_t cols) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, value(j));
+  double s = 0.0;
+  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(value(j), m);
+  return {m, static_cast<float>(s)};
+}
+
 template <class T>
 RowMaxSum reduce_row(const T* x, int64_t cols) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
-  double s = 0.0;
-  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
-  return {m, static_cast<float>(s)};
+  return reduce_row_of([x](int64_t j) { return to_float(x[j]); }, cols);
 }
 
 template <class T>
@@ -66,6 +73,55 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t
     const float row_dot = static_cast<float>(dot);
     for (int64_t j = 0; j < cols; ++j)
       dxr[j] = from_float<T>(softmax_backward_value(to_float(yr[j]), to_float(dyr[j]), row_dot, log));
+  }
+}
+
+// attention_softmax over `rows` rows of `cols` F32 scores, row r being row r % matrix_rows of
+// its [matrix_rows, cols] matrix: the causal mask's -inf stands in for every element right of
+// the diagonal, so the row's reduction and values are those of causal_mask then softmax.
+template <class T>
+void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* probs,
+                            T* operand, int64_t rows, int64_t matrix_rows, int64_t cols) {
+  const float drop_scale = dropout_scale(p);
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* sr = scores + r * cols;
+    const int64_t diagonal = r % matrix_rows;
+    const auto masked = [&](int64_t j) {
+      return j > diagonal ? -std::numeric_limits<float>::infinity() : sr[j];
+    };
+    const RowMaxSum st = reduce_row_of(masked, cols);
+    const float inv_sum = 1.0f / st.sum;
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      const float y = softmax_value(masked(j), st.max, inv_sum);
+      probs[i] = y;
+      operand[i] = from_float<T>(
+          p > 0.0f ? dropout_value(y, dropout_keep(key.seed, key.offset + i, p), drop_scale) : y);
+    }
+  }
+}
+
+// attention_softmax_backward over `rows` rows: softmax_backward_rows with dy the dropped-out
+// dprobs, formed as each element is read.
+template <class T>
+void attention_softmax_backward_rows(const float* probs, const float* dprobs, float p,
+                                     PhiloxKey key, T* ds, int64_t rows, int64_t cols) {
+  const float drop_scale = dropout_scale(p);
+#pragma omp parallel for if (rows * cols > kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto dy = [&](int64_t j) {
+      const int64_t i = r * cols + j;
+      return p > 0.0f ? dropout_value(dprobs[i], dropout_keep(key.seed, key.offset + i, p),
+                                      drop_scale)
+                      : dprobs[i];
+    };
+    const float* yr = probs + r * cols;
+    double dot = 0.0;
+    for (int64_t j = 0; j < cols; ++j) dot += softmax_backward_term(yr[j], dy(j), false);
+    const float row_dot = static_cast<float>(dot);
+    for (int64_t j = 0; j < cols; ++j)
+      ds[r * cols + j] = from_float<T>(softmax_backward_value(yr[j], dy(j), row_dot, false));
   }
 }
 
@@ -122,6 +178,29 @@ void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx,
     softmax_backward_rows(static_cast<const scalar_t*>(y.data()),
                           static_cast<const scalar_t*>(dy.data()),
                           static_cast<scalar_t*>(dx.data()), rows, cols, log);
+  });
+}
+
+void CpuBackend::attention_softmax(const Tensor& scores, float p, PhiloxKey key, Tensor& probs,
+                                   Tensor& operand) {
+  const backend_checks::Rows dims =
+      backend_checks::attention_softmax(kCPU, scores, p, probs, operand);
+  if (scores.numel() == 0) return;
+  MIXPREC_DISPATCH_FLOATING(operand.dtype(), "attention_softmax", [&] {
+    attention_softmax_rows(scores.data_as<float>(), p, key, probs.data_as<float>(),
+                           static_cast<scalar_t*>(operand.data()), scores.numel() / dims.cols,
+                           dims.rows, dims.cols);
+  });
+}
+
+void CpuBackend::attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float p,
+                                            PhiloxKey key, Tensor& ds) {
+  const backend_checks::Rows dims =
+      backend_checks::attention_softmax_backward(kCPU, probs, dprobs, p, ds);
+  if (dims.rows == 0) return;
+  MIXPREC_DISPATCH_FLOATING(ds.dtype(), "attention_softmax_backward", [&] {
+    attention_softmax_backward_rows(probs.data_as<float>(), dprobs.data_as<float>(), p, key,
+                                    static_cast<scalar_t*>(ds.data()), dims.rows, dims.cols);
   });
 }
 

@@ -8,10 +8,16 @@
 // with dP written in F32 and dS rounded once to q's dtype as a GEMM operand (masked entries
 // have P = 0, so dS is 0 there and no gradient reaches future positions).
 // With attention dropout (nanoGPT's attn_dropout) the F32 probabilities are dropped out,
-// P~ = dropout(P), before the rounding; P~ is not stored: the backward replays the mask from
-// its Philox key, dV = P~^T dO and dP = dropout(dO V^T) with the same key.
+// P~ = dropout(P), before the rounding, and the backward uses dV = P~^T dO and
+// dP = dropout(dO V^T) with the same Philox key.
+//
+// Everything between the GEMMs runs as one backend call each way (Backend::attention_softmax
+// and attention_softmax_backward), bit for bit the mask, softmax, dropout and cast they stand
+// for, so the [B, H, T, T] scores cross memory about three times less often. The softmax
+// runs in place over the scores, and the rounded operand P~ is kept for dV rather than formed
+// again: that holds half the probabilities' bytes more for 16-bit inputs, none for F32
+// without dropout (P~ is then P itself), and in the backward dS overwrites dP when F32.
 #include <cmath>
-#include <limits>
 
 #include "core/autograd/record.h"
 #include "core/generator.h"
@@ -25,7 +31,9 @@ namespace mixprec::ops {
 namespace {
 
 struct CausalAttentionBackward final : Node {
-  Tensor q, k, v, probs;  // probs: F32 [B, H, T, T], before dropout
+  Tensor q, k, v;
+  Tensor probs;    // F32 [B, H, T, T], before dropout
+  Tensor operand;  // P~ rounded to q's dtype: the forward's operand of P~ v
   float dropout_p = 0.0f;  // 0: no dropout
   PhiloxKey dropout_key{};
   std::string name() const override { return "causal_attention"; }
@@ -42,27 +50,15 @@ struct CausalAttentionBackward final : Node {
 
     Tensor dv;
     if (need_v) {
-      Tensor kept = probs;
-      if (dropout_p > 0.0f) {
-        kept = Tensor::empty(probs.shape(), DType::F32, q.device());
-        be.dropout(probs, dropout_p, dropout_key, kept);
-      }
-      const Tensor p = cast_untracked(kept, dtype);
       dv = Tensor::empty(v.shape(), dtype, v.device());
-      be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, 1.0f), p, dout, dv);
+      be.gemm(batched_gemm_desc(true, false, t, d, t, batch, tt, td, 1.0f), operand, dout, dv);
     }
     Tensor dq, dk;
     if (need_q || need_k) {
       Tensor dp32 = Tensor::empty(probs.shape(), DType::F32, q.device());
       be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, 1.0f), dout, v, dp32);
-      if (dropout_p > 0.0f) {
-        Tensor dropped = Tensor::empty(probs.shape(), DType::F32, q.device());
-        be.dropout(dp32, dropout_p, dropout_key, dropped);
-        dp32 = dropped;
-      }
-      Tensor ds32 = Tensor::empty(probs.shape(), DType::F32, q.device());
-      be.softmax_backward(probs, dp32, ds32, false);
-      const Tensor ds = cast_untracked(ds32, dtype);
+      Tensor ds = dtype == DType::F32 ? dp32 : Tensor::empty(probs.shape(), dtype, q.device());
+      be.attention_softmax_backward(probs, dp32, dropout_p, dropout_key, ds);
       if (need_q) {
         dq = Tensor::empty(q.shape(), dtype, q.device());
         be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, scale), ds, k, dq);
@@ -80,6 +76,7 @@ struct CausalAttentionBackward final : Node {
     k = Tensor();
     v = Tensor();
     probs = Tensor();
+    operand = Tensor();
   }
 };
 
@@ -109,28 +106,24 @@ Tensor causal_attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, 
 
   // Every GEMM here is batched over (batch, head) with one [T, T] or [T, D] matrix per item,
   // so the batch strides are the matrix sizes.
-  Tensor scores = Tensor::empty({b, h, t, t}, DType::F32, q.device());
-  be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, scale), q, k, scores);
-  be.causal_mask(scores, -std::numeric_limits<float>::infinity(), scores);
-  Tensor probs = Tensor::empty(scores.shape(), DType::F32, q.device());
-  be.softmax(scores, probs, false);
-  Tensor kept = probs;
+  Tensor probs = Tensor::empty({b, h, t, t}, DType::F32, q.device());
+  be.gemm(batched_gemm_desc(false, true, t, t, d, batch, td, td, scale), q, k, probs);
   PhiloxKey key{};
   const bool drop = dropout_p > 0.0 && gen != nullptr;
-  if (drop) {
-    key = gen->next(static_cast<uint64_t>(probs.numel()));
-    kept = Tensor::empty(probs.shape(), DType::F32, q.device());
-    be.dropout(probs, static_cast<float>(dropout_p), key, kept);
-  }
-  const Tensor p = cast_untracked(kept, dtype);
+  if (drop) key = gen->next(static_cast<uint64_t>(probs.numel()));
+  const float p_drop = drop ? static_cast<float>(dropout_p) : 0.0f;
+  Tensor operand = dtype == DType::F32 && !drop ? probs : Tensor::empty(probs.shape(), dtype,
+                                                                        q.device());
+  be.attention_softmax(probs, p_drop, key, probs, operand);  // the scores become P in place
   Tensor out = Tensor::empty(q.shape(), dtype, q.device());
-  be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), p, v, out);
+  be.gemm(batched_gemm_desc(false, false, t, d, t, batch, tt, td, 1.0f), operand, v, out);
 
   if (auto node = make_node<CausalAttentionBackward>({&q, &k, &v})) {
     node->q = save_for_backward(*node, q);
     node->k = save_for_backward(*node, k);
     node->v = save_for_backward(*node, v);
     node->probs = probs;
+    node->operand = operand;
     if (drop) {
       node->dropout_p = static_cast<float>(dropout_p);
       node->dropout_key = key;

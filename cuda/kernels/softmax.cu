@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include "core/math/dropout.h"
 #include "core/math/softmax.h"
 #include "cuda/kernels/rows.cuh"
 
@@ -19,19 +20,72 @@ struct RowScratch {
   double d[kThreads / kWarp];
 };
 
+// The element itself: row_max_sum's default view of a row.
+struct AsIs {
+  __device__ __forceinline__ float operator()(int64_t, float v) const { return v; }
+};
+
 // The maximum m of a row and s = sum exp(x - m), accumulated in double and rounded once (as
-// the CPU backend's reduce_row); every thread of the row's group gets both.
-template <int R, class T>
+// the CPU backend's reduce_row); every thread of the row's group gets both. The row's element
+// j is view(j, x[j]) (attention_softmax masks through it).
+template <int R, class T, class View = AsIs>
 __device__ __forceinline__ RowMaxSum row_max_sum(const T* x, int64_t cols, int lane, bool packed,
-                                                 RowScratch& scratch) {
+                                                 RowScratch& scratch, View view = {}) {
   const T* in[1] = {x};
   float m = -INFINITY;
-  row_visit<R>(in, cols, lane, packed, [&](int64_t, float v) { m = softmax_max_step(m, v); });
+  row_visit<R>(in, cols, lane, packed,
+               [&](int64_t j, float v) { m = softmax_max_step(m, view(j, v)); });
   m = row_reduce<R>(m, MaxOp{}, scratch.f);
   double s = 0.0;
-  row_visit<R>(in, cols, lane, packed, [&](int64_t, float v) { s += softmax_exp(v, m); });
+  row_visit<R>(in, cols, lane, packed,
+               [&](int64_t j, float v) { s += softmax_exp(view(j, v), m); });
   s = row_reduce<R>(s, SumOp{}, scratch.d);
   return {m, static_cast<float>(s)};
+}
+
+// Element j of row r dropped out with `key` (core/math/dropout.h), or v itself when p == 0.
+struct RowDropout {
+  float p, scale;
+  PhiloxKey key;
+  __device__ __forceinline__ float operator()(int64_t r, int64_t cols, int64_t j, float v) const {
+    if (p == 0.0f) return v;
+    const uint64_t i = static_cast<uint64_t>(r * cols + j);
+    return dropout_value(v, dropout_keep(key.seed, key.offset + i, p), scale);
+  }
+};
+
+// Stores a row's outputs: f(j, loaded inputs...) stores column j's outputs itself, as float
+// values of F32 inputs `in` read in 4-packs when `packed`, one by one otherwise. The columns
+// a lane owns do not matter to the result (each is computed alone), so this walk may differ
+// from the reduction's.
+template <int R, int N, class F>
+__device__ __forceinline__ void row_store(const float* const (&in)[N], int64_t cols, int lane,
+                                          bool packed, F&& f) {
+  if (packed) {
+    using P = Pack<float, 4>;
+    for (int64_t q = lane; q < cols / 4; q += R) {
+      P x[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) x[k] = reinterpret_cast<const P*>(in[k])[q];
+      f(q, x);
+    }
+    return;
+  }
+  for (int64_t j = lane; j < cols; j += R) {
+    Pack<float, 1> x[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) x[k].v[0] = in[k][j];
+    f(j, x);
+  }
+}
+
+// Writes values[i] (FP32) of columns j0 + i, i < V, rounded once, to out (one V-pack store).
+template <class T, int V>
+__device__ __forceinline__ void store_pack(T* out, int64_t pack, const float (&values)[V]) {
+  Pack<T, V> y;
+#pragma unroll
+  for (int i = 0; i < V; ++i) y.v[i] = from_float<T>(values[i]);
+  reinterpret_cast<Pack<T, V>*>(out)[pack] = y;
 }
 
 template <int R, class T>
@@ -69,6 +123,67 @@ __global__ void __launch_bounds__(kThreads) softmax_backward_kernel(const T* y, 
     const float row_dot = static_cast<float>(row_reduce<R>(dot, SumOp{}, scratch.d));
     row_map<R>(in, dx + r * cols, cols, at.lane, packed, [&](int64_t, float yv, float g) {
       return softmax_backward_value(yv, g, row_dot, log);
+    });
+  }
+}
+
+// attention_softmax: row r of the launch is row r % matrix_rows of its matrix, whose columns
+// right of the diagonal read as the causal mask's -inf. probs and operand are written from
+// the same FP32 value, so operand may be probs itself (F32, p == 0).
+template <int R, class T>
+__global__ void __launch_bounds__(kThreads) attention_softmax_kernel(
+    const float* scores, RowDropout drop, float* probs, T* operand, int64_t rows,
+    int64_t matrix_rows, int64_t cols, bool packed, bool packed_store) {
+  __shared__ RowScratch scratch;
+  const RowLane<R> at;
+  for (int64_t r = at.first_row(); r < rows; r += at.row_step()) {
+    const int64_t diagonal = r % matrix_rows;
+    const auto masked = [diagonal](int64_t j, float v) { return j > diagonal ? -INFINITY : v; };
+    const float* in[1] = {scores + r * cols};
+    const RowMaxSum st = row_max_sum<R>(in[0], cols, at.lane, packed, scratch, masked);
+    const float inv_sum = 1.0f / st.sum;
+    float* probs_row = probs + r * cols;
+    T* operand_row = operand + r * cols;
+    row_store<R>(in, cols, at.lane, packed_store, [&](int64_t at_pack, const auto (&x)[1]) {
+      constexpr int V = sizeof(x[0].v) / sizeof(float);
+      float y[V], kept[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int64_t j = at_pack * V + i;
+        y[i] = softmax_value(masked(j, x[0].v[i]), st.max, inv_sum);
+        kept[i] = drop(r, cols, j, y[i]);
+      }
+      store_pack<float, V>(probs_row, at_pack, y);
+      store_pack<T, V>(operand_row, at_pack, kept);
+    });
+  }
+}
+
+// attention_softmax_backward: softmax_backward_kernel's reduction and values with dy the
+// dropped-out dprobs, rounded once into ds.
+template <int R, class T>
+__global__ void __launch_bounds__(kThreads) attention_softmax_backward_kernel(
+    const float* probs, const float* dprobs, RowDropout drop, T* ds, int64_t rows, int64_t cols,
+    bool packed, bool packed_store) {
+  __shared__ RowScratch scratch;
+  const RowLane<R> at;
+  for (int64_t r = at.first_row(); r < rows; r += at.row_step()) {
+    const float* in[2] = {probs + r * cols, dprobs + r * cols};
+    double dot = 0.0;
+    row_visit<R>(in, cols, at.lane, packed, [&](int64_t j, float y, float g) {
+      dot += softmax_backward_term(y, drop(r, cols, j, g), false);
+    });
+    const float row_dot = static_cast<float>(row_reduce<R>(dot, SumOp{}, scratch.d));
+    T* ds_row = ds + r * cols;
+    row_store<R>(in, cols, at.lane, packed_store, [&](int64_t at_pack, const auto (&x)[2]) {
+      constexpr int V = sizeof(x[0].v) / sizeof(float);
+      float dx[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int64_t j = at_pack * V + i;
+        dx[i] = softmax_backward_value(x[0].v[i], drop(r, cols, j, x[1].v[i]), row_dot, false);
+      }
+      store_pack<T, V>(ds_row, at_pack, dx);
     });
   }
 }
@@ -144,6 +259,44 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, int6
       MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, softmax_backward_kernel<R>)(
           static_cast<const scalar_t*>(y), static_cast<const scalar_t*>(dy),
           static_cast<scalar_t*>(dx), rows, cols, log, packed);
+      CUDA_CHECK_LAST();
+    });
+  });
+}
+
+void attention_softmax(DType dtype, const float* scores, float p, PhiloxKey key, float* probs,
+                       void* operand, int64_t rows, int64_t matrix_rows, int64_t cols,
+                       cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  // The dropout scale is computed once on the host, as the CPU backend does.
+  const RowDropout drop{p, dropout_scale(p), key};
+  // The reduction walks the row as softmax over the masked scores would (same `packed`), so
+  // the sums, and so the bits, are those of the composition.
+  const bool packed = rows_packable<float>(cols, {scores, probs});
+  MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "attention_softmax", [&] {
+    const bool packed_store = packed && aligned_to(operand, 4 * sizeof(scalar_t));
+    with_row_threads(cols, [&](auto threads) {
+      constexpr int R = decltype(threads)::value;
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, attention_softmax_kernel<R>)(
+          scores, drop, probs, static_cast<scalar_t*>(operand), rows, matrix_rows, cols, packed,
+          packed_store);
+      CUDA_CHECK_LAST();
+    });
+  });
+}
+
+void attention_softmax_backward(DType dtype, const float* probs, const float* dprobs, float p,
+                                PhiloxKey key, void* ds, int64_t rows, int64_t cols,
+                                cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const RowDropout drop{p, dropout_scale(p), key};
+  const bool packed = rows_packable<float>(cols, {probs, dprobs});
+  MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "attention_softmax_backward", [&] {
+    const bool packed_store = packed && aligned_to(ds, 4 * sizeof(scalar_t));
+    with_row_threads(cols, [&](auto threads) {
+      constexpr int R = decltype(threads)::value;
+      MIXPREC_LAUNCH(row_grid(rows, R), kThreads, stream, attention_softmax_backward_kernel<R>)(
+          probs, dprobs, drop, static_cast<scalar_t*>(ds), rows, cols, packed, packed_store);
       CUDA_CHECK_LAST();
     });
   });

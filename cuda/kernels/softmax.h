@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/dtype.h"
+#include "core/philox.h"
 
 namespace mixprec::kernels {
 
@@ -22,6 +23,17 @@ void softmax(DType dtype, const void* x, void* y, int64_t rows, int64_t cols, bo
              cudaStream_t stream);
 void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, int64_t rows,
                       int64_t cols, bool log, cudaStream_t stream);
+
+// Backend::attention_softmax over `rows` rows of `cols` F32 scores, row r being row
+// r % matrix_rows of its matrix: probs (F32) and operand (dtype) as that contract says, bit
+// for bit causal_mask, softmax, dropout and cast composed from these kernels.
+void attention_softmax(DType dtype, const float* scores, float p, PhiloxKey key, float* probs,
+                       void* operand, int64_t rows, int64_t matrix_rows, int64_t cols,
+                       cudaStream_t stream);
+// Backend::attention_softmax_backward: ds (dtype) from F32 probs and dprobs.
+void attention_softmax_backward(DType dtype, const float* probs, const float* dprobs, float p,
+                                PhiloxKey key, void* ds, int64_t rows, int64_t cols,
+                                cudaStream_t stream);
 
 // Doubles of scratch that cross_entropy needs: one row loss per row.
 inline size_t cross_entropy_scratch_doubles(int64_t rows) { return static_cast<size_t>(rows); }

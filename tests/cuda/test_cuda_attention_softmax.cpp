@@ -1,0 +1,107 @@
+// Backend::attention_softmax and attention_softmax_backward on the CUDA backend: bit for bit
+// the compositions they stand for on the same backend (so a training step takes the same
+// values fused or not), and within the per-dtype tolerances of the CPU backend. Row lengths
+// cover the scalar walk (7), the 4-pack walk (8) and block-wide rows (1030); outputs are
+// poisoned first.
+#include <limits>
+#include <random>
+
+#include "tests/cuda/backend_agreement.h"
+
+namespace mixprec::cuda_test {
+namespace {
+
+constexpr PhiloxKey kKey{0xabcdefULL, 77};
+const Shape kShapes[] = {{2, 3, 7, 7}, {2, 8, 8}, {3, 1030}, {1, 2, 5, 1030}};
+
+Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
+
+// causal_mask, softmax, dropout and cast, each its own call of `be`.
+void composed_forward(Backend& be, Device device, const Tensor& scores, float p, Tensor& probs,
+                      Tensor& operand) {
+  Tensor masked = Tensor::empty(scores.shape(), DType::F32, device);
+  be.causal_mask(scores, -std::numeric_limits<float>::infinity(), masked);
+  be.softmax(masked, probs, false);
+  Tensor kept = probs;
+  if (p > 0.0f) {
+    kept = Tensor::empty(scores.shape(), DType::F32, device);
+    be.dropout(probs, p, kKey, kept);
+  }
+  be.cast(kept, operand);
+}
+
+void composed_backward(Backend& be, Device device, const Tensor& probs, const Tensor& dprobs,
+                       float p, Tensor& ds) {
+  Tensor dy = dprobs;
+  if (p > 0.0f) {
+    dy = Tensor::empty(dprobs.shape(), DType::F32, device);
+    be.dropout(dprobs, p, kKey, dy);
+  }
+  Tensor ds32 = Tensor::empty(dprobs.shape(), DType::F32, device);
+  be.softmax_backward(probs, dy, ds32, false);
+  be.cast(ds32, ds);
+}
+
+TEST_CASE("cuda attention_softmax is its composition bit for bit and agrees with the CPU",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(91);
+  for (const Shape& shape : kShapes) {
+    for (DType dtype : kFloatingTypes) {
+      for (float p : {0.0f, 0.3f}) {
+        INFO(shape_str(shape) << " " << dtype << " p " << p);
+        const Tensor scores = random_tensor(shape, DType::F32, rng, -6.0f, 6.0f);
+        const Tensor scores_gpu = on_gpu(scores);
+        Tensor composed_probs = poisoned(shape, DType::F32), composed_operand = poisoned(shape, dtype);
+        composed_forward(gpu_backend(), gpu(), scores_gpu, p, composed_probs, composed_operand);
+
+        Tensor probs = poisoned(shape, DType::F32), operand = poisoned(shape, dtype);
+        gpu_backend().attention_softmax(scores_gpu, p, kKey, probs, operand);
+        expect_bits_equal(composed_probs, probs);
+        expect_bits_equal(composed_operand, operand);
+
+        Tensor in_place = scores_gpu.clone();
+        Tensor operand2 = poisoned(shape, dtype);
+        gpu_backend().attention_softmax(in_place, p, kKey, in_place, operand2);
+        expect_bits_equal(composed_probs, in_place);
+        expect_bits_equal(composed_operand, operand2);
+
+        Tensor cpu_probs = Tensor::empty(shape, DType::F32), cpu_operand = Tensor::empty(shape, dtype);
+        cpu_backend().attention_softmax(scores, p, kKey, cpu_probs, cpu_operand);
+        expect_close(cpu_probs, probs);
+        expect_close(cpu_operand, operand);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda attention_softmax_backward is its composition bit for bit and agrees with the CPU",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(92);
+  for (const Shape& shape : kShapes) {
+    for (DType dtype : kFloatingTypes) {
+      for (float p : {0.0f, 0.25f}) {
+        INFO(shape_str(shape) << " " << dtype << " p " << p);
+        const Tensor scores = random_tensor(shape, DType::F32, rng, -4.0f, 4.0f);
+        Tensor probs = Tensor::empty(shape, DType::F32), unused = Tensor::empty(shape, DType::F32);
+        cpu_backend().attention_softmax(scores, 0.0f, kKey, probs, unused);
+        const Tensor dprobs = random_tensor(shape, DType::F32, rng, -3.0f, 3.0f);
+        const Tensor probs_gpu = on_gpu(probs), dprobs_gpu = on_gpu(dprobs);
+
+        Tensor composed = poisoned(shape, dtype);
+        composed_backward(gpu_backend(), gpu(), probs_gpu, dprobs_gpu, p, composed);
+        Tensor ds = poisoned(shape, dtype);
+        gpu_backend().attention_softmax_backward(probs_gpu, dprobs_gpu, p, kKey, ds);
+        expect_bits_equal(composed, ds);
+
+        Tensor cpu_ds = Tensor::empty(shape, dtype);
+        cpu_backend().attention_softmax_backward(probs, dprobs, p, kKey, cpu_ds);
+        expect_close(cpu_ds, ds);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixprec::cuda_test
