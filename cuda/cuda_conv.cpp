@@ -39,6 +39,7 @@
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_profile.h"
 #include "cuda/kernels/broadcast.h"
 
 namespace mixprec {
@@ -320,6 +321,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
                                                            x.dtype(), g));
   Scratch workspace(allocator_, plan.workspace);
   const float alpha = 1.0f;
+  const ProfiledLaunch timed("cudnnConvolutionForward", __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, plan.x.get(), x.data(), plan.w.get(),
                                       w.data(), plan.conv.get(),
                                       static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
@@ -341,6 +343,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
                                                            dy.dtype(), g));
   Scratch workspace(allocator_, plan.workspace);
   const float alpha = 1.0f, beta = 0.0f;
+  const ProfiledLaunch timed("cudnnConvolutionBackwardData", __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, plan.w.get(), w.data(), plan.y.get(),
                                            dy.data(), plan.conv.get(),
                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
@@ -378,6 +381,7 @@ void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, cons
       handle, conv_key(device_index_, ConvPass::BackwardFilter, x.dtype(), g));
   Scratch workspace(allocator_, plan.workspace);
   const float alpha = 1.0f, beta = 0.0f;
+  const ProfiledLaunch timed("cudnnConvolutionBackwardFilter", __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       handle, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv.get(),
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), workspace.get(), plan.workspace,

@@ -12,15 +12,18 @@
 // output-type reduction schemes) are excluded, as they would round the sum more than once.
 //
 // One plan per problem (dtypes, flags, sizes, strides, operand alignments, TF32 switch,
-// device): the cuBLASLt descriptors and the heuristic's first algorithm, built on first
-// use and then reused, so a training step repeats no heuristic query. An algorithm's
-// workspace (at most kMaxWorkspace) comes from the backend's caching allocator for the
-// duration of the call, so after warm-up no call reaches cudaMalloc.
+// autotune switch, device): the cuBLASLt descriptors and one algorithm, built on first use
+// and then reused, so a training step repeats no heuristic query. The algorithm is the
+// heuristic's first; with the autotune switch on (cuda/gemm_autotune.h), the fastest of the
+// heuristic's candidates timed on that first call. An algorithm's workspace (at most
+// kMaxWorkspace) comes from the backend's caching allocator for the duration of the call, so
+// after warm-up no call reaches cudaMalloc.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/backend_checks.h"
 #include "core/error.h"
@@ -28,7 +31,9 @@
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/gemm_autotune.h"
 #include "cuda/gemm_plan.h"
+#include "cuda/kernel_profile.h"
 #include "cuda/kernels/elementwise.h"
 
 namespace mixprec {
@@ -66,7 +71,9 @@ uint32_t alignment(const void* base, int64_t batch, int64_t stride, size_t eleme
 struct GemmKey {
   int device;
   DType ab, c;
-  bool trans_a, trans_b, tf32;
+  // tuned: the autotune switch when the call was made, so that a tuned and a heuristic plan
+  // of one problem can live side by side (a benchmark compares them in one process).
+  bool trans_a, trans_b, tf32, tuned;
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
   auto operator<=>(const GemmKey&) const = default;
@@ -172,6 +179,7 @@ struct GemmPlan {
   MatrixLayout lt_a, lt_b, lt_c;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  std::string label;  // the problem, as the kernel profile names its calls
 };
 
 std::string problem_str(const GemmKey& k) {
@@ -181,10 +189,23 @@ std::string problem_str(const GemmKey& k) {
   return s;
 }
 
-// Chooses the plan's algorithm: the heuristic's first choice among those that fit
-// kMaxWorkspace, the operands' alignments and, for a 16-bit D, keep split-K partial sums in
-// FP32.
-void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& plan) {
+// What tuning a new plan needs of the call that first meets its problem: the row-major
+// operands, which the candidates read (C only as cuBLASLt's input; D goes to scratch), alpha
+// and beta, and the backend's stream and allocator.
+struct TuningCall {
+  const void* a;
+  const void* b;
+  const void* c;
+  float alpha, beta;
+  cudaStream_t stream;
+  CachingAllocator& allocator;
+};
+
+// Chooses the plan's algorithm among those that fit kMaxWorkspace, the operands' alignments
+// and, for a 16-bit D, keep split-K partial sums in FP32: the heuristic's first choice, or
+// with key.tuned the fastest of up to kGemmAutotuneCandidates, timed with `call`'s data.
+void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& plan,
+                      const TuningCall& call) {
   MatmulPreference pref;
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kMaxWorkspace);
   pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
@@ -197,31 +218,54 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
     pref.set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
              static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kGemmAutotuneCandidates]{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle, plan.desc.get(), plan.lt_a.get(), plan.lt_b.get(), plan.lt_c.get(), plan.lt_c.get(),
-      pref.get(), 1, &result, &found);
-  MIXPREC_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0 &&
-                    result.state == CUBLAS_STATUS_SUCCESS,
-                problem_str(key), ": cuBLASLt has no algorithm for ", key.ab, " operands into ",
-                key.c, " with operand alignments ", key.align_a, "/", key.align_b, "/",
-                key.align_c, " bytes (status ", cublasGetStatusName(status),
+      pref.get(), key.tuned ? kGemmAutotuneCandidates : 1, results, &found);
+  std::vector<cublasLtMatmulHeuristicResult_t> valid;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) valid.push_back(results[i]);
+  }
+  MIXPREC_CHECK(!valid.empty(), problem_str(key), ": cuBLASLt has no algorithm for ", key.ab,
+                " operands into ", key.c, " with operand alignments ", key.align_a, "/",
+                key.align_b, "/", key.align_c, " bytes (status ", cublasGetStatusName(status),
                 "); pass tensors whose data is at least 16-byte aligned");
-  plan.algo = result.algo;
-  plan.workspace = result.workspaceSize;
+  size_t chosen = 0;
+  if (key.tuned && valid.size() > 1) {
+    GemmTuning tuning;
+    for (const auto& candidate : valid) tuning.workspace_bytes.push_back(candidate.workspaceSize);
+    tuning.output_bytes = static_cast<size_t>(span(key.batch, key.stride_c, key.m * key.n)) *
+                          dtype_size(key.c);
+    const void* lt_a_data = of_operand(plan.mapping.a.source, call.a, call.b);
+    const void* lt_b_data = of_operand(plan.mapping.b.source, call.a, call.b);
+    tuning.launch = [&](size_t i, void* output, void* workspace) {
+      return cublasLtMatmul(handle, plan.desc.get(), &call.alpha, lt_a_data, plan.lt_a.get(),
+                            lt_b_data, plan.lt_b.get(), &call.beta, call.c, plan.lt_c.get(),
+                            output, plan.lt_c.get(), &valid[i].algo, workspace,
+                            valid[i].workspaceSize, call.stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    chosen = pick_fastest_gemm_candidate(tuning, call.stream, call.allocator);
+  }
+  plan.algo = valid[chosen].algo;
+  plan.workspace = valid[chosen].workspaceSize;
 }
 
 // The plans of every problem met so far, never evicted (a training run has a fixed set of
 // shapes). Plans stay at their address once inserted.
 class PlanCache {
  public:
-  const GemmPlan& get(cublasLtHandle_t handle, const GemmKey& key) {
+  // `call` is used only when the plan is new (and tuned). Tuning happens under the lock, so
+  // that two threads meeting a new problem at once do not both time it.
+  const GemmPlan& get(cublasLtHandle_t handle, const GemmKey& key, const TuningCall& call) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::unique_ptr<GemmPlan>& slot = plans_[key];
     if (!slot) {
       auto plan = std::make_unique<GemmPlan>(key);
-      choose_algorithm(handle, key, *plan);
+      choose_algorithm(handle, key, *plan, call);
+      plan->label = "cublasLtMatmul " + problem_str(key) + " " +
+                    std::string(dtype_name(key.ab)) + "->" + std::string(dtype_name(key.c));
       slot = std::move(plan);
     }
     return *slot;
@@ -271,6 +315,7 @@ void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, T
                     .trans_a = desc.trans_a,
                     .trans_b = desc.trans_b,
                     .tf32 = a.dtype() == DType::F32 && tf32_allowed(),
+                    .tuned = gemm_autotune_enabled(),
                     .m = desc.m,
                     .n = desc.n,
                     .k = desc.k,
@@ -282,11 +327,13 @@ void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, T
                     .align_b = alignment(b.data(), desc.batch, desc.stride_b, ab_size),
                     .align_c = alignment(c.data(), desc.batch, desc.stride_c, c_size)};
   cublasLtHandle_t handle = cublaslt_handle();
-  const GemmPlan& plan = plan_cache().get(handle, key);
-  Scratch workspace(allocator_, plan.workspace);
   const float alpha = desc.alpha, beta = desc.beta;
+  const TuningCall call{a.data(), b.data(), c.data(), alpha, beta, stream_, allocator_};
+  const GemmPlan& plan = plan_cache().get(handle, key, call);
+  Scratch workspace(allocator_, plan.workspace);
   const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
   const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
+  const ProfiledLaunch timed(plan.label.c_str(), __PRETTY_FUNCTION__, stream_);
   CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
                               lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
                               c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),

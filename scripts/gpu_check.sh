@@ -16,11 +16,15 @@
 # LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
 # the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
 # kernel benchmarks, a short training stage (`mixprec train` of the GPU GPT config and of the
-# CNN config, FP32 and FP16 each, and FP16 again with train.host_reads=per_step), then a PyTorch autocast + GradScaler step for comparison, and
-# prints a summary table last. Every step runs under `timeout`; the whole run stays under 8
-# minutes. Logs (at most 8 files, all that comes back from the machine) go to OUTDIR: env.log,
-# tests.log, bench.log, bench.json, train.json (each training run's summary.json and the end of
-# its output), torch_amp_step.log, summary.txt, and build.log when it had to build.
+# CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, and a short FP16
+# run of each with every kernel timed, MIXPREC_KERNEL_PROFILE, whose tables go into
+# train.json and whose largest rows into the summary), then
+# PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py) and a PyTorch
+# autocast + GradScaler step for comparison, and prints a summary table last. Every step runs
+# under `timeout`; the whole run stays under 8 minutes. Logs (at most 8 files, all that comes
+# back from the machine) go to OUTDIR: env.log, tests.log, bench.log, bench.json, train.json
+# (each training run's summary.json and the end of its output), torch_amp_step.log
+# (torch_gemm.py's output, then the step's), summary.txt, and build.log when it had to build.
 #
 # Data: --prepare copies tiny shakespeare and MNIST's test set into build-gpu/data, and the
 # run points MIXPREC_DATA_DIR there unless it is set. The training stage and the end-to-end
@@ -34,7 +38,7 @@
 #
 # Environment: MIXPREC_JOBS (parallel jobs of --prepare, default 2),
 # MIXPREC_GPU_TEST_FILTER (Catch2 test spec, default: every test of mixprec_cuda_tests),
-# MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch step), MIXPREC_GPU_SKIP_TRAIN=1 (skip the
+# MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch steps), MIXPREC_GPU_SKIP_TRAIN=1 (skip the
 # training stage), MIXPREC_DATA_DIR (see Data).
 set -uo pipefail
 
@@ -59,6 +63,7 @@ test_timeout=200
 bench_timeout=120
 train_timeout=110
 torch_timeout=90
+torch_gemm_timeout=25
 fallback_configure_timeout=90
 fallback_build_timeout=300
 
@@ -317,6 +322,8 @@ if os.path.isfile(sys.argv[2]):
 rows = [
     ("GEMM 4096^3 FP16", "BM_CudaGemm/F16/4096/manual_time", "TFLOP/s"),
     ("GEMM 4096^3 BF16", "BM_CudaGemm/BF16/4096/manual_time", "TFLOP/s"),
+    ("GEMM 4096^3 FP16 (tuned)", "BM_CudaGemmTuned/F16/4096/manual_time", "TFLOP/s"),
+    ("GEMM 4096^3 BF16 (tuned)", "BM_CudaGemmTuned/BF16/4096/manual_time", "TFLOP/s"),
     ("GEMM 4096^3 FP32 (TF32 off)", "BM_CudaGemm/F32/4096/manual_time", "TFLOP/s"),
     ("GEMM 4096^3 FP32 (TF32 on)", "BM_CudaGemm/TF32/4096/manual_time", "TFLOP/s"),
     ("add 25M FP16", "BM_CudaAdd/F16/25000000/manual_time", "GB/s"),
@@ -324,6 +331,8 @@ rows = [
     ("unscale_and_check 25M/100 FP16", "BM_CudaUnscaleAndCheck/F16/manual_time", "GB/s"),
     ("unscale_and_check 25M/100 FP32", "BM_CudaUnscaleAndCheck/F32/manual_time", "GB/s"),
     ("amp + AdamW tail, GPT, FP16", "BM_CudaAmpStep/manual_time", "us/step"),
+    ("attn softmax fwd+bwd (GPT), fused", "BM_CudaAttentionSoftmax/fused/manual_time", "us/layer"),
+    ("attn softmax fwd+bwd, composed", "BM_CudaAttentionSoftmax/composed/manual_time", "us/layer"),
 ]
 for label, name, unit in rows:
     run = runs.get(name)
@@ -341,12 +350,15 @@ for label, name, unit in rows:
             share = f"  {100 * value / (1000 * gpt_fp16_ms):5.1f}% of the {gpt_fp16_ms:.2f} ms FP16 GPT step" \
                 if gpt_fp16_ms else ""
             print(f"{label:<34} {value:8.0f} us/step{share}")
+        elif unit == "us/layer":
+            print(f"{label:<34} {value:8.0f} us/layer (forward + backward, x6 layers per step)")
         else:
             print(f"{label:<34} {value:8.0f} GB/s     {100 * value / hbm_peak:5.1f}% of {hbm_peak:.0f} GB/s HBM")
 EOF
   else
     printf '%-34s %s\n' "CUDA kernel benchmarks" "${bench_note}"
   fi
+  torch_gemm_rows
   if [[ -s "${out}/train.json" ]] && command -v python3 >/dev/null 2>&1; then
     python3 - "${out}/train.json" <<'EOF'
 import json, math, sys
@@ -383,11 +395,36 @@ for run in runs:
     if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
         line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
     print(line)
+# The largest entries of each kernel profile (the whole tables are in train.json).
+for run in runs:
+    table = run.get("kernel_profile")
+    if not table:
+        continue
+    print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(table) - 2}")
+    for row in table[:13] + table[-1:]:
+        print("  " + row[:150])
 EOF
   else
     printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
   fi
   printf '%-34s %s\n' "PyTorch step (torch_amp_step.py)" "${torch_note}"
+}
+
+# The torch.mm rows of the summary table, from the torch_gemm lines that torch_gemm.py wrote
+# into torch_amp_step.log; torch_gemm_note where a dtype has no figure.
+torch_gemm_rows() {
+  local dtype label value
+  for dtype in fp16 bf16; do
+    label="torch.mm 4096^3 ${dtype^^}"
+    value="$(awk -v d="${dtype}" '$1 == "torch_gemm" && $2 == d && $3 == 4096 { v = $4 } END { print v }' \
+      "${out}/torch_amp_step.log" 2>/dev/null)"
+    if [[ "${value}" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+      awk -v label="${label}" -v v="${value}" -v peak="${fp16_peak_tflops}" 'BEGIN {
+        printf "%-34s %8.1f TFLOP/s  %5.1f%% of %.0f FP16 peak\n", label, v, 100 * v / peak, peak }'
+    else
+      printf '%-34s %s\n' "${label}" "${torch_gemm_note}"
+    fi
+  done
 }
 
 # The first data folder that holds `relative` (e.g. tinyshakespeare/input.txt), as the file's
@@ -405,9 +442,9 @@ find_data() {
 }
 
 # One line of ${train_dir}/runs.tsv: config label, precision, status ("ok", "exit N", "timed
-# out after N s", "not run: ..."), run folder, console log.
+# out after N s", "not run: ..."), run folder, console log, kernel profile (or nothing).
 train_record() {
-  printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"${train_dir}/runs.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "${6:-}" >>"${train_dir}/runs.tsv"
 }
 
 # One run of the training stage: a config label, the precision, a folder name, the number of
@@ -434,13 +471,26 @@ train_one() {
   fi
   [[ "${status}" == ok ]] || train_failed=1
   tail -n 2 "${run_log}"
-  train_record "${label}" "${precision}" "${status}" "${run_dir}" "${run_log}"
+  train_record "${label}" "${precision}" "${status}" "${run_dir}" "${run_log}" \
+    "${MIXPREC_KERNEL_PROFILE:-}"
+}
+
+# A short FP16 run of one config with every kernel launch timed (cuda/kernel_profile.h): a
+# config label, a folder name, the number of runs still to come, then the `mixprec train`
+# arguments. Its step times are not comparable (reading the events back waits for the
+# device); the table of device time per kernel is what it is for.
+train_profiled() {
+  local label="$1" key="$2" runs_after="$3"
+  shift 3
+  MIXPREC_KERNEL_PROFILE="${train_dir}/${key}-kernels.txt" \
+    train_one "${label} (kernels timed)" fp16 "${key}_profiled" "${runs_after}" "$@"
 }
 
 # The training stage, within $1 seconds: `mixprec train` of configs/gpt_shakespeare_gpu.yaml
 # (100 steps, 4 evaluation batches) and of configs/cnn_fashion.yaml (200 steps of 512), each
-# in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end. The runs'
-# summary.json and the end of their output are gathered into train.json. Sets train_failed
+# in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end, then the
+# per_step and kernel-timed FP16 runs. The runs' summary.json, the end of their output and
+# the kernel tables are gathered into train.json. Sets train_failed
 # when a run failed or ran out of time.
 training_stage() {
   local limit="$1"
@@ -475,8 +525,8 @@ training_stage() {
   # reading the outcome after every step, which shows what the deferred step saves.
   local planned=0 precision
   local per_step=(--set train.host_reads=per_step)
-  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 3 ))
-  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 3 ))
+  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 4 ))
+  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 4 ))
   for precision in fp32 fp16 per_step; do
     if (( ${#gpt_args[@]} > 0 )); then
       planned=$(( planned - 1 ))
@@ -505,6 +555,16 @@ training_stage() {
         "not run: no Fashion-MNIST (${fashion_mnist_dir}) nor MNIST (set MIXPREC_DATA_DIR)" "" ""
     fi
   done
+  # Last, where the FP16 step's device time goes: short runs with every launch timed.
+  if (( ${#gpt_args[@]} > 0 )); then
+    planned=$(( planned - 1 ))
+    train_profiled gpt_shakespeare_gpu gpt "${planned}" "${gpt_args[@]}" --set train.steps=30 \
+      --set data.eval_batches=1
+  fi
+  if (( ${#cnn_args[@]} > 0 )); then
+    planned=$(( planned - 1 ))
+    train_profiled "${cnn_label}" cnn "${planned}" "${cnn_args[@]}" --set train.steps=60
+  fi
 
   if ! command -v python3 >/dev/null 2>&1; then
     train_note="ran, but without python3 no table: see ${train_dir}"
@@ -515,8 +575,11 @@ import json, os, sys
 runs = []
 with open(sys.argv[1]) as f:
     for line in f:
-        config, precision, status, run_dir, run_log = line.rstrip("\n").split("\t")
+        config, precision, status, run_dir, run_log, profile = line.rstrip("\n").split("\t")
         run = {"config": config, "precision": precision, "status": status}
+        if profile and os.path.isfile(profile):
+            with open(profile, errors="replace") as s:
+                run["kernel_profile"] = s.read().splitlines()
         summary = os.path.join(run_dir, "summary.json") if run_dir else ""
         if summary and os.path.isfile(summary):
             with open(summary) as s:
@@ -544,6 +607,7 @@ run_on_gpu() {
   tests_note="not run"
   bench_note="not run"
   torch_note="not run"
+  torch_gemm_note="not run"
   train_note="not run"
   test_filter="${MIXPREC_GPU_TEST_FILTER:-}"
   local status=0
@@ -686,6 +750,28 @@ run_on_gpu() {
     (( train_failed == 0 )) || status=1
   fi
 
+  # torch.mm at the GEMM benchmark's shape, first in torch_amp_step.log (no file to spare),
+  # before the longer PyTorch step so that a run short of time still compares the GEMMs.
+  limit="$(step_limit "${torch_gemm_timeout}")"
+  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
+    torch_gemm_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
+  elif (( limit == 0 )); then
+    torch_gemm_note="not run: out of time"
+  else
+    log "PyTorch torch.mm 4096^3 (limit ${limit} s)"
+    echo "== torch_gemm.py" >"${out}/torch_amp_step.log"
+    timeout "${limit}" python3 "${root}/scripts/torch_gemm.py" --n 4096 \
+      >>"${out}/torch_amp_step.log" 2>&1
+    rc=$?
+    torch_gemm_note="no figure (torch_amp_step.log)"
+    if (( rc != 0 )); then
+      torch_gemm_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (torch_amp_step.log)"
+    elif grep -q '^skipped:' "${out}/torch_amp_step.log"; then
+      torch_gemm_note="$(grep '^skipped:' "${out}/torch_amp_step.log" | tail -n 1)"
+    fi
+    grep -E '^(torch_gemm|skipped:)' "${out}/torch_amp_step.log" || true
+  fi
+
   limit="$(step_limit "${torch_timeout}")"
   if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
     torch_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
@@ -694,7 +780,7 @@ run_on_gpu() {
   else
     log "PyTorch autocast + GradScaler step (limit ${limit} s)"
     timeout "${limit}" python3 "${root}/scripts/torch_amp_step.py" --device cuda \
-      --model mlp --batch 512 --width 2048 --depth 4 >"${out}/torch_amp_step.log" 2>&1
+      --model mlp --batch 512 --width 2048 --depth 4 >>"${out}/torch_amp_step.log" 2>&1
     rc=$?
     if (( rc == 0 )); then
       torch_note="$(grep '^summary:' "${out}/torch_amp_step.log" | tail -n 1 | sed 's/^summary: //')"

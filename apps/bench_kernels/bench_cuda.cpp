@@ -1,11 +1,14 @@
 // Kernel micro-benchmarks of the CUDA backend, compiled only with MIXPREC_WITH_CUDA:
 // - the cuBLASLt GEMM at 4096^3 for FP16, BF16, FP32 with TF32 off (full FP32) and FP32 with
 //   TF32 on, as TFLOP/s (the H200's dense FP16/BF16 tensor-core peak is ~989 TFLOP/s);
+// - the same GEMM for FP16 and BF16 with cuBLASLt's algorithm autotuned (BM_CudaGemmTuned,
+//   cuda/gemm_autotune.h), beside the heuristic's first choice;
 // - one elementwise op (a + b) over ~25M elements, as GB/s of memory traffic;
 // - the multi-tensor unscale_and_check over ~25M gradient elements in 100 tensors, as GB/s;
 // - the whole mixed-precision tail of a deferred training step on the GPU GPT's parameters
 //   (unscale and check, clip, AdamW with FP16 working copies, the step count, the scale
-//   update), as microseconds per step: what issue 5 wants to be at most 5% of the step.
+//   update), as microseconds per step: what issue 5 wants to be at most 5% of the step;
+// - causal attention's softmax between its GEMMs on one GPT layer, fused and composed.
 //
 // Every figure is device time: cudaEvents recorded on the backend's stream around each call
 // (manual time), so host launch overhead and the per-iteration wait do not count. The rates
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <vector>
 
 #include "core/backend.h"
@@ -30,6 +34,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_query.h"
+#include "cuda/gemm_autotune.h"
 #include "cuda/register.h"
 
 namespace {
@@ -117,11 +122,28 @@ class Tf32Scope {
   bool previous_;
 };
 
-void BM_CudaGemm(benchmark::State& state, DType dtype, bool tf32) {
+// Restores the process-wide GEMM autotune switch when the benchmark ends.
+class AutotuneScope {
+ public:
+  explicit AutotuneScope(bool on) : previous_(gemm_autotune_enabled()) { set_gemm_autotune(on); }
+  ~AutotuneScope() { set_gemm_autotune(previous_); }
+  AutotuneScope(const AutotuneScope&) = delete;
+  AutotuneScope& operator=(const AutotuneScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// C = A @ B, n x n x n, inputs uniform in [-1, 1). With `tuned`, the autotune switch is on for
+// the benchmark's duration: the warm-up call then times the candidates (outside the timing)
+// and every timed call runs the fastest; without it, the switch is off, whatever the
+// environment says, so the two rows always compare the heuristic with the tuner.
+void BM_CudaGemm(benchmark::State& state, DType dtype, bool tf32, bool tuned) {
   guarded(state, [&] {
     CudaBackend* backend = cuda_backend_or_skip(state);
     if (backend == nullptr) return;
     const Tf32Scope tf32_scope(tf32);
+    const AutotuneScope autotune_scope(tuned);
     const int64_t n = state.range(0);
     Generator gen(1);
     const Tensor a = Tensor::uniform({n, n}, gen, -1.f, 1.f, dtype, cuda_device(0));
@@ -133,6 +155,11 @@ void BM_CudaGemm(benchmark::State& state, DType dtype, bool tf32) {
         run_timed(state, *backend, [&](int64_t) { backend->gemm(desc, a, b, c); });
     set_rate(state, "TFLOP/s", 2.0 * n * n * n, seconds, 1e12);
   });
+}
+
+// BM_CudaGemm with the autotune switch on.
+void BM_CudaGemmTuned(benchmark::State& state, DType dtype, bool tf32) {
+  BM_CudaGemm(state, dtype, tf32, true);
 }
 
 // out = a + b, same shape: two loads and one store per element.
@@ -259,21 +286,74 @@ void BM_CudaAmpStep(benchmark::State& state) {
   });
 }
 
+// What causal attention runs between its GEMMs, forward and backward, on one layer of the GPU
+// GPT (B 64, H 6, T 256, FP16 operands, attention dropout 0.2): fused, the two calls of
+// Backend::attention_softmax(_backward); composed, the mask, softmax, dropout and casts they
+// stand for (the same bits). us/layer is one forward plus one backward.
+void BM_CudaAttentionSoftmax(benchmark::State& state, bool fused) {
+  guarded(state, [&] {
+    CudaBackend* backend = cuda_backend_or_skip(state);
+    if (backend == nullptr) return;
+    const Device device = cuda_device(0);
+    const Shape shape{64, 6, 256, 256};
+    constexpr float kDropout = 0.2f;
+    const PhiloxKey key{7, 0};
+    Generator gen(5);
+    const Tensor scores = Tensor::uniform(shape, gen, -4.f, 4.f, DType::F32, device);
+    const Tensor dprobs = Tensor::uniform(shape, gen, -1.f, 1.f, DType::F32, device);
+    Tensor probs = Tensor::empty(shape, DType::F32, device);
+    Tensor operand = Tensor::empty(shape, DType::F16, device);
+    Tensor ds = Tensor::empty(shape, DType::F16, device);
+    Tensor f32_a = Tensor::empty(shape, DType::F32, device);
+    Tensor f32_b = Tensor::empty(shape, DType::F32, device);
+    const double seconds = run_timed(state, *backend, [&](int64_t) {
+      if (fused) {
+        backend->attention_softmax(scores, kDropout, key, probs, operand);
+        backend->attention_softmax_backward(probs, dprobs, kDropout, key, ds);
+        return;
+      }
+      backend->causal_mask(scores, -std::numeric_limits<float>::infinity(), f32_a);
+      backend->softmax(f32_a, probs, false);
+      backend->dropout(probs, kDropout, key, f32_a);
+      backend->cast(f32_a, operand);
+      backend->dropout(dprobs, kDropout, key, f32_a);
+      backend->softmax_backward(probs, f32_a, f32_b, false);
+      backend->cast(f32_b, ds);
+    });
+    if (state.iterations() > 0) {
+      state.counters["us/layer"] =
+          benchmark::Counter(seconds * 1e6 / static_cast<double>(state.iterations()));
+    }
+  });
+}
+
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_CudaGemm, F16, DType::F16, false)
+BENCHMARK_CAPTURE(BM_CudaAttentionSoftmax, fused, true)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaAttentionSoftmax, composed, false)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaGemm, F16, DType::F16, false, false)
     ->Arg(4096)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CudaGemm, BF16, DType::BF16, false)
+BENCHMARK_CAPTURE(BM_CudaGemm, BF16, DType::BF16, false, false)
     ->Arg(4096)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CudaGemm, F32, DType::F32, false)
+BENCHMARK_CAPTURE(BM_CudaGemm, F32, DType::F32, false, false)
     ->Arg(4096)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CudaGemm, TF32, DType::F32, true)
+BENCHMARK_CAPTURE(BM_CudaGemm, TF32, DType::F32, true, false)
+    ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaGemmTuned, F16, DType::F16, false)
+    ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaGemmTuned, BF16, DType::BF16, false)
     ->Arg(4096)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

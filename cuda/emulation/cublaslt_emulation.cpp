@@ -9,7 +9,17 @@
 // so that new use of the library is emulated on purpose rather than ignored. Shapes, types
 // and leading dimensions are checked as the library documents them, so a layout the backend
 // gets wrong fails here with CUBLAS_STATUS_INVALID_VALUE or NOT_SUPPORTED as on a GPU.
+//
+// The heuristic offers up to kEmulatedAlgorithms algorithms (as many as asked for), told
+// apart by the algo's first word and needing different workspaces, so that the backend's
+// autotuner (cuda/gemm_autotune.h) has several to time; all compute the same result. A
+// matmul checks, as cuBLASLt does, that its algo came from the heuristic and that the
+// workspace passed is at least the algo's.
+//
+// The CUDA runtime's events, with which the autotuner times its candidates, are emulated
+// here too (at the end of this file).
 #include <cublasLt.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <cstring>
@@ -42,6 +52,12 @@ struct Layout {
 struct Preference {
   uint64_t max_workspace = 0;
 };
+
+// The emulated algorithms: algo.data[0] is kAlgoTag + index, algo.data[1] the workspace bytes
+// the algorithm needs (kAlgoWorkspace[index]).
+constexpr int kEmulatedAlgorithms = 3;
+constexpr uint64_t kAlgoTag = 0x6D69787072000000;  // "mixpr"
+constexpr uint64_t kAlgoWorkspace[kEmulatedAlgorithms] = {0, 4096, 65536};
 
 template <class To, class From>
 To* as(From* p) {
@@ -218,21 +234,37 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
       validate(as<MatmulDesc>(desc), as<Layout>(a), as<Layout>(b), as<Layout>(c), as<Layout>(d), problem);
   *found = 0;
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  std::memset(&results[0], 0, sizeof results[0]);
-  results[0].workspaceSize = 0;
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *found = 1;
-  return CUBLAS_STATUS_SUCCESS;
+  const uint64_t max_workspace = as<Preference>(pref)->max_workspace;
+  for (int index = 0; index < kEmulatedAlgorithms && *found < requested; ++index) {
+    if (kAlgoWorkspace[index] > max_workspace) continue;
+    cublasLtMatmulHeuristicResult_t& result = results[*found];
+    std::memset(&result, 0, sizeof result);
+    result.algo.data[0] = kAlgoTag + static_cast<uint64_t>(index);
+    result.algo.data[1] = kAlgoWorkspace[index];
+    result.workspaceSize = kAlgoWorkspace[index];
+    result.state = CUBLAS_STATUS_SUCCESS;
+    result.wavesCount = 1.0f;
+    ++*found;
+  }
+  return *found > 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t compute_desc,
                               const void* alpha, const void* a, cublasLtMatrixLayout_t a_desc,
                               const void* b, cublasLtMatrixLayout_t b_desc, const void* beta,
                               const void* c, cublasLtMatrixLayout_t c_desc, void* d,
-                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t*, void*,
-                              size_t, cudaStream_t) {
+                              cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, size_t workspace_bytes, cudaStream_t) {
   if (handle == nullptr || alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  // No algo: the library chooses one that needs no workspace. Otherwise one of the
+  // heuristic's, with at least its workspace.
+  if (algo != nullptr) {
+    const uint64_t index = algo->data[0] - kAlgoTag;
+    if (index >= kEmulatedAlgorithms || algo->data[1] != kAlgoWorkspace[index])
+      return CUBLAS_STATUS_INVALID_VALUE;
+    if (workspace_bytes < algo->data[1] || (algo->data[1] > 0 && workspace == nullptr))
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
   const auto* desc = as<MatmulDesc>(compute_desc);
   const auto *la = as<Layout>(a_desc), *lb = as<Layout>(b_desc), *lc = as<Layout>(c_desc);
   Problem p;

@@ -1,5 +1,6 @@
 #include "cuda/emulation/runtime_emulation.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -177,6 +178,47 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+// Events: work on an emulated stream has finished when the call queuing it returns, so an
+// event completes when it is recorded and its timestamp is the host's clock at that moment.
+// The time between two events is the host time the work between them took; an event never
+// recorded has no time (cudaErrorInvalidResourceHandle, as on a GPU).
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return record(cudaErrorInvalidValue);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  event->at = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return record(cudaErrorInvalidValue);
+  if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) {
+    return record(cudaErrorInvalidResourceHandle);
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return record(cudaErrorInvalidValue);

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernel_profile.h"
 
 namespace mixprec::kernels {
 
@@ -50,18 +51,24 @@ struct alignas(sizeof(T) * V) Pack {
 template <class T>
 inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
-// MIXPREC_LAUNCH(grid, block, stream, kernel)(arguments...) queues
+// MIXPREC_LAUNCH(grid, block, stream, kernel)(arguments...); queues
 // kernel<<<grid, block, 0, stream>>>(arguments...), with template arguments of the kernel
 // deduced from the arguments as in a plain launch. In the emulated build (cuda/emulation/)
 // the same statement runs every thread on the calling CPU thread, each with its own copy of
-// the arguments, and reports an invalid configuration through cudaGetLastError().
+// the arguments, and reports an invalid configuration through cudaGetLastError(). Either way
+// a ProfiledLaunch (cuda/kernel_profile.h) brackets the launch until the end of the
+// statement, naming it by the kernel expression and the launching function; it must
+// therefore be a statement of its own.
 #if defined(MIXPREC_CUDA_EMULATION)
-#define MIXPREC_LAUNCH(grid, block, stream, ...)                        \
-  ::mixprec::emulation::KernelLaunch(grid, block, stream, [&](auto... arguments) { \
-    __VA_ARGS__(arguments...);                                                \
-  })
+#define MIXPREC_LAUNCH(grid, block, stream, ...)                                       \
+  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream),                \
+      ::mixprec::emulation::KernelLaunch(grid, block, stream, [&](auto... arguments) { \
+        __VA_ARGS__(arguments...);                                                     \
+      })
 #else
-#define MIXPREC_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<grid, block, 0, stream>>>
+#define MIXPREC_LAUNCH(grid, block, stream, ...)                        \
+  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream), \
+      __VA_ARGS__<<<grid, block, 0, stream>>>
 #endif
 
 __device__ __forceinline__ int64_t first_thread() {

@@ -1,0 +1,68 @@
+// Device time per kernel: where a training step's GPU time goes, on machines that have no
+// profiler (the lent GPU machine has no nsys).
+//
+// Off by default, and then a launch pays one relaxed load of a flag. On, each kernel launch
+// (MIXPREC_LAUNCH, cuda/kernels/common.cuh), cuBLASLt matmul and cuDNN convolution is
+// bracketed by two CUDA events on its stream, and the pairs are read back in batches:
+// every kProfileBatch launches, when the table is asked for, and at exit. Reading them
+// waits for the device, so a profiled run is slower and its step times mean nothing; the
+// device times between the events are what it is for.
+//
+// A launch site is named by the kernel expression (e.g. "softmax_kernel<R>") and the host
+// function that launches it, with its template arguments where the compiler names them
+// (which dtype, which elementwise functor), so one kernel template used by many ops is
+// counted per op.
+//
+// Switched on by set_kernel_profile(true), or for a whole process by the environment:
+// MIXPREC_KERNEL_PROFILE=FILE writes kernel_profile_table() to FILE when the process exits
+// ("-" for standard error). Single-stream use only, as the backend's; the functions are safe
+// to call from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace mixprec {
+
+// Launches between two read-backs of the event pairs.
+inline constexpr int kProfileBatch = 4096;
+
+struct KernelProfileRow {
+  std::string kernel;  // the launched kernel or library call
+  std::string site;    // the host function that launched it
+  int64_t calls = 0;
+  double total_ms = 0.0;  // summed device time between each call's two events
+};
+
+// Whether launches are being timed. The first call reads MIXPREC_KERNEL_PROFILE.
+bool kernel_profile_enabled();
+// Switches timing on or off for the launches that follow (launches already bracketed are
+// still read back).
+void set_kernel_profile(bool on);
+// Forgets every measurement so far (pending pairs are read back and dropped).
+void reset_kernel_profile();
+// The measurements so far, largest total first (reads back pending pairs).
+std::vector<KernelProfileRow> kernel_profile();
+// kernel_profile() as a text table: share of the summed time, total ms, calls, mean us,
+// kernel and launch site; "no kernel launches were timed" when there are none.
+std::string kernel_profile_table();
+
+// Brackets one launch on `stream` from construction to destruction when profiling is on;
+// does nothing otherwise. `kernel` and `site` must outlive the process's profile (string
+// literals or __PRETTY_FUNCTION__).
+class ProfiledLaunch {
+ public:
+  ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream);
+  ~ProfiledLaunch();
+  ProfiledLaunch(const ProfiledLaunch&) = delete;
+  ProfiledLaunch& operator=(const ProfiledLaunch&) = delete;
+
+ private:
+  int slot_ = -1;  // the pending pair this launch records into; -1 when not timed
+  cudaStream_t stream_;
+};
+
+}  // namespace mixprec

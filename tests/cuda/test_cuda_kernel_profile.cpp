@@ -1,0 +1,124 @@
+// The kernel profile (cuda/kernel_profile.h): every launch of a profiled stretch is counted
+// once under its kernel and launching function, nothing is counted while it is off, the
+// read-back in batches loses no launch, and a launch's own error still reaches its check.
+#include <string>
+
+#include "core/error.h"
+#include "cuda/kernel_profile.h"
+#include "cuda/kernels/fill.h"
+#include "tests/cuda/backend_agreement.h"
+
+namespace mixprec::cuda_test {
+namespace {
+
+// Switches profiling on for a scope, from an empty profile, and off again at its end.
+class ProfilingScope {
+ public:
+  ProfilingScope() {
+    reset_kernel_profile();
+    set_kernel_profile(true);
+  }
+  ~ProfilingScope() {
+    set_kernel_profile(false);
+    reset_kernel_profile();
+  }
+  ProfilingScope(const ProfilingScope&) = delete;
+  ProfilingScope& operator=(const ProfilingScope&) = delete;
+};
+
+int64_t calls_of(const std::string& kernel, const std::string& site_part = "") {
+  int64_t calls = 0;
+  for (const KernelProfileRow& row : kernel_profile()) {
+    if (row.kernel == kernel && row.site.find(site_part) != std::string::npos) calls += row.calls;
+  }
+  return calls;
+}
+
+int64_t all_calls() {
+  int64_t calls = 0;
+  for (const KernelProfileRow& row : kernel_profile()) calls += row.calls;
+  return calls;
+}
+
+TEST_CASE("the kernel profile counts each launch once under its kernel and launcher", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(5);
+  const Tensor x = random_tensor({4, 33}, DType::F16, rng).to(gpu());
+  Tensor y = Tensor::empty({4, 33}, DType::F16, gpu());
+  Tensor dx = Tensor::empty({4, 33}, DType::F16, gpu());
+  {
+    const ProfilingScope profiling;
+    for (int i = 0; i < 3; ++i) gpu_backend().softmax(x, y, false);
+    gpu_backend().softmax_backward(y, x, dx, false);
+    CHECK(calls_of("softmax_kernel<R>", "softmax") == 3);
+    CHECK(calls_of("softmax_backward_kernel<R>", "softmax_backward") == 1);
+    CHECK(all_calls() == 4);
+    for (const KernelProfileRow& row : kernel_profile()) {
+      CHECK(row.total_ms >= 0.0);
+      // The launcher is named without the project's namespaces or its parameter list.
+      CHECK(row.site.find("mixprec::") == std::string::npos);
+      CHECK(row.site.find("cudaStream_t") == std::string::npos);
+    }
+    const std::string table = kernel_profile_table();
+    INFO(table);
+    CHECK(table.find("softmax_kernel<R>") != std::string::npos);
+    CHECK(table.find("all timed launches") != std::string::npos);
+
+    reset_kernel_profile();
+    CHECK(all_calls() == 0);
+    CHECK(kernel_profile_table() == "no kernel launches were timed\n");
+  }
+  // Off: launches are not counted.
+  gpu_backend().softmax(x, y, false);
+  CHECK(all_calls() == 0);
+}
+
+TEST_CASE("the kernel profile names cuBLASLt calls by their problem", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(6);
+  const Tensor a = random_tensor({8, 16}, DType::F16, rng).to(gpu());
+  const Tensor b = random_tensor({16, 24}, DType::F16, rng).to(gpu());
+  Tensor c = Tensor::empty({8, 24}, DType::F32, gpu());
+  GemmDesc desc;
+  desc.m = 8;
+  desc.n = 24;
+  desc.k = 16;
+  const ProfilingScope profiling;
+  gpu_backend().gemm(desc, a, b, c);
+  gpu_backend().gemm(desc, a, b, c);
+  const std::vector<KernelProfileRow> rows = kernel_profile();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].calls == 2);
+  INFO(rows[0].kernel);
+  CHECK(rows[0].kernel.find("cublasLtMatmul gemm 8x24x16") == 0);
+  CHECK(rows[0].kernel.find("F16->F32") != std::string::npos);
+  CHECK(rows[0].site.find("gemm") != std::string::npos);
+}
+
+TEST_CASE("the kernel profile reads its events back in batches without losing a launch",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  Tensor out = Tensor::empty({3}, DType::F32, gpu());
+  const ProfilingScope profiling;
+  const int launches = kProfileBatch + 5;
+  for (int i = 0; i < launches; ++i) {
+    kernels::fill_f32(static_cast<float*>(out.data()), static_cast<float>(i), 3, nullptr);
+  }
+  CHECK(all_calls() == launches);
+  CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(3, static_cast<float>(launches - 1)));
+}
+
+TEST_CASE("a profiled launch still reports a stale CUDA error at its check", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  Tensor out = Tensor::empty({4}, DType::F32, gpu());
+  const ProfilingScope profiling;
+  REQUIRE(cudaSetDevice(1 << 20) != cudaSuccess);
+  CHECK_THROWS_AS(kernels::fill_f32(static_cast<float*>(out.data()), 1.0f, 4, nullptr), Error);
+  // The device is still usable, and profiling goes on.
+  kernels::fill_f32(static_cast<float*>(out.data()), 2.0f, 4, nullptr);
+  CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(4, 2.0f));
+  CHECK(all_calls() >= 1);
+}
+
+}  // namespace
+}  // namespace mixprec::cuda_test
