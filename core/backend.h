@@ -129,14 +129,16 @@ class Backend {
   //             (with p == 0 no dropout: probs rounded)
   // bit for bit what causal_mask, softmax, dropout and cast compose to on the same backend.
   // probs and operand have scores' shape. probs may be scores itself (in place); operand may
-  // be probs itself only when it is F32 and p == 0. p in [0, 1).
+  // be scores or probs itself only when it is F32 and p == 0 (anything else throws). Other
+  // overlaps are not allowed. p in [0, 1).
   virtual void attention_softmax(const Tensor& scores, float p, PhiloxKey key, Tensor& probs,
                                  Tensor& operand) = 0;
   // The backward of attention_softmax's dropout and softmax in one pass per row: probs and
   // dprobs F32 [..., C], ds floating of their shape,
   //   ds = softmax_backward(probs, dropout(dprobs, p, key)) rounded once to ds's dtype,
   // bit for bit dropout, softmax_backward and cast composed on the same backend. ds may be
-  // dprobs itself when it is F32. p in [0, 1) (0: no dropout).
+  // probs or dprobs itself only when it is F32 (anything else throws). p in [0, 1) (0: no
+  // dropout).
   virtual void attention_softmax_backward(const Tensor& probs, const Tensor& dprobs, float p,
                                           PhiloxKey key, Tensor& ds) = 0;
   // logits [N, C] floating, labels I32 [N] already validated in [0, C).

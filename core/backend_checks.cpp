@@ -360,9 +360,11 @@ Rows attention_softmax(Device device, const Tensor& scores, float p, const Tenso
   same_shape(kOp, scores, probs);
   same_shape(kOp, scores, operand);
   MIXPREC_CHECK(p >= 0.0f && p < 1.0f, kOp, ": dropout p must be in [0, 1), got ", p);
-  MIXPREC_CHECK(operand.numel() == 0 || operand.data() != probs.data() ||
-                    (operand.dtype() == DType::F32 && p == 0.0f),
-                kOp, ": operand may be probs itself only without dropout, got p = ", p);
+  const bool operand_shares = operand.numel() > 0 && (operand.data() == probs.data() ||
+                                                      operand.data() == scores.data());
+  MIXPREC_CHECK(!operand_shares || (operand.dtype() == DType::F32 && p == 0.0f), kOp,
+                ": operand may share memory with the scores or probs only when it is F32 and "
+                "p is 0 (it then holds probs' values), got ", operand.dtype(), " and p = ", p);
   return {scores.size(-2), scores.size(-1)};
 }
 
@@ -377,6 +379,10 @@ Rows attention_softmax_backward(Device device, const Tensor& probs, const Tensor
   same_shape(kOp, probs, dprobs);
   same_shape(kOp, probs, ds);
   MIXPREC_CHECK(p >= 0.0f && p < 1.0f, kOp, ": dropout p must be in [0, 1), got ", p);
+  const bool ds_shares =
+      ds.numel() > 0 && (ds.data() == probs.data() || ds.data() == dprobs.data());
+  MIXPREC_CHECK(!ds_shares || ds.dtype() == DType::F32, kOp,
+                ": ds may share memory with probs or dprobs only when it is F32, got ", ds.dtype());
   return last_dim_rows(probs);
 }
 

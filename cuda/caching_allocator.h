@@ -78,4 +78,21 @@ class CachingAllocator {
   CudaAllocatorStats stats_;
 };
 
+// Device memory from `allocator` for one scope (a primitive's workspace): allocated on
+// construction, given back on destruction. Giving it back right after the scope's launches
+// is safe on the one stream the allocator serves: later users of the block run after them.
+class Scratch {
+ public:
+  Scratch(CachingAllocator& allocator, size_t nbytes)
+      : allocator_(allocator), ptr_(allocator.allocate(nbytes)) {}
+  ~Scratch() { allocator_.deallocate(ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  CachingAllocator& allocator_;
+  void* ptr_;
+};
+
 }  // namespace mixprec

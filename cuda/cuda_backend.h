@@ -153,22 +153,6 @@ class CudaBackend final : public Backend {
   void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
 
  private:
-  // Scratch device memory from the allocator for the duration of one primitive. Freeing it
-  // right after the launches is safe: later users of the block run after them on the stream.
-  class Scratch {
-   public:
-    Scratch(CachingAllocator& allocator, size_t nbytes)
-        : allocator_(allocator), ptr_(allocator.allocate(nbytes)) {}
-    ~Scratch() { allocator_.deallocate(ptr_); }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    void* get() const { return ptr_; }
-
-   private:
-    CachingAllocator& allocator_;
-    void* ptr_;
-  };
-
   // `t` is defined and lives on this backend's device; the message names op and `what`.
   void check_here(const char* op, const char* what, const Tensor& t) const;
   // The unscale pass of both unscale primitives, after validation: by the host's inv_scale,

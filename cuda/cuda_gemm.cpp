@@ -276,9 +276,11 @@ class PlanCache {
   std::map<GemmKey, std::unique_ptr<GemmPlan>> plans_;
 };
 
+// Never destroyed: plans' labels name GEMMs in the kernel profile, whose report is written
+// at exit (cuda/kernel_profile.h), and the descriptors need no release at exit.
 PlanCache& plan_cache() {
-  static PlanCache cache;
-  return cache;
+  static PlanCache* cache = new PlanCache;
+  return *cache;
 }
 
 }  // namespace

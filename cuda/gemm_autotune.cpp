@@ -35,22 +35,6 @@ class TimingEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-// A block of the caching allocator for the duration of the tuning. The tuning's calls are on
-// the backend's stream, as is every later user of the block, so freeing it needs no wait.
-class ScratchBlock {
- public:
-  ScratchBlock(CachingAllocator& allocator, size_t nbytes)
-      : allocator_(allocator), ptr_(allocator.allocate(nbytes)) {}
-  ~ScratchBlock() { allocator_.deallocate(ptr_); }
-  ScratchBlock(const ScratchBlock&) = delete;
-  ScratchBlock& operator=(const ScratchBlock&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  CachingAllocator& allocator_;
-  void* ptr_;
-};
-
 // One candidate's calls: the untimed first call, then kGemmAutotuneTimedCalls calls, each
 // ending at an event (the first event marks the end of the untimed call).
 struct CandidateRun {
@@ -96,10 +80,13 @@ size_t pick_fastest_gemm_candidate(const GemmTuning& tuning, CUstream_st* stream
                                    CachingAllocator& allocator) {
   const size_t count = tuning.workspace_bytes.size();
   if (count < 2) return 0;
+  // An error already pending belongs to an earlier call: tuning would clear it with its own
+  // failed candidates, so the heuristic's choice stands and the error is left to its check.
+  if (cudaPeekAtLastError() != cudaSuccess) return 0;
 
   // A problem whose scratch output does not fit next to the caller's data is left to the
   // heuristic rather than failing the GEMM: tuning is an optimisation.
-  std::optional<ScratchBlock> output, workspace;
+  std::optional<Scratch> output, workspace;
   try {
     output.emplace(allocator, tuning.output_bytes);
     workspace.emplace(allocator, *std::max_element(tuning.workspace_bytes.begin(),

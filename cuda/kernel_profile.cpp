@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cuda_check.h"
+
 namespace mixprec {
 namespace {
 
@@ -23,7 +25,9 @@ bool ok(cudaError_t status) {
   return false;
 }
 
+// One bracketed launch; `id` ties it to its ProfiledLaunch however the pending list moves.
 struct PendingPair {
+  uint64_t id;
   const char* kernel;
   const char* site;
   cudaEvent_t start;
@@ -36,22 +40,20 @@ struct Totals {
   double ms = 0.0;
 };
 
-// The host function's name and template arguments from __PRETTY_FUNCTION__, without the
-// return type, the parameter list and the project's namespaces.
-std::string short_site(const std::string& pretty) {
-  const size_t paren = pretty.find('(');
-  const size_t name_start = pretty.rfind(' ', paren);
-  std::string site = pretty.substr(name_start == std::string::npos ? 0 : name_start + 1,
-                                   paren == std::string::npos ? std::string::npos
-                                                              : paren - (name_start + 1));
-  const size_t with = pretty.find("[with ");
-  if (with != std::string::npos) site.append(" ").append(pretty, with, std::string::npos);
-  for (const char* noise : {"mixprec::", "kernels::", "{anonymous}::", "(anonymous namespace)::"}) {
-    for (size_t at = site.find(noise); at != std::string::npos; at = site.find(noise, at)) {
-      site.erase(at, std::char_traits<char>::length(noise));
+// The launching function as an error message names it (function_name, cuda_check.h), with
+// its template arguments where the compiler gives them, without the project's namespaces.
+std::string short_site(const char* pretty) {
+  std::string site = detail::function_name(pretty);
+  const std::string text(pretty);
+  const size_t with = text.find("[with ");
+  if (with == std::string::npos) return site;
+  std::string arguments = text.substr(with);
+  for (const char* own : {"mixprec::", "kernels::", "{anonymous}::", "(anonymous namespace)::"}) {
+    for (size_t at = arguments.find(own); at != std::string::npos; at = arguments.find(own, at)) {
+      arguments.erase(at, std::char_traits<char>::length(own));
     }
   }
-  return site;
+  return site.append(" ").append(arguments);
 }
 
 class Profile {
@@ -65,7 +67,11 @@ class Profile {
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
-  int begin(const char* kernel, const char* site, cudaStream_t stream) {
+  // The id of the pair now recording, or 0 when this launch is not timed.
+  uint64_t begin(const char* kernel, const char* site, cudaStream_t stream) {
+    // An error already pending belongs to an earlier call; recording an event could end up
+    // clearing it (see ok()), so that launch goes untimed and the error to its check.
+    if (cudaPeekAtLastError() != cudaSuccess) return 0;
     std::lock_guard<std::mutex> lock(mutex_);
     if (report_path_ != nullptr && !exit_handler_registered_) {
       // Registered after the CUDA runtime's own teardown (this is a launch, so the runtime is
@@ -78,17 +84,23 @@ class Profile {
     if (start == nullptr || stop == nullptr || !ok(cudaEventRecord(start, stream))) {
       give_back_locked(start);
       give_back_locked(stop);
-      return -1;
+      return 0;
     }
-    pending_.push_back({kernel, site, start, stop, false});
-    return static_cast<int>(pending_.size()) - 1;
+    const uint64_t id = ++last_id_;
+    pending_.push_back({id, kernel, site, start, stop, false});
+    return id;
   }
 
-  void end(int slot, cudaStream_t stream) {
+  void end(uint64_t id, cudaStream_t stream) {
+    if (cudaPeekAtLastError() != cudaSuccess) return;  // the launch's own error: left to it
     std::lock_guard<std::mutex> lock(mutex_);
-    if (slot < 0 || static_cast<size_t>(slot) >= pending_.size()) return;
-    PendingPair& pair = pending_[static_cast<size_t>(slot)];
-    pair.stopped = ok(cudaEventRecord(pair.stop, stream));
+    // Almost always the newest pair; one drained meanwhile is not found and stays untimed.
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+      if (it->id == id) {
+        it->stopped = ok(cudaEventRecord(it->stop, stream));
+        return;
+      }
+    }
   }
 
   void reset() {
@@ -111,9 +123,10 @@ class Profile {
     for (const auto& [key, totals] : merged) {
       out.push_back({key.first, key.second, totals.calls, totals.ms});
     }
-    std::stable_sort(out.begin(), out.end(), [](const KernelProfileRow& a, const KernelProfileRow& b) {
-      return a.total_ms > b.total_ms;
-    });
+    std::stable_sort(out.begin(), out.end(),
+                     [](const KernelProfileRow& a, const KernelProfileRow& b) {
+                       return a.total_ms > b.total_ms;
+                     });
     return out;
   }
 
@@ -140,18 +153,19 @@ class Profile {
     if (event != nullptr) free_events_.push_back(event);
   }
 
-  // Waits for the newest pair and adds every pending pair's time to the totals.
+  // Adds the time of every stopped pair to the totals, waiting for each (cheap once the
+  // newest has completed, and right for pairs of other streams too). Pairs whose launch has
+  // not stopped yet (another thread's, in flight) stay pending.
   void drain_locked() {
-    if (pending_.empty()) return;
-    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
-      if (it->stopped) {
-        ok(cudaEventSynchronize(it->stop));
-        break;
-      }
-    }
+    std::vector<PendingPair> in_flight;
     for (PendingPair& pair : pending_) {
+      if (!pair.stopped) {
+        in_flight.push_back(pair);
+        continue;
+      }
       float ms = 0.0f;
-      if (pair.stopped && ok(cudaEventElapsedTime(&ms, pair.start, pair.stop))) {
+      if (ok(cudaEventSynchronize(pair.stop)) &&
+          ok(cudaEventElapsedTime(&ms, pair.start, pair.stop))) {
         Totals& totals = totals_[{pair.kernel, pair.site}];
         ++totals.calls;
         totals.ms += ms;
@@ -159,7 +173,7 @@ class Profile {
       give_back_locked(pair.start);
       give_back_locked(pair.stop);
     }
-    pending_.clear();
+    pending_ = std::move(in_flight);
   }
 
   void write_report() {
@@ -184,6 +198,7 @@ class Profile {
   std::map<std::pair<const char*, const char*>, Totals> totals_;
   const char* report_path_ = nullptr;
   bool exit_handler_registered_ = false;
+  uint64_t last_id_ = 0;
 };
 
 }  // namespace
@@ -225,11 +240,11 @@ std::string kernel_profile_table() {
 ProfiledLaunch::ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream)
     : stream_(stream) {
   Profile& profile = Profile::instance();
-  if (profile.enabled()) slot_ = profile.begin(kernel, site, stream);
+  if (profile.enabled()) id_ = profile.begin(kernel, site, stream);
 }
 
 ProfiledLaunch::~ProfiledLaunch() {
-  if (slot_ >= 0) Profile::instance().end(slot_, stream_);
+  if (id_ != 0) Profile::instance().end(id_, stream_);
 }
 
 }  // namespace mixprec

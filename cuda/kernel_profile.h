@@ -10,13 +10,15 @@
 //
 // A launch site is named by the kernel expression (e.g. "softmax_kernel<R>") and the host
 // function that launches it, with its template arguments where the compiler names them
-// (which dtype, which elementwise functor), so one kernel template used by many ops is
-// counted per op.
+// (the elementwise functor and dtype of a launch_map, the row width of a softmax), so one
+// kernel template used by many ops is counted per op. Launchers that dispatch on the dtype
+// at run time count every dtype in one row.
 //
 // Switched on by set_kernel_profile(true), or for a whole process by the environment:
 // MIXPREC_KERNEL_PROFILE=FILE writes kernel_profile_table() to FILE when the process exits
-// ("-" for standard error). Single-stream use only, as the backend's; the functions are safe
-// to call from any thread.
+// ("-" for standard error), if it launched anything on a GPU (a CPU-only run writes
+// nothing). The functions are safe to call from any thread; a launch bracketed on one thread
+// while another reads the profile is counted at the next read.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +53,10 @@ std::vector<KernelProfileRow> kernel_profile();
 std::string kernel_profile_table();
 
 // Brackets one launch on `stream` from construction to destruction when profiling is on;
-// does nothing otherwise. `kernel` and `site` must outlive the process's profile (string
-// literals or __PRETTY_FUNCTION__).
+// does nothing otherwise, and leaves a launch untimed when a CUDA error is already pending
+// (that error stays for the launch's check). `kernel` and `site` must outlive the process's
+// profile, its report at exit included: string literals, __PRETTY_FUNCTION__, or strings
+// never freed.
 class ProfiledLaunch {
  public:
   ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream);
@@ -61,7 +65,7 @@ class ProfiledLaunch {
   ProfiledLaunch& operator=(const ProfiledLaunch&) = delete;
 
  private:
-  int slot_ = -1;  // the pending pair this launch records into; -1 when not timed
+  uint64_t id_ = 0;  // the pending pair this launch records into; 0 when not timed
   cudaStream_t stream_;
 };
 

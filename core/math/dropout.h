@@ -18,7 +18,17 @@ MIXPREC_HD bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
 // 1 / (1 - p), for p in [0, 1): survivors are scaled so that the expected value is unchanged.
 MIXPREC_HD float dropout_scale(float p) { return 1.0f / (1.0f - p); }
 
-// x * scale for a kept element, 0 for a dropped one; scale = dropout_scale(p).
-MIXPREC_HD float dropout_value(float x, bool keep, float scale) { return keep ? x * scale : 0.0f; }
+// x * scale for a kept element, 0 for a dropped one; scale = dropout_scale(p). The product is
+// rounded on its own: a fused kernel that goes on to subtract from it (attention's softmax
+// backward) must get the bits of the separate dropout, which stores the product first, so on
+// the device the compiler is told not to fuse it into a multiply-add. (The host compiler
+// cannot fuse across the select; the CPU tests of the fused ops hold it to that.)
+MIXPREC_HD float dropout_value(float x, bool keep, float scale) {
+#if defined(__CUDA_ARCH__)
+  return keep ? __fmul_rn(x, scale) : 0.0f;
+#else
+  return keep ? x * scale : 0.0f;
+#endif
+}
 
 }  // namespace mixprec

@@ -15,8 +15,9 @@
 // and attention_softmax_backward), bit for bit the mask, softmax, dropout and cast they stand
 // for, so the [B, H, T, T] scores cross memory about three times less often. The softmax
 // runs in place over the scores, and the rounded operand P~ is kept for dV rather than formed
-// again: that holds half the probabilities' bytes more for 16-bit inputs, none for F32
-// without dropout (P~ is then P itself), and in the backward dS overwrites dP when F32.
+// again. Until the backward that holds, beside the F32 probabilities, half their bytes again
+// for 16-bit inputs, as many again for F32 with dropout, and nothing for F32 without (P~ is
+// then P itself). In the backward dS overwrites dP when F32.
 #include <cmath>
 
 #include "core/autograd/record.h"

@@ -14,10 +14,8 @@
 // apart by the algo's first word and needing different workspaces, so that the backend's
 // autotuner (cuda/gemm_autotune.h) has several to time; all compute the same result. A
 // matmul checks, as cuBLASLt does, that its algo came from the heuristic and that the
-// workspace passed is at least the algo's.
-//
-// The CUDA runtime's events, with which the autotuner times its candidates, are emulated
-// here too (at the end of this file).
+// workspace passed is at least the algo's. The autotuner times them with the runtime's
+// events, which runtime_emulation.cpp emulates.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 

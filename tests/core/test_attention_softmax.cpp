@@ -207,7 +207,10 @@ TEST_CASE("attention_softmax and its backward reject bad arguments with clear er
   CHECK_THROWS_WITH(cpu().attention_softmax(scores, 1.0f, kKey, probs, operand),
                     Catch::Contains("[0, 1)"));
   CHECK_THROWS_WITH(cpu().attention_softmax(scores, 0.1f, kKey, probs, probs),
-                    Catch::Contains("only without dropout"));
+                    Catch::Contains("only when it is F32 and p is 0"));
+  Tensor scores_copy = scores.clone();
+  CHECK_THROWS_WITH(cpu().attention_softmax(scores_copy, 0.1f, kKey, probs, scores_copy),
+                    Catch::Contains("only when it is F32 and p is 0"));
   const Tensor vector = Tensor::zeros({3}, DType::F32);
   Tensor vector_out = Tensor::empty({3}, DType::F32);
   CHECK_THROWS_WITH(cpu().attention_softmax(vector, 0.0f, kKey, vector_out, vector_out),
@@ -222,6 +225,8 @@ TEST_CASE("attention_softmax and its backward reject bad arguments with clear er
                     Catch::Contains("must be F32"));
   CHECK_THROWS_WITH(cpu().attention_softmax_backward(probs, dprobs, -0.5f, kKey, ds),
                     Catch::Contains("[0, 1)"));
+  Tensor dprobs_copy = dprobs.clone();
+  CHECK_NOTHROW(cpu().attention_softmax_backward(probs, dprobs_copy, 0.0f, kKey, dprobs_copy));
   Tensor short_ds = Tensor::empty({2, 3}, DType::F16);
   CHECK_THROWS_AS(cpu().attention_softmax_backward(probs, dprobs, 0.0f, kKey, short_ds), Error);
 }

@@ -1,18 +1,23 @@
 // Backend::attention_softmax and attention_softmax_backward on the CUDA backend: bit for bit
 // the compositions they stand for on the same backend (so a training step takes the same
 // values fused or not), and within the per-dtype tolerances of the CPU backend. Row lengths
-// cover the scalar walk (7), the 4-pack walk (8) and block-wide rows (1030); outputs are
-// poisoned first.
+// cover the scalar walk (7), the 4-pack walk (8) and block-wide rows, walked one by one
+// (1030) and in packs (1032, 2048); outputs are poisoned first. The in-place forms
+// causal_attention uses, and an operand too misaligned for pack stores, are covered too.
+#include <cstdint>
 #include <limits>
 #include <random>
 
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels/softmax.h"
 #include "tests/cuda/backend_agreement.h"
 
 namespace mixprec::cuda_test {
 namespace {
 
 constexpr PhiloxKey kKey{0xabcdefULL, 77};
-const Shape kShapes[] = {{2, 3, 7, 7}, {2, 8, 8}, {3, 1030}, {1, 2, 5, 1030}};
+const Shape kShapes[] = {{2, 3, 7, 7}, {2, 8, 8}, {3, 1030}, {1, 2, 5, 1030}, {2, 1032},
+                         {1, 1, 3, 2048}};
 
 Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
 
@@ -101,6 +106,56 @@ TEST_CASE("cuda attention_softmax_backward is its composition bit for bit and ag
       }
     }
   }
+}
+
+TEST_CASE("cuda attention_softmax in place over F32 scores, and its backward over dprobs",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(93);
+  for (const Shape& shape : {Shape{2, 3, 8, 8}, Shape{3, 1030}}) {
+    INFO(shape_str(shape));
+    const Tensor scores = on_gpu(random_tensor(shape, DType::F32, rng, -5.0f, 5.0f));
+    Tensor expected = poisoned(shape, DType::F32), unused = poisoned(shape, DType::F32);
+    composed_forward(gpu_backend(), gpu(), scores, 0.0f, expected, unused);
+    // What causal_attention does for F32 without dropout: scores, probs and operand at once.
+    Tensor all_in_one = scores.clone();
+    gpu_backend().attention_softmax(all_in_one, 0.0f, kKey, all_in_one, all_in_one);
+    expect_bits_equal(expected, all_in_one);
+
+    const Tensor dprobs = on_gpu(random_tensor(shape, DType::F32, rng, -2.0f, 2.0f));
+    Tensor expected_ds = poisoned(shape, DType::F32);
+    composed_backward(gpu_backend(), gpu(), expected, dprobs, 0.25f, expected_ds);
+    Tensor in_place = dprobs.clone();
+    gpu_backend().attention_softmax_backward(expected, in_place, 0.25f, kKey, in_place);
+    expect_bits_equal(expected_ds, in_place);
+  }
+}
+
+TEST_CASE("cuda attention_softmax stores element by element into a misaligned operand",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // Rows of 8 F32 scores read in packs, but an F16 operand one element off its 8-byte
+  // alignment cannot take 4-packs: the kernel must fall back to single stores.
+  std::mt19937 rng(94);
+  const Shape shape{4, 8, 8};
+  const int64_t n = shape_numel(shape);
+  const Tensor scores = on_gpu(random_tensor(shape, DType::F32, rng, -3.0f, 3.0f));
+  Tensor expected_probs = poisoned(shape, DType::F32), expected = poisoned(shape, DType::F16);
+  composed_forward(gpu_backend(), gpu(), scores, 0.3f, expected_probs, expected);
+
+  Tensor probs = poisoned(shape, DType::F32);
+  Tensor padded = poisoned({n + 1}, DType::F16);
+  auto& backend = dynamic_cast<CudaBackend&>(gpu_backend());
+  kernels::attention_softmax(DType::F16, scores.data_as<float>(), 0.3f, kKey,
+                             probs.data_as<float>(), static_cast<uint16_t*>(padded.data()) + 1,
+                             n / 8, 8, 8, backend.stream());
+  backend.synchronize();
+  expect_bits_equal(expected_probs, probs);
+  const std::vector<uint32_t> written = element_bits(padded), wanted = element_bits(expected);
+  CHECK(written[0] == poison_bits(DType::F16));  // the element before stays untouched
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += written[static_cast<size_t>(i + 1)] != wanted[static_cast<size_t>(i)];
+  CHECK(differ == 0);
 }
 
 }  // namespace

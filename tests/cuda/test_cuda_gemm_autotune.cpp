@@ -113,7 +113,9 @@ TEST_CASE("gemm autotune picks the fastest median, skips failed launches, falls 
   using std::chrono::milliseconds;
 
   // Host pauses between the launches show as device time between the events too: the stream
-  // is otherwise idle, so each event completes as soon as it is queued.
+  // is otherwise idle, so each event completes as soon as it is queued. The 25 ms pauses are
+  // orders of magnitude above the empty calls' timing noise, so the ranking cannot flip on a
+  // busy machine; nothing here asserts a duration.
   constexpr milliseconds kSlow{25};
   std::vector<int> launches;
   std::vector<bool> workspace_given;
@@ -238,9 +240,12 @@ TEST_CASE("cuda gemm with autotune on matches the CPU and the untuned gemm, C's 
     const uint64_t before = gemm_autotune_candidates_timed();
     gpu_backend().gemm(d, a_gpu, b_gpu, tuned);
     const uint64_t timed = gemm_autotune_candidates_timed() - before;
-    CHECK(timed > 1);
 #if MIXPREC_CUDA_EMULATION
     CHECK(timed == 3);  // every algorithm the emulated heuristic offers
+#else
+    // A real heuristic may offer a single valid algorithm for a small odd shape; then there
+    // is nothing to time. More than one, and every one is timed.
+    CHECK((timed == 0 || timed > 1));
 #endif
     // The same problem again: the tuned plan, no more timing.
     Tensor again = c0.to(gpu());
