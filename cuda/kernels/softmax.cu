@@ -47,11 +47,32 @@ __device__ __forceinline__ RowMaxSum row_max_sum(const T* x, int64_t cols, int l
 struct RowDropout {
   float p, scale;
   PhiloxKey key;
-  __device__ __forceinline__ float operator()(int64_t r, int64_t cols, int64_t j, float v) const {
-    if (p == 0.0f) return v;
-    const uint64_t i = static_cast<uint64_t>(r * cols + j);
-    return dropout_value(v, dropout_keep(key.seed, key.offset + i, p), scale);
+  // Whether element j of row r survives (one Philox evaluation); true when p == 0.
+  __device__ __forceinline__ bool keep(int64_t r, int64_t cols, int64_t j) const {
+    if (p == 0.0f) return true;
+    return dropout_keep(key.seed, key.offset + static_cast<uint64_t>(r * cols + j), p);
   }
+  // v dropped out by a keep() decision.
+  __device__ __forceinline__ float apply(float v, bool kept) const {
+    return p == 0.0f ? v : dropout_value(v, kept, scale);
+  }
+  __device__ __forceinline__ float operator()(int64_t r, int64_t cols, int64_t j, float v) const {
+    return apply(v, keep(r, cols, j));
+  }
+};
+
+// The keep decisions of the elements one thread visits in a row, in visiting order, so that
+// a second pass over the same elements in the same order reuses them instead of evaluating
+// Philox again. Holds up to 32; `active` is false when the row gives a thread more (rows
+// above 32 elements per thread of the group) and every decision is then made afresh.
+struct KeepBits {
+  bool active;
+  uint32_t bits = 0;
+  int next = 0;
+  __device__ __forceinline__ void put(bool kept) {
+    if (active) bits |= static_cast<uint32_t>(kept) << next++;
+  }
+  __device__ __forceinline__ bool take() { return (bits >> next++) & 1u; }
 };
 
 // Stores a row's outputs: f(j, loaded inputs...) stores column j's outputs itself, as float
@@ -169,19 +190,26 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_backward_kernel(
   const RowLane<R> at;
   for (int64_t r = at.first_row(); r < rows; r += at.row_step()) {
     const float* in[2] = {probs + r * cols, dprobs + r * cols};
+    // Both passes walk a thread's elements in one order when both read packs or both read one
+    // by one, so the second takes the first's keep decisions.
+    KeepBits kept{drop.p > 0.0f && packed == packed_store && cols <= 32 * R};
     double dot = 0.0;
     row_visit<R>(in, cols, at.lane, packed, [&](int64_t j, float y, float g) {
-      dot += softmax_backward_term(y, drop(r, cols, j, g), false);
+      const bool keep = drop.keep(r, cols, j);
+      kept.put(keep);
+      dot += softmax_backward_term(y, drop.apply(g, keep), false);
     });
     const float row_dot = static_cast<float>(row_reduce<R>(dot, SumOp{}, scratch.d));
     T* ds_row = ds + r * cols;
+    kept.next = 0;
     row_store<R>(in, cols, at.lane, packed_store, [&](int64_t at_pack, const auto (&x)[2]) {
       constexpr int V = sizeof(x[0].v) / sizeof(float);
       float dx[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int64_t j = at_pack * V + i;
-        dx[i] = softmax_backward_value(x[0].v[i], drop(r, cols, j, x[1].v[i]), row_dot, false);
+        const bool keep = kept.active ? kept.take() : drop.keep(r, cols, j);
+        dx[i] = softmax_backward_value(x[0].v[i], drop.apply(x[1].v[i], keep), row_dot, false);
       }
       store_pack<T, V>(ds_row, at_pack, dx);
     });
