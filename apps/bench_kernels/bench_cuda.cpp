@@ -24,9 +24,9 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <vector>
 
+#include "apps/bench_kernels/attention_softmax_pass.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/math_mode.h"
@@ -286,40 +286,20 @@ void BM_CudaAmpStep(benchmark::State& state) {
   });
 }
 
-// What causal attention runs between its GEMMs, forward and backward, on one layer of the GPU
-// GPT (B 64, H 6, T 256, FP16 operands, attention dropout 0.2): fused, the two calls of
-// Backend::attention_softmax(_backward); composed, the mask, softmax, dropout and casts they
-// stand for (the same bits). us/layer is one forward plus one backward.
+// Causal attention's softmax between its GEMMs (attention_softmax_pass.h), forward and
+// backward, on one layer of the GPU GPT (B 64, H 6, T 256, FP16 operands, attention dropout
+// 0.2), fused or composed. us/layer is one forward plus one backward.
 void BM_CudaAttentionSoftmax(benchmark::State& state, bool fused) {
   guarded(state, [&] {
     CudaBackend* backend = cuda_backend_or_skip(state);
     if (backend == nullptr) return;
     const Device device = cuda_device(0);
     const Shape shape{64, 6, 256, 256};
-    constexpr float kDropout = 0.2f;
-    const PhiloxKey key{7, 0};
     Generator gen(5);
-    const Tensor scores = Tensor::uniform(shape, gen, -4.f, 4.f, DType::F32, device);
-    const Tensor dprobs = Tensor::uniform(shape, gen, -1.f, 1.f, DType::F32, device);
-    Tensor probs = Tensor::empty(shape, DType::F32, device);
-    Tensor operand = Tensor::empty(shape, DType::F16, device);
-    Tensor ds = Tensor::empty(shape, DType::F16, device);
-    Tensor f32_a = Tensor::empty(shape, DType::F32, device);
-    Tensor f32_b = Tensor::empty(shape, DType::F32, device);
-    const double seconds = run_timed(state, *backend, [&](int64_t) {
-      if (fused) {
-        backend->attention_softmax(scores, kDropout, key, probs, operand);
-        backend->attention_softmax_backward(probs, dprobs, kDropout, key, ds);
-        return;
-      }
-      backend->causal_mask(scores, -std::numeric_limits<float>::infinity(), f32_a);
-      backend->softmax(f32_a, probs, false);
-      backend->dropout(probs, kDropout, key, f32_a);
-      backend->cast(f32_a, operand);
-      backend->dropout(dprobs, kDropout, key, f32_a);
-      backend->softmax_backward(probs, f32_a, f32_b, false);
-      backend->cast(f32_b, ds);
-    });
+    bench::AttentionSoftmaxPass pass(Tensor::uniform(shape, gen, -4.f, 4.f, DType::F32, device),
+                                     Tensor::uniform(shape, gen, -1.f, 1.f, DType::F32, device),
+                                     DType::F16, 0.2f, PhiloxKey{7, 0});
+    const double seconds = run_timed(state, *backend, [&](int64_t) { pass.run(*backend, fused); });
     if (state.iterations() > 0) {
       state.counters["us/layer"] =
           benchmark::Counter(seconds * 1e6 / static_cast<double>(state.iterations()));

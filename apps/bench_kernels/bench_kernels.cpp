@@ -1,6 +1,7 @@
 // Kernel micro-benchmarks of the CPU backend: the GEMM against plain Eigen (the FP32 path maps
 // tensors straight into Eigen, so the two should run at the same rate), the FP16/BF16 GEMM
-// (widen, FP32 product, round once), and an im2col convolution of a small-CNN layer shape.
+// (widen, FP32 product, round once), an im2col convolution of a small-CNN layer shape, and
+// causal attention's softmax fused and composed.
 //
 //   mixprec_bench_kernels --benchmark_filter=1024 --benchmark_repetitions=5
 //                         --benchmark_report_aggregates_only=true
@@ -13,6 +14,7 @@
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 
+#include "apps/bench_kernels/attention_softmax_pass.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
@@ -82,8 +84,29 @@ void BM_Conv2d(benchmark::State& state) {
   set_flops(state, 2.0 * n * o * hw * hw * c * k * k);
 }
 
+// Causal attention's softmax between its GEMMs (attention_softmax_pass.h), forward and
+// backward, on one layer of the CPU GPT config's shape at batch 8 (H 6, T 256, FP16
+// operands, attention dropout 0.2), fused or composed.
+void BM_AttentionSoftmax(benchmark::State& state, bool fused) {
+  const Shape shape{8, 6, 256, 256};
+  Generator gen(3);
+  bench::AttentionSoftmaxPass pass(Tensor::uniform(shape, gen, -4.f, 4.f),
+                                   Tensor::uniform(shape, gen, -1.f, 1.f), DType::F16, 0.2f,
+                                   PhiloxKey{7, 0});
+  Backend& backend = backend_for(kCPU);
+  for (auto _ : state) {
+    pass.run(backend, fused);
+    benchmark::DoNotOptimize(pass.ds.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_AttentionSoftmax, fused, true)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionSoftmax, composed, false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenGemm)
     ->Arg(256)
     ->Arg(512)

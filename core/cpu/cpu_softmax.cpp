@@ -1,5 +1,6 @@
 // Softmax, log-softmax and cross-entropy of the CPU backend: one row per iteration of the
 // outer (parallel) loop, FP32 math, one rounding on store.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -24,20 +25,14 @@ struct RowMaxSum {
 };
 
 // The sums of a row accumulate in double: a float running sum over a 50k-entry vocabulary
-// loses digits in proportion to the row length, which the result would carry. value(j) is the
-// row's element j as a float.
-template <class Value>
-RowMaxSum reduce_row_of(const Value& value, int64_t cols) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, value(j));
-  double s = 0.0;
-  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(value(j), m);
-  return {m, static_cast<float>(s)};
-}
-
+// loses digits in proportion to the row length, which the result would carry.
 template <class T>
 RowMaxSum reduce_row(const T* x, int64_t cols) {
-  return reduce_row_of([x](int64_t j) { return to_float(x[j]); }, cols);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
+  double s = 0.0;
+  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
+  return {m, static_cast<float>(s)};
 }
 
 template <class T>
@@ -77,51 +72,80 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t
 }
 
 // attention_softmax over `rows` rows of `cols` F32 scores, row r being row r % matrix_rows of
-// its [matrix_rows, cols] matrix: the causal mask's -inf stands in for every element right of
-// the diagonal, so the row's reduction and values are those of causal_mask then softmax.
+// its [matrix_rows, cols] matrix, whose columns right of the diagonal the causal mask sets to
+// -inf. The row's reduction covers the live columns alone, with the same result: a -inf
+// never raises the maximum, and it adds exp(-inf - m) = +0 to the sum (or a NaN when m is
+// -inf, which the live column 0 has then added already). Each masked column's value is
+// softmax_value(-inf, ...), the same for the whole row; when that is +0 it stays +0 through
+// dropout whether kept or dropped, so those columns draw nothing. probs may be scores: each
+// live column is read before it is written, the masked ones are not read.
 template <class T>
 void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* probs,
                             T* operand, int64_t rows, int64_t matrix_rows, int64_t cols) {
   const float drop_scale = dropout_scale(p);
-#pragma omp parallel for if (rows * cols > kParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* sr = scores + r * cols;
-    const int64_t diagonal = r % matrix_rows;
-    const auto masked = [&](int64_t j) {
-      return j > diagonal ? -std::numeric_limits<float>::infinity() : sr[j];
-    };
-    const RowMaxSum st = reduce_row_of(masked, cols);
-    const float inv_sum = 1.0f / st.sum;
-    for (int64_t j = 0; j < cols; ++j) {
-      const int64_t i = r * cols + j;
-      const float y = softmax_value(masked(j), st.max, inv_sum);
-      probs[i] = y;
-      operand[i] = from_float<T>(
-          p > 0.0f ? dropout_value(y, dropout_keep(key.seed, key.offset + i, p), drop_scale) : y);
+  const float masked = -std::numeric_limits<float>::infinity();
+#pragma omp parallel if (rows * cols > kParallelWork)
+  {
+    std::vector<float> kept(static_cast<size_t>(cols));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* sr = scores + r * cols;
+      float* yr = probs + r * cols;
+      const int64_t live = std::min(r % matrix_rows + 1, cols);
+      const RowMaxSum st = reduce_row(sr, live);
+      const float inv_sum = 1.0f / st.sum;
+      const float masked_y = softmax_value(masked, st.max, inv_sum);
+      for (int64_t j = 0; j < live; ++j) yr[j] = softmax_value(sr[j], st.max, inv_sum);
+      std::fill(yr + live, yr + cols, masked_y);
+      const float* out = yr;
+      if (p > 0.0f) {
+        // Dropout in the separate loops the compiler vectorises, Philox included; the masked
+        // columns need no draw when their probability is +0.
+        const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
+        const int64_t drawn = masked_y == 0.0f ? live : cols;
+        for (int64_t j = 0; j < drawn; ++j) {
+          const bool keep = dropout_keep(key.seed, first + static_cast<uint64_t>(j), p);
+          kept[j] = dropout_value(yr[j], keep, drop_scale);
+        }
+        std::fill(kept.begin() + drawn, kept.end(), 0.0f);
+        out = kept.data();
+      }
+      T* op = operand + r * cols;
+      for (int64_t j = 0; j < cols; ++j) op[j] = from_float<T>(out[j]);
     }
   }
 }
 
 // attention_softmax_backward over `rows` rows: softmax_backward_rows with dy the dropped-out
-// dprobs, formed as each element is read.
+// dprobs, formed once per element into a row buffer (one Philox draw each) and stored as
+// the separate dropout would store it.
 template <class T>
 void attention_softmax_backward_rows(const float* probs, const float* dprobs, float p,
                                      PhiloxKey key, T* ds, int64_t rows, int64_t cols) {
   const float drop_scale = dropout_scale(p);
-#pragma omp parallel for if (rows * cols > kParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto dy = [&](int64_t j) {
-      const int64_t i = r * cols + j;
-      return p > 0.0f ? dropout_value(dprobs[i], dropout_keep(key.seed, key.offset + i, p),
-                                      drop_scale)
-                      : dprobs[i];
-    };
-    const float* yr = probs + r * cols;
-    double dot = 0.0;
-    for (int64_t j = 0; j < cols; ++j) dot += softmax_backward_term(yr[j], dy(j), false);
-    const float row_dot = static_cast<float>(dot);
-    for (int64_t j = 0; j < cols; ++j)
-      ds[r * cols + j] = from_float<T>(softmax_backward_value(yr[j], dy(j), row_dot, false));
+#pragma omp parallel if (rows * cols > kParallelWork)
+  {
+    std::vector<float> dy(static_cast<size_t>(cols));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* yr = probs + r * cols;
+      const float* gr = dprobs + r * cols;
+      if (p > 0.0f) {
+        // The loop of the separate dropout, which the compiler vectorises, Philox included.
+        const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const bool keep = dropout_keep(key.seed, first + static_cast<uint64_t>(j), p);
+          dy[j] = dropout_value(gr[j], keep, drop_scale);
+        }
+      } else {
+        std::copy(gr, gr + cols, dy.begin());
+      }
+      double dot = 0.0;
+      for (int64_t j = 0; j < cols; ++j) dot += softmax_backward_term(yr[j], dy[j], false);
+      const float row_dot = static_cast<float>(dot);
+      for (int64_t j = 0; j < cols; ++j)
+        ds[r * cols + j] = from_float<T>(softmax_backward_value(yr[j], dy[j], row_dot, false));
+    }
   }
 }
 

@@ -161,7 +161,14 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_kernel(
     const int64_t diagonal = r % matrix_rows;
     const auto masked = [diagonal](int64_t j, float v) { return j > diagonal ? -INFINITY : v; };
     const float* in[1] = {scores + r * cols};
-    const RowMaxSum st = row_max_sum<R>(in[0], cols, at.lane, packed, scratch, masked);
+    // The reduction stops after the live columns (whole packs when packed), each thread
+    // walking its columns as softmax over the whole masked row would: the columns left out
+    // would add +0 to its sums (or a NaN where column 0 has made the row NaN already), so
+    // the bits are the composition's (core/cpu/cpu_softmax.cpp says why in full).
+    const int64_t live = diagonal + 1 < cols ? diagonal + 1 : cols;
+    const int64_t reduced = packed ? (live + 3) / 4 * 4 : live;
+    const RowMaxSum st = row_max_sum<R>(in[0], reduced < cols ? reduced : cols, at.lane, packed,
+                                        scratch, masked);
     const float inv_sum = 1.0f / st.sum;
     float* probs_row = probs + r * cols;
     T* operand_row = operand + r * cols;
@@ -172,7 +179,8 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_kernel(
       for (int i = 0; i < V; ++i) {
         const int64_t j = at_pack * V + i;
         y[i] = softmax_value(masked(j, x[0].v[i]), st.max, inv_sum);
-        kept[i] = drop(r, cols, j, y[i]);
+        // +0 stays +0 through dropout, kept or dropped: no Philox draw for it.
+        kept[i] = y[i] == 0.0f ? 0.0f : drop(r, cols, j, y[i]);
       }
       store_pack<float, V>(probs_row, at_pack, y);
       store_pack<T, V>(operand_row, at_pack, kept);

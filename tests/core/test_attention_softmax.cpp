@@ -98,6 +98,15 @@ TEST_CASE("attention_softmax is the causal mask, softmax, dropout and cast bit f
           s[12] = 80.0f;
           s[scores.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
         }
+        // Rows with masked columns whose live part makes them NaN: a NaN in column 0 (row 1),
+        // and every live score -inf (row 2, so the maximum is -inf). Their masked columns are
+        // NaN too, and dropout has to draw for them.
+        const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+        if (rows >= 3 && cols >= 4) {
+          float* s = scores.data_as<float>();
+          s[cols] = std::numeric_limits<float>::quiet_NaN();
+          for (int64_t j = 0; j <= 2; ++j) s[2 * cols + j] = -std::numeric_limits<float>::infinity();
+        }
         Tensor expected_probs = Tensor::empty(shape, DType::F32);
         Tensor expected_operand = Tensor::empty(shape, dtype);
         composed_forward(scores, p, expected_probs, expected_operand);

@@ -55,7 +55,15 @@ TEST_CASE("cuda attention_softmax is its composition bit for bit and agrees with
     for (DType dtype : kFloatingTypes) {
       for (float p : {0.0f, 0.3f}) {
         INFO(shape_str(shape) << " " << dtype << " p " << p);
-        const Tensor scores = random_tensor(shape, DType::F32, rng, -6.0f, 6.0f);
+        Tensor scores = random_tensor(shape, DType::F32, rng, -6.0f, 6.0f);
+        // A row with masked columns made NaN by a NaN in column 0, and one whose live scores
+        // are all -inf, where the masked columns must come out as in the composition.
+        const int64_t rows = shape[shape.size() - 2], cols = shape.back();
+        if (rows >= 3 && cols >= 4) {
+          float* s = scores.data_as<float>();
+          s[cols] = std::numeric_limits<float>::quiet_NaN();
+          for (int64_t j = 0; j <= 2; ++j) s[2 * cols + j] = -std::numeric_limits<float>::infinity();
+        }
         const Tensor scores_gpu = on_gpu(scores);
         Tensor composed_probs = poisoned(shape, DType::F32), composed_operand = poisoned(shape, dtype);
         composed_forward(gpu_backend(), gpu(), scores_gpu, p, composed_probs, composed_operand);
