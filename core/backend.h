@@ -107,6 +107,13 @@ class Backend {
   // `dim`; all other extents equal. Same dtype (any, I32 included); the rest of dst is kept.
   virtual void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
                            int64_t dst_start, int64_t length) = 0;
+  // The heads of a fused q/k/v projection, in one pass: qkv [B, T, 3 * H * D] into q, k and v
+  // [B, H, T, D], with q[b, h, t, d] = qkv[b, t, h * D + d] and k and v from the next two
+  // H * D blocks of each row. One dtype, any; values move unchanged. The outputs must not
+  // overlap the input.
+  virtual void split_heads(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) = 0;
+  // The inverse of split_heads: qkv [B, T, 3 * H * D] from q, k and v [B, H, T, D].
+  virtual void merge_heads(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& qkv) = 0;
 
   // ---- GEMM -------------------------------------------------------------------------------
   // a and b share one floating dtype (F32, F16 or BF16); the products accumulate in FP32.

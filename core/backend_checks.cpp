@@ -233,6 +233,20 @@ Rows causal_mask(Device device, const Tensor& x, const Tensor& y) {
 
 // ---- layout -----------------------------------------------------------------------------
 
+Heads heads(const char* op, Device device, const Tensor& qkv, const Tensor& q, const Tensor& k,
+            const Tensor& v) {
+  all_on_device(op, device, {{"qkv", &qkv}, {"q", &q}, {"k", &k}, {"v", &v}});
+  same_dtype(op, {&qkv, &q, &k, &v});
+  MIXPREC_CHECK(q.dim() == 4 && k.shape() == q.shape() && v.shape() == q.shape(), op,
+                ": q, k and v must share one shape [B, H, T, D], got ", describe(q), ", ",
+                describe(k), " and ", describe(v));
+  const Heads h{q.size(0), q.size(1), q.size(2), q.size(3)};
+  MIXPREC_CHECK(qkv.shape() == Shape({h.batch, h.time, 3 * h.heads * h.dim}), op, ": qkv ",
+                describe(qkv), " must be [B, T, 3 * H * D] = [", h.batch, ", ", h.time, ", ",
+                3 * h.heads * h.dim, "] for heads ", describe(q));
+  return h;
+}
+
 void permute(Device device, const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y) {
   all_on_device("permute", device, {{"x", &x}, {"y", &y}});
   same_dtype("permute", {&x, &y});

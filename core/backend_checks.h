@@ -79,6 +79,12 @@ Rows causal_mask(Device device, const Tensor& x, const Tensor& y);
 void permute(Device device, const Tensor& x, const std::vector<int64_t>& perm, const Tensor& y);
 void copy_narrow(Device device, const Tensor& src, int64_t dim, int64_t src_start,
                  const Tensor& dst, int64_t dst_start, int64_t length);
+// split_heads and merge_heads (op names which): the extents of q, k and v [B, H, T, D].
+struct Heads {
+  int64_t batch = 0, heads = 0, time = 0, dim = 0;
+};
+Heads heads(const char* op, Device device, const Tensor& qkv, const Tensor& q, const Tensor& k,
+            const Tensor& v);
 
 // ---- GEMM and convolution ----------------------------------------------------------------
 // Besides the usual checks, gemm refuses dtypes other than F32, F16 and BF16 itself (before

@@ -1,5 +1,6 @@
-// Layout and neural-network primitives of the CUDA backend: permute, copy_narrow, softmax
-// (and attention's fused softmax), cross-entropy, layer norm, embedding, dropout and pooling.
+// Layout and neural-network primitives of the CUDA backend: permute, copy_narrow, attention's
+// q/k/v heads split and merge, softmax (and attention's fused softmax), cross-entropy, layer
+// norm, embedding, dropout and pooling.
 // Validation is core/backend_checks.h's (the CPU backend's too); the kernels are
 // cuda/kernels/layout.cu, softmax.cu, layer_norm.cu, embedding.cu, dropout.cu and pool.cu.
 // None of them waits for the device: values the host would need (the loss scale dloss, the
@@ -51,6 +52,27 @@ void CudaBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start,
                      src.shape()[dim] * slice, nullptr,
                      static_cast<char*>(dst.data()) + dst_start * slice,
                      dst.shape()[dim] * slice, length * slice, outer, stream_);
+}
+
+void CudaBackend::split_heads(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
+  const backend_checks::Heads h = backend_checks::heads("split_heads", device(), qkv, q, k, v);
+  if (q.numel() == 0) return;
+  use_device();
+  void* const parts[3] = {q.data(), k.data(), v.data()};
+  // The kernel reads qkv only when to_heads is set.
+  kernels::move_heads(const_cast<void*>(qkv.data()), parts, h.batch, h.time, h.heads,
+                      static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), true, stream_);
+}
+
+void CudaBackend::merge_heads(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& qkv) {
+  const backend_checks::Heads h = backend_checks::heads("merge_heads", device(), qkv, q, k, v);
+  if (q.numel() == 0) return;
+  use_device();
+  // The kernel reads the parts only when to_heads is not set.
+  void* const parts[3] = {const_cast<void*>(q.data()), const_cast<void*>(k.data()),
+                          const_cast<void*>(v.data())};
+  kernels::move_heads(qkv.data(), parts, h.batch, h.time, h.heads,
+                      static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), false, stream_);
 }
 
 // ---- softmax and cross-entropy ------------------------------------------------------------------

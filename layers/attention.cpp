@@ -29,15 +29,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
                 "expects x [B, T, ",
                 n_embd_, "], got ",
                 x.defined() ? mixprec::describe(x) : std::string("an undefined tensor"));
-  const int64_t b = x.size(0), t = x.size(1), c = n_embd_, h = n_head_, d = c / h;
-  const std::vector<Tensor> qkv = ops::split((*c_attn_)(x), {c, c, c}, 2);
-  auto heads = [&](const Tensor& part) {
-    return ops::permute(ops::reshape(part, {b, t, h, d}), {0, 2, 1, 3});  // [B, H, T, D]
-  };
+  const int64_t b = x.size(0), t = x.size(1), c = n_embd_, h = n_head_;
+  // q, k and v [B, H, T, D]: the projection's three blocks, each with its heads apart.
+  const std::vector<Tensor> qkv = ops::split_heads((*c_attn_)(x), h);
   Tensor y = attn_dropout_ > 0.0 && is_training()
-                 ? ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                         attn_dropout_, true, *attn_dropout_gen_)
-                 : ops::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+                 ? ops::causal_attention(qkv[0], qkv[1], qkv[2], attn_dropout_, true,
+                                         *attn_dropout_gen_)
+                 : ops::causal_attention(qkv[0], qkv[1], qkv[2]);
   y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});  // heads side by side again
   return (*resid_dropout_)((*c_proj_)(y));
 }

@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
   void permute(const Tensor& x, const std::vector<int64_t>& perm, Tensor& y) override;
   void copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, Tensor& dst,
                    int64_t dst_start, int64_t length) override;
+  void split_heads(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) override;
+  void merge_heads(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& qkv) override;
 
   // cpu_gemm.cpp
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;

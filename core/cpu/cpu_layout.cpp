@@ -1,6 +1,6 @@
-// Layout primitives of the CPU backend: permute and copy_narrow. Both move whole elements
-// without arithmetic, so they work on raw 2- or 4-byte words and serve every dtype, I32
-// included.
+// Layout primitives of the CPU backend: permute, copy_narrow and the q/k/v heads split and
+// merge. All move whole elements without arithmetic, so they work on raw 2- or 4-byte words
+// (or bytes) and serve every dtype, I32 included.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,6 +16,25 @@ namespace mixprec {
 namespace {
 
 using cpu::kParallelWork;
+
+// Calls move(s, packed, split, row_bytes) for every D-element row of one head of one
+// position: its byte offset `packed` in qkv [B, T, 3, H, D] and `split` in the [B, H, T, D]
+// tensor s (0 = q, 1 = k, 2 = v).
+template <class Move>
+void for_each_head_row(const backend_checks::Heads& h, size_t esize, const Move& move) {
+  const int64_t rows = h.batch * h.time;
+  const size_t row_bytes = static_cast<size_t>(h.dim) * esize;
+#pragma omp parallel for if (rows * 3 * h.heads * h.dim > kParallelWork)
+  for (int64_t bt = 0; bt < rows; ++bt) {
+    const int64_t b = bt / h.time, t = bt % h.time;
+    for (int s = 0; s < 3; ++s) {
+      for (int64_t head = 0; head < h.heads; ++head) {
+        move(s, static_cast<size_t>((bt * 3 + s) * h.heads + head) * row_bytes,
+             static_cast<size_t>((b * h.heads + head) * h.time + t) * row_bytes, row_bytes);
+      }
+    }
+  }
+}
 
 // Square tile of a transpose whose innermost output dim is strided in the input: both the
 // reads and the writes of one tile then stay within a few cache lines per row.
@@ -99,6 +118,31 @@ void CpuBackend::copy_narrow(const Tensor& src, int64_t dim, int64_t src_start, 
   copy_rows(static_cast<const char*>(src.data()) + src_start * inner * esize,
             static_cast<char*>(dst.data()) + dst_start * inner * esize, outer, src_row * esize,
             dst_row * esize, count * esize);
+}
+
+void CpuBackend::split_heads(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
+  const backend_checks::Heads h = backend_checks::heads("split_heads", kCPU, qkv, q, k, v);
+  if (q.numel() == 0) return;
+  const auto* from = static_cast<const char*>(qkv.data());
+  char* const to[3] = {static_cast<char*>(q.data()), static_cast<char*>(k.data()),
+                       static_cast<char*>(v.data())};
+  for_each_head_row(h, dtype_size(qkv.dtype()), [&](int s, size_t packed, size_t split,
+                                                    size_t n) {
+    std::memcpy(to[s] + split, from + packed, n);
+  });
+}
+
+void CpuBackend::merge_heads(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& qkv) {
+  const backend_checks::Heads h = backend_checks::heads("merge_heads", kCPU, qkv, q, k, v);
+  if (q.numel() == 0) return;
+  const char* const from[3] = {static_cast<const char*>(q.data()),
+                               static_cast<const char*>(k.data()),
+                               static_cast<const char*>(v.data())};
+  auto* to = static_cast<char*>(qkv.data());
+  for_each_head_row(h, dtype_size(qkv.dtype()), [&](int s, size_t packed, size_t split,
+                                                    size_t n) {
+    std::memcpy(to + packed, from[s] + split, n);
+  });
 }
 
 }  // namespace mixprec

@@ -26,6 +26,10 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& perm);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
 // Pieces of the given sizes along `dim` (sizes must sum to the extent).
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+// The q, k and v heads [B, H, T, D] of qkv [B, T, 3 * n_head * D] (a fused projection's
+// output): split into three along the last dim, each viewed as [B, T, H, D] and permuted to
+// [B, H, T, D], in one pass.
+std::vector<Tensor> split_heads(const Tensor& qkv, int64_t n_head);
 // x[.., start:end, ..] along `dim` (end exclusive; negative values count from the end).
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);
 

@@ -137,6 +137,32 @@ void launch_copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids,
   CUDA_CHECK_LAST();
 }
 
+// One thread per word of q's index space [B, H, T, row words], moving the same word of q, k
+// and v: the D-element rows are contiguous in both layouts, so reads and writes coalesce.
+template <class Word>
+__global__ void __launch_bounds__(kThreads) heads_kernel(Word* qkv, Word* q, Word* k, Word* v,
+                                                        int64_t time, int64_t heads,
+                                                        int64_t row_words, int64_t words,
+                                                        bool to_heads) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = first_thread(); i < words; i += stride) {
+    const int64_t r = i / row_words, c = i % row_words;
+    const int64_t t = r % time, head = r / time % heads, b = r / (time * heads);
+    // Row (b, t, 0, head) of qkv, then the k and v rows H rows further each.
+    Word* packed = qkv + ((b * time + t) * 3 * heads + head) * row_words + c;
+    const int64_t part = heads * row_words;
+    if (to_heads) {
+      q[i] = packed[0];
+      k[i] = packed[part];
+      v[i] = packed[2 * part];
+    } else {
+      packed[0] = q[i];
+      packed[part] = k[i];
+      packed[2 * part] = v[i];
+    }
+  }
+}
+
 }  // namespace
 
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
@@ -166,6 +192,29 @@ void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* 
   const auto launch = [&](auto word) {
     launch_copy_rows<decltype(word)>(src, src_pitch, row_ids, dst, dst_pitch, row_bytes, rows,
                                      stream);
+  };
+  if (fits(16)) launch(uint4{});
+  else if (fits(8)) launch(uint2{});
+  else if (fits(4)) launch(uint32_t{});
+  else launch(uint16_t{});
+}
+
+void move_heads(void* qkv, void* const (&parts)[3], int64_t batch, int64_t time, int64_t heads,
+                size_t row_bytes, bool to_heads, cudaStream_t stream) {
+  const int64_t rows = batch * time * heads;
+  if (rows <= 0 || row_bytes == 0) return;
+  const auto fits = [&](size_t word) {
+    return row_bytes % word == 0 && aligned_to(qkv, word) && aligned_to(parts[0], word) &&
+           aligned_to(parts[1], word) && aligned_to(parts[2], word);
+  };
+  const auto launch = [&](auto word) {
+    using Word = decltype(word);
+    const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(Word));
+    const int64_t words = rows * row_words;
+    MIXPREC_LAUNCH(grid_for(words), kThreads, stream, heads_kernel<Word>)(
+        static_cast<Word*>(qkv), static_cast<Word*>(parts[0]), static_cast<Word*>(parts[1]),
+        static_cast<Word*>(parts[2]), time, heads, row_words, words, to_heads);
+    CUDA_CHECK_LAST();
   };
   if (fits(16)) launch(uint4{});
   else if (fits(8)) launch(uint2{});

@@ -1,5 +1,5 @@
-// Layout kernels of the CUDA backend: permute, copy_narrow and the row gather that the
-// embedding lookup uses. They move whole elements without arithmetic, so they serve every
+// Layout kernels of the CUDA backend: permute, copy_narrow, the row gather that the
+// embedding lookup uses, and the q/k/v heads split and merge of attention. They move whole elements without arithmetic, so they serve every
 // dtype (I32 included) and are bit-exact. Internal to cuda/; pointers are device memory,
 // launches are asynchronous on `stream`, and nothing is launched for empty work.
 #pragma once
@@ -24,5 +24,11 @@ void permute(const PermutePlan& plan, size_t element_size, const void* x, void* 
 // to 16 bytes) that the pitches, the row length and both pointers allow.
 void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
                size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream);
+
+// Backend::split_heads (to_heads) or merge_heads between qkv [batch, time, 3, heads, D] and
+// parts[0..2] [batch, heads, time, D], rows of row_bytes = D * element size. Moves the widest
+// words (up to 16 bytes) that the row length and all four pointers allow.
+void move_heads(void* qkv, void* const (&parts)[3], int64_t batch, int64_t time, int64_t heads,
+                size_t row_bytes, bool to_heads, cudaStream_t stream);
 
 }  // namespace mixprec::kernels
