@@ -1,10 +1,9 @@
 // Layout and neural-network primitives of the CUDA backend: permute, copy_narrow, attention's
 // q/k/v heads split and merge, softmax (and attention's fused softmax), cross-entropy, layer
-// norm, embedding, dropout and pooling.
-// Validation is core/backend_checks.h's (the CPU backend's too); the kernels are
-// cuda/kernels/layout.cu, softmax.cu, layer_norm.cu, embedding.cu, dropout.cu and pool.cu.
-// None of them waits for the device: values the host would need (the loss scale dloss, the
-// labels) stay on the device.
+// norm, embedding, dropout and pooling. Validation is core/backend_checks.h's (the CPU
+// backend's too); the kernels are cuda/kernels/layout.cu, softmax.cu, layer_norm.cu,
+// embedding.cu, dropout.cu and pool.cu. None of them waits for the device: values the host
+// would need (the loss scale dloss, the labels) stay on the device.
 #include <cstdint>
 #include <vector>
 
@@ -59,20 +58,17 @@ void CudaBackend::split_heads(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v
   if (q.numel() == 0) return;
   use_device();
   void* const parts[3] = {q.data(), k.data(), v.data()};
-  // The kernel reads qkv only when to_heads is set.
-  kernels::move_heads(const_cast<void*>(qkv.data()), parts, h.batch, h.time, h.heads,
-                      static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), true, stream_);
+  kernels::split_heads(qkv.data(), parts, h.batch, h.time, h.heads,
+                       static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), stream_);
 }
 
 void CudaBackend::merge_heads(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& qkv) {
   const backend_checks::Heads h = backend_checks::heads("merge_heads", device(), qkv, q, k, v);
   if (q.numel() == 0) return;
   use_device();
-  // The kernel reads the parts only when to_heads is not set.
-  void* const parts[3] = {const_cast<void*>(q.data()), const_cast<void*>(k.data()),
-                          const_cast<void*>(v.data())};
-  kernels::move_heads(qkv.data(), parts, h.batch, h.time, h.heads,
-                      static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), false, stream_);
+  const void* const parts[3] = {q.data(), k.data(), v.data()};
+  kernels::merge_heads(parts, qkv.data(), h.batch, h.time, h.heads,
+                       static_cast<size_t>(h.dim) * dtype_size(qkv.dtype()), stream_);
 }
 
 // ---- softmax and cross-entropy ------------------------------------------------------------------

@@ -57,6 +57,21 @@ inline constexpr int kGemmAutotuneTimedCalls = 3;
 bool gemm_autotune_enabled();
 // Sets the switch for the GEMM calls that follow; the environment is then no longer read.
 void set_gemm_autotune(bool on);
+
+// Sets the switch for one scope and puts the previous value back at its end (a benchmark or
+// test that compares tuned with untuned GEMMs).
+class GemmAutotuneScope {
+ public:
+  explicit GemmAutotuneScope(bool on) : previous_(gemm_autotune_enabled()) {
+    set_gemm_autotune(on);
+  }
+  ~GemmAutotuneScope() { set_gemm_autotune(previous_); }
+  GemmAutotuneScope(const GemmAutotuneScope&) = delete;
+  GemmAutotuneScope& operator=(const GemmAutotuneScope&) = delete;
+
+ private:
+  bool previous_;
+};
 // The value MIXPREC_GEMM_AUTOTUNE gives the switch, read now; throws mixprec::Error for a
 // value other than "1", "0" or unset.
 bool gemm_autotune_from_environment();

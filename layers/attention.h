@@ -1,7 +1,7 @@
 // CausalSelfAttention: nanoGPT's multi-head causal self-attention with its parameter names.
 //
-//   qkv = c_attn(x)                  [B, T, 3C], split into q, k, v [B, T, C]
-//   q, k, v -> [B, T, H, D] -> [B, H, T, D]          (D = C / H)
+//   qkv = c_attn(x)                  [B, T, 3C]
+//   q, k, v = the three C blocks, [B, T, H, D] -> [B, H, T, D]   (D = C / H; ops::split_heads)
 //   y = attn_dropout(softmax(q k^T / sqrt(D) + causal mask)) v     (ops::causal_attention)
 //   y -> [B, T, H, D] -> [B, T, C] -> c_proj -> resid_dropout
 //

@@ -122,18 +122,6 @@ class Tf32Scope {
   bool previous_;
 };
 
-// Restores the process-wide GEMM autotune switch when the benchmark ends.
-class AutotuneScope {
- public:
-  explicit AutotuneScope(bool on) : previous_(gemm_autotune_enabled()) { set_gemm_autotune(on); }
-  ~AutotuneScope() { set_gemm_autotune(previous_); }
-  AutotuneScope(const AutotuneScope&) = delete;
-  AutotuneScope& operator=(const AutotuneScope&) = delete;
-
- private:
-  bool previous_;
-};
-
 // C = A @ B, n x n x n, inputs uniform in [-1, 1). With `tuned`, the autotune switch is on for
 // the benchmark's duration: the warm-up call then times the candidates (outside the timing)
 // and every timed call runs the fastest; without it, the switch is off, whatever the
@@ -143,7 +131,7 @@ void BM_CudaGemm(benchmark::State& state, DType dtype, bool tf32, bool tuned) {
     CudaBackend* backend = cuda_backend_or_skip(state);
     if (backend == nullptr) return;
     const Tf32Scope tf32_scope(tf32);
-    const AutotuneScope autotune_scope(tuned);
+    const GemmAutotuneScope autotune_scope(tuned);
     const int64_t n = state.range(0);
     Generator gen(1);
     const Tensor a = Tensor::uniform({n, n}, gen, -1.f, 1.f, dtype, cuda_device(0));

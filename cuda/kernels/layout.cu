@@ -1,5 +1,7 @@
 #include "cuda/kernels/layout.h"
 
+#include <initializer_list>
+
 #include "core/error.h"
 #include "cuda/kernels/common.cuh"
 
@@ -137,30 +139,65 @@ void launch_copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids,
   CUDA_CHECK_LAST();
 }
 
-// One thread per word of q's index space [B, H, T, row words], moving the same word of q, k
-// and v: the D-element rows are contiguous in both layouts, so reads and writes coalesce.
-template <class Word>
-__global__ void __launch_bounds__(kThreads) heads_kernel(Word* qkv, Word* q, Word* k, Word* v,
-                                                        int64_t time, int64_t heads,
-                                                        int64_t row_words, int64_t words,
-                                                        bool to_heads) {
-  const int64_t stride = thread_stride();
-  for (int64_t i = first_thread(); i < words; i += stride) {
+// Word i of q's index space [B, H, T, row words] (and of k's and v's) lies at word
+// packed_word(i) of qkv [B, T, 3, H, row words], k's `part` words and v's 2 * part further.
+struct HeadsIndex {
+  int64_t time, heads, row_words;
+  __device__ __forceinline__ int64_t packed_word(int64_t i) const {
     const int64_t r = i / row_words, c = i % row_words;
     const int64_t t = r % time, head = r / time % heads, b = r / (time * heads);
-    // Row (b, t, 0, head) of qkv, then the k and v rows H rows further each.
-    Word* packed = qkv + ((b * time + t) * 3 * heads + head) * row_words + c;
-    const int64_t part = heads * row_words;
-    if (to_heads) {
-      q[i] = packed[0];
-      k[i] = packed[part];
-      v[i] = packed[2 * part];
-    } else {
-      packed[0] = q[i];
-      packed[part] = k[i];
-      packed[2 * part] = v[i];
-    }
+    return ((b * time + t) * 3 * heads + head) * row_words + c;
   }
+  __device__ __forceinline__ int64_t part() const { return heads * row_words; }
+};
+
+// One thread per word of q's index space, moving the same word of q, k and v: the D-element
+// rows are contiguous in both layouts, so reads and writes coalesce.
+template <class Word>
+__global__ void __launch_bounds__(kThreads) split_heads_kernel(const Word* qkv, Word* q, Word* k,
+                                                              Word* v, HeadsIndex at,
+                                                              int64_t words) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = first_thread(); i < words; i += stride) {
+    const Word* packed = qkv + at.packed_word(i);
+    q[i] = packed[0];
+    k[i] = packed[at.part()];
+    v[i] = packed[2 * at.part()];
+  }
+}
+
+template <class Word>
+__global__ void __launch_bounds__(kThreads) merge_heads_kernel(const Word* q, const Word* k,
+                                                              const Word* v, Word* qkv,
+                                                              HeadsIndex at, int64_t words) {
+  const int64_t stride = thread_stride();
+  for (int64_t i = first_thread(); i < words; i += stride) {
+    Word* packed = qkv + at.packed_word(i);
+    packed[0] = q[i];
+    packed[at.part()] = k[i];
+    packed[2 * at.part()] = v[i];
+  }
+}
+
+// Calls launch(Word{}, index, words) with the widest word (up to 16 bytes) that the row
+// length and every pointer allow.
+template <class Launch>
+void with_heads_word(std::initializer_list<const void*> pointers, int64_t batch, int64_t time,
+                     int64_t heads, size_t row_bytes, const Launch& launch) {
+  const auto fits = [&](size_t word) {
+    if (row_bytes % word != 0) return false;
+    for (const void* p : pointers)
+      if (!aligned_to(p, word)) return false;
+    return true;
+  };
+  const auto go = [&](auto word) {
+    const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(word));
+    launch(word, HeadsIndex{time, heads, row_words}, batch * time * heads * row_words);
+  };
+  if (fits(16)) go(uint4{});
+  else if (fits(8)) go(uint2{});
+  else if (fits(4)) go(uint32_t{});
+  else go(uint16_t{});
 }
 
 }  // namespace
@@ -199,27 +236,30 @@ void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* 
   else launch(uint16_t{});
 }
 
-void move_heads(void* qkv, void* const (&parts)[3], int64_t batch, int64_t time, int64_t heads,
-                size_t row_bytes, bool to_heads, cudaStream_t stream) {
-  const int64_t rows = batch * time * heads;
-  if (rows <= 0 || row_bytes == 0) return;
-  const auto fits = [&](size_t word) {
-    return row_bytes % word == 0 && aligned_to(qkv, word) && aligned_to(parts[0], word) &&
-           aligned_to(parts[1], word) && aligned_to(parts[2], word);
-  };
-  const auto launch = [&](auto word) {
-    using Word = decltype(word);
-    const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(Word));
-    const int64_t words = rows * row_words;
-    MIXPREC_LAUNCH(grid_for(words), kThreads, stream, heads_kernel<Word>)(
-        static_cast<Word*>(qkv), static_cast<Word*>(parts[0]), static_cast<Word*>(parts[1]),
-        static_cast<Word*>(parts[2]), time, heads, row_words, words, to_heads);
-    CUDA_CHECK_LAST();
-  };
-  if (fits(16)) launch(uint4{});
-  else if (fits(8)) launch(uint2{});
-  else if (fits(4)) launch(uint32_t{});
-  else launch(uint16_t{});
+void split_heads(const void* qkv, void* const (&parts)[3], int64_t batch, int64_t time,
+                 int64_t heads, size_t row_bytes, cudaStream_t stream) {
+  if (batch * time * heads <= 0 || row_bytes == 0) return;
+  with_heads_word({qkv, parts[0], parts[1], parts[2]}, batch, time, heads, row_bytes,
+                  [&](auto word, HeadsIndex at, int64_t words) {
+                    using Word = decltype(word);
+                    MIXPREC_LAUNCH(grid_for(words), kThreads, stream, split_heads_kernel<Word>)(
+                        static_cast<const Word*>(qkv), static_cast<Word*>(parts[0]),
+                        static_cast<Word*>(parts[1]), static_cast<Word*>(parts[2]), at, words);
+                    CUDA_CHECK_LAST();
+                  });
+}
+
+void merge_heads(const void* const (&parts)[3], void* qkv, int64_t batch, int64_t time,
+                 int64_t heads, size_t row_bytes, cudaStream_t stream) {
+  if (batch * time * heads <= 0 || row_bytes == 0) return;
+  with_heads_word({qkv, parts[0], parts[1], parts[2]}, batch, time, heads, row_bytes,
+                  [&](auto word, HeadsIndex at, int64_t words) {
+                    using Word = decltype(word);
+                    MIXPREC_LAUNCH(grid_for(words), kThreads, stream, merge_heads_kernel<Word>)(
+                        static_cast<const Word*>(parts[0]), static_cast<const Word*>(parts[1]),
+                        static_cast<const Word*>(parts[2]), static_cast<Word*>(qkv), at, words);
+                    CUDA_CHECK_LAST();
+                  });
 }
 
 }  // namespace mixprec::kernels

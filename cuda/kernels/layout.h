@@ -25,10 +25,13 @@ void permute(const PermutePlan& plan, size_t element_size, const void* x, void* 
 void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
                size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream);
 
-// Backend::split_heads (to_heads) or merge_heads between qkv [batch, time, 3, heads, D] and
-// parts[0..2] [batch, heads, time, D], rows of row_bytes = D * element size. Moves the widest
-// words (up to 16 bytes) that the row length and all four pointers allow.
-void move_heads(void* qkv, void* const (&parts)[3], int64_t batch, int64_t time, int64_t heads,
-                size_t row_bytes, bool to_heads, cudaStream_t stream);
+// Backend::split_heads: qkv [batch, time, 3, heads, D] into parts[0..2] (q, k, v)
+// [batch, heads, time, D], rows of row_bytes = D * element size. Moves the widest words (up to
+// 16 bytes) that the row length and all four pointers allow.
+void split_heads(const void* qkv, void* const (&parts)[3], int64_t batch, int64_t time,
+                 int64_t heads, size_t row_bytes, cudaStream_t stream);
+// Backend::merge_heads: the inverse of split_heads.
+void merge_heads(const void* const (&parts)[3], void* qkv, int64_t batch, int64_t time,
+                 int64_t heads, size_t row_bytes, cudaStream_t stream);
 
 }  // namespace mixprec::kernels

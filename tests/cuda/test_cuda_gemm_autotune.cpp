@@ -29,18 +29,6 @@ using mixprec_test::error_message;
 
 CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
-// Sets the autotune switch for one scope.
-class AutotuneScope {
- public:
-  explicit AutotuneScope(bool on) : saved_(gemm_autotune_enabled()) { set_gemm_autotune(on); }
-  ~AutotuneScope() { set_gemm_autotune(saved_); }
-  AutotuneScope(const AutotuneScope&) = delete;
-  AutotuneScope& operator=(const AutotuneScope&) = delete;
-
- private:
-  bool saved_;
-};
-
 // Sets (or with null, unsets) MIXPREC_GEMM_AUTOTUNE for one scope.
 class EnvironmentScope {
  public:
@@ -98,7 +86,7 @@ TEST_CASE("gemm autotune switch follows MIXPREC_GEMM_AUTOTUNE and set_gemm_autot
   }
 
   // Once set, the switch no longer reads the environment, not even a bad value.
-  const AutotuneScope on(true);
+  const GemmAutotuneScope on(true);
   const EnvironmentScope env("maybe");
   CHECK(gemm_autotune_enabled());
   set_gemm_autotune(false);
@@ -229,13 +217,13 @@ TEST_CASE("cuda gemm with autotune on matches the CPU and the untuned gemm, C's 
 
     Tensor untuned = c0.to(gpu());
     {
-      const AutotuneScope off(false);
+      const GemmAutotuneScope off(false);
       const uint64_t before = gemm_autotune_candidates_timed();
       gpu_backend().gemm(d, a_gpu, b_gpu, untuned);
       CHECK(gemm_autotune_candidates_timed() == before);
     }
 
-    const AutotuneScope on(true);
+    const GemmAutotuneScope on(true);
     Tensor tuned = c0.to(gpu());
     const uint64_t before = gemm_autotune_candidates_timed();
     gpu_backend().gemm(d, a_gpu, b_gpu, tuned);
