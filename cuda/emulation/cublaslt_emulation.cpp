@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cuda/emulation/runtime_emulation.h"
 #include "cuda/emulation/tf32.h"
 
 struct cublasLtContext {
@@ -268,6 +269,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
   Problem p;
   const cublasStatus_t status = validate(desc, la, lb, lc, as<Layout>(d_desc), p);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
+  if (mixprec::emulation::host_only()) return CUBLAS_STATUS_SUCCESS;
   const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
   const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
   const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32;

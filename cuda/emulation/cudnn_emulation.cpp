@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cuda/emulation/runtime_emulation.h"
 #include "cuda/emulation/tf32.h"
 
 struct cudnnContext {
@@ -857,7 +858,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
       prepare(names("cudnnConvolutionForward", Pass::Forward), handle, alpha, beta,
               {x, w, y}, x_desc, w_desc, conv, y_desc, algo, kForwardAlgo, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  run_forward(Pass2d(pb, alpha, beta), x, w, y);
+  if (!mixprec::emulation::host_only()) run_forward(Pass2d(pb, alpha, beta), x, w, y);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -874,7 +875,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
               handle, alpha, beta, {w, dy, dx}, dx_desc, w_desc, conv, dy_desc, algo,
               kBackwardDataAlgo, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  run_backward_data(Pass2d(pb, alpha, beta), w, dy, dx);
+  if (!mixprec::emulation::host_only()) run_backward_data(Pass2d(pb, alpha, beta), w, dy, dx);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -891,7 +892,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
               handle, alpha, beta, {x, dy, dw}, x_desc, dw_desc, conv, dy_desc, algo,
               kBackwardFilterAlgo, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  run_backward_filter(Pass2d(pb, alpha, beta), x, dy, dw);
+  if (!mixprec::emulation::host_only()) run_backward_filter(Pass2d(pb, alpha, beta), x, dy, dw);
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -8,7 +8,8 @@
 //
 // Departures from a GPU, on purpose:
 // - cudaMalloc fills new memory with 0xFF bytes (NaN in every floating dtype), so a kernel
-//   that reads memory nothing wrote produces NaN instead of a plausible number.
+//   that reads memory nothing wrote produces NaN instead of a plausible number (zeros in
+//   host_only() mode, below).
 // - Copies check that the device side lies inside one live allocation, and return
 //   cudaErrorInvalidValue when it does not (a GPU may fault, or silently read a neighbour).
 // - The device has kEmulatedDeviceBytes of memory; a request beyond what is left fails with
@@ -48,6 +49,16 @@ class KernelLaunch {
   dim3 block_;
   Kernel kernel_;
 };
+
+// True when the environment variable MIXPREC_EMULATION_HOST_ONLY is 1 (read once): kernel
+// launches, cuBLASLt matmuls, cuDNN convolutions, the radix sort, device-to-device copies and
+// memsets (the device's work) are checked as usual and then do nothing, while copies to and
+// from the host still move their bytes; new memory is zero-filled instead of NaN-filled, so
+// that nothing reads as non-finite.
+// Every result is then meaningless; what remains of a training step is the host's own cost
+// (autograd, ops, argument checks, the allocator, the launch calls), which this mode exists to
+// measure: `MIXPREC_EMULATION_HOST_ONLY=1 mixprec_emulated bench CONFIG --set device=cuda`.
+bool host_only();
 
 // Live allocations and their bytes (for tests of the emulation itself).
 size_t live_allocations();
