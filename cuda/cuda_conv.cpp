@@ -22,7 +22,9 @@
 //   is the heuristic's best non-deterministic one taken (cuDNN's deterministic ALGO_1 of
 //   both passes is documented for plain NCHW cross-correlation, so this is not expected).
 //   The heuristic is used rather than cudnnFind*, which times every algorithm: the choice
-//   would then depend on timing noise and could differ between runs.
+//   would then depend on timing noise and could differ between runs. With the opt-in
+//   autotune switch (cuda/conv_autotune.h) every deterministic algorithm of the ranking that
+//   fits is timed on the first call of a problem instead, and the fastest is kept.
 // - Workspace: from the backend's caching allocator for the duration of the call.
 #include <climits>
 #include <cstdint>
@@ -31,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/backend_checks.h"
 #include "core/error.h"
@@ -38,6 +41,7 @@
 #include "core/math_mode.h"
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/conv_autotune.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/broadcast.h"
@@ -94,6 +98,7 @@ struct ConvKey {
   ConvPass pass;
   DType dtype;
   bool tf32;
+  bool tuned;  // the autotune switch when the plan was made: tuned and heuristic plans differ
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
   auto operator<=>(const ConvKey&) const = default;
 };
@@ -187,14 +192,25 @@ std::string problem_str(const ConvKey& k) {
          std::to_string(k.ph) + "x" + std::to_string(k.pw);
 }
 
-// Picks plan.algo from the heuristic's ranking `perfs` (best first): the first candidate
-// that succeeded, is deterministic (unless none is) and whose workspace, asked again with the
-// math type it will run with, fits kMaxWorkspace. `workspace_of(algo, &bytes)` is the
-// pass's cudnnGet*WorkspaceSize.
+// An algorithm a plan may run: its enum value as an int, the math type it runs with, and the
+// workspace it needs with that math type.
+struct ConvCandidate {
+  int algo;
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+// The algorithms of the heuristic's ranking `perfs` (best first) that a plan may run, in that
+// order: those that succeeded, are deterministic (unless none is) and whose workspace, asked
+// again with the math type they will run with, fits kMaxWorkspace. Only the first unless the
+// key is tuned. `workspace_of(algo, &bytes)` is the pass's cudnnGet*WorkspaceSize (it reads
+// the plan's math type, which this sets per candidate).
 template <class Perf, class WorkspaceOf>
-void pick_algorithm(const ConvKey& key, ConvPlan& plan, const Perf* perfs, int count,
-                    const WorkspaceOf& workspace_of) {
+std::vector<ConvCandidate> eligible_algorithms(const ConvKey& key, ConvPlan& plan,
+                                               const Perf* perfs, int count,
+                                               const WorkspaceOf& workspace_of) {
   for (const bool deterministic_only : {true, false}) {
+    std::vector<ConvCandidate> found;
     for (int i = 0; i < count; ++i) {
       const Perf& p = perfs[i];
       if (p.status != CUDNN_STATUS_SUCCESS) continue;
@@ -206,16 +222,17 @@ void pick_algorithm(const ConvKey& key, ConvPlan& plan, const Perf* perfs, int c
       plan.conv.set_math(math);
       size_t bytes = 0;
       if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
-      plan.algo = static_cast<int>(p.algo);
-      plan.workspace = bytes;
-      return;
+      found.push_back({static_cast<int>(p.algo), math, bytes});
+      if (!key.tuned) break;
     }
+    if (!found.empty()) return found;
   }
   MIXPREC_FAIL(problem_str(key), ", ", key.dtype, ": cuDNN offers no algorithm within ",
                kMaxWorkspace >> 20, " MiB of workspace; reduce the batch or the image size");
 }
 
-void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan) {
+std::vector<ConvCandidate> eligible_algorithms(cudnnHandle_t handle, const ConvKey& key,
+                                               ConvPlan& plan) {
   int count = 0;
   switch (key.pass) {
     case ConvPass::Forward: {
@@ -224,51 +241,108 @@ void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan) 
                                                          plan.conv.get(), plan.y.get(),
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
                                                          perfs));
-      pick_algorithm(key, plan, perfs, count, [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+      return eligible_algorithms(key, plan, perfs, count,
+                                 [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
         return cudnnGetConvolutionForwardWorkspaceSize(handle, plan.x.get(), plan.w.get(),
                                                        plan.conv.get(), plan.y.get(), algo, bytes);
       });
-      return;
     }
     case ConvPass::BackwardData: {
       cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           handle, plan.w.get(), plan.y.get(), plan.conv.get(), plan.x.get(),
           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perfs));
-      pick_algorithm(key, plan, perfs, count,
-                     [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-                       return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                           handle, plan.w.get(), plan.y.get(), plan.conv.get(), plan.x.get(),
-                           algo, bytes);
-                     });
-      return;
+      return eligible_algorithms(key, plan, perfs, count,
+                                 [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+                                   return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                       handle, plan.w.get(), plan.y.get(), plan.conv.get(),
+                                       plan.x.get(), algo, bytes);
+                                 });
     }
     case ConvPass::BackwardFilter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           handle, plan.x.get(), plan.y.get(), plan.conv.get(), plan.w.get(),
           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perfs));
-      pick_algorithm(key, plan, perfs, count,
-                     [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-                       return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                           handle, plan.x.get(), plan.y.get(), plan.conv.get(), plan.w.get(),
-                           algo, bytes);
-                     });
-      return;
+      return eligible_algorithms(key, plan, perfs, count,
+                                 [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+                                   return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                       handle, plan.x.get(), plan.y.get(), plan.conv.get(),
+                                       plan.w.get(), algo, bytes);
+                                 });
     }
   }
+  MIXPREC_FAIL("conv2d: unknown pass ", static_cast<int>(key.pass));
+}
+
+// One pass of the convolution: out = alpha * conv + beta * out, with alpha 1. The inputs are
+// (x, w) forward, (w, dy) backward-data and (x, dy) backward-filter; out is y, dx and dw.
+cudnnStatus_t run_pass(cudnnHandle_t handle, ConvPass pass, const ConvPlan& plan, int algo,
+                       const void* in0, const void* in1, void* workspace, size_t workspace_bytes,
+                       float beta, void* out) {
+  const float alpha = 1.0f;
+  switch (pass) {
+    case ConvPass::Forward:
+      return cudnnConvolutionForward(handle, &alpha, plan.x.get(), in0, plan.w.get(), in1,
+                                     plan.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                     workspace, workspace_bytes, &beta, plan.y.get(), out);
+    case ConvPass::BackwardData:
+      return cudnnConvolutionBackwardData(
+          handle, &alpha, plan.w.get(), in0, plan.y.get(), in1, plan.conv.get(),
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace, workspace_bytes, &beta,
+          plan.x.get(), out);
+    case ConvPass::BackwardFilter:
+      return cudnnConvolutionBackwardFilter(
+          handle, &alpha, plan.x.get(), in0, plan.y.get(), in1, plan.conv.get(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), workspace, workspace_bytes, &beta,
+          plan.w.get(), out);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
+// The call that meets a new problem: its inputs (run_pass's in0 and in1) and its output's
+// bytes, which a tuned plan times its candidates on.
+struct ConvCall {
+  const void* in0;
+  const void* in1;
+  size_t output_bytes;
+  cudaStream_t stream;
+  CachingAllocator& allocator;
+};
+
+// Chooses the plan's algorithm among `candidates` (at least one): the first, or with a tuned
+// key and several candidates, the fastest on `call`'s data (conv_autotune.h).
+void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan,
+                      const std::vector<ConvCandidate>& candidates, const ConvCall& call) {
+  size_t chosen = 0;
+  if (key.tuned && candidates.size() > 1) {
+    TuningCandidates tuning;
+    for (const ConvCandidate& c : candidates) tuning.workspace_bytes.push_back(c.workspace);
+    tuning.output_bytes = call.output_bytes;
+    tuning.launch = [&](size_t i, void* output, void* workspace) {
+      plan.conv.set_math(candidates[i].math);
+      return run_pass(handle, key.pass, plan, candidates[i].algo, call.in0, call.in1, workspace,
+                      candidates[i].workspace, 0.0f, output) == CUDNN_STATUS_SUCCESS;
+    };
+    chosen = conv_autotuner().pick_fastest(tuning, call.stream, call.allocator);
+  }
+  plan.conv.set_math(candidates[chosen].math);
+  plan.algo = candidates[chosen].algo;
+  plan.workspace = candidates[chosen].workspace;
 }
 
 // Plans of every problem met so far, never evicted (a training run has a fixed set of
 // shapes); a plan stays at its address once inserted.
 class PlanCache {
  public:
-  const ConvPlan& get(cudnnHandle_t handle, const ConvKey& key) {
+  // `call` is used only when the plan is new (and tuned). Tuning happens under the lock, so
+  // that two threads meeting a new problem at once do not both time it.
+  const ConvPlan& get(cudnnHandle_t handle, const ConvKey& key, const ConvCall& call) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::unique_ptr<ConvPlan>& slot = plans_[key];
     if (!slot) {
       auto plan = std::make_unique<ConvPlan>(key);
-      choose_algorithm(handle, key, *plan);
+      choose_algorithm(handle, key, *plan, eligible_algorithms(handle, key, *plan), call);
       slot = std::move(plan);
     }
     return *slot;
@@ -286,7 +360,7 @@ PlanCache& plan_cache() {
 
 ConvKey conv_key(int device, ConvPass pass, DType dtype, const Conv2dGeometry& g) {
   return {.device = device, .pass = pass, .dtype = dtype,
-          .tf32 = dtype == DType::F32 && tf32_allowed(),
+          .tf32 = dtype == DType::F32 && tf32_allowed(), .tuned = conv_autotune_enabled(),
           .n = g.n, .c = g.c, .h = g.h, .w = g.w, .o = g.o, .kh = g.kh, .kw = g.kw,
           .sh = g.sh, .sw = g.sw, .ph = g.ph, .pw = g.pw};
 }
@@ -317,16 +391,13 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
     return;
   }
   cudnnHandle_t handle = cudnn_handle();
-  const ConvPlan& plan = plan_cache().get(handle, conv_key(device_index_, ConvPass::Forward,
-                                                           x.dtype(), g));
+  const ConvPlan& plan =
+      plan_cache().get(handle, conv_key(device_index_, ConvPass::Forward, x.dtype(), g),
+                       {x.data(), w.data(), y.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const float alpha = 1.0f;
   const ProfiledLaunch timed("cudnnConvolutionForward", __PRETTY_FUNCTION__, stream_);
-  CUDNN_CHECK(cudnnConvolutionForward(handle, &alpha, plan.x.get(), x.data(), plan.w.get(),
-                                      w.data(), plan.conv.get(),
-                                      static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
-                                      workspace.get(), plan.workspace, &beta, plan.y.get(),
-                                      y.data()));
+  CUDNN_CHECK(run_pass(handle, ConvPass::Forward, plan, plan.algo, x.data(), w.data(),
+                       workspace.get(), plan.workspace, beta, y.data()));
 }
 
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const Conv2dDesc& desc,
@@ -339,16 +410,13 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
   use_device();
   if (degenerate(dx, w, dy)) return fill(dx, 0.0);
   cudnnHandle_t handle = cudnn_handle();
-  const ConvPlan& plan = plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardData,
-                                                           dy.dtype(), g));
+  const ConvPlan& plan =
+      plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardData, dy.dtype(), g),
+                       {w.data(), dy.data(), dx.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const float alpha = 1.0f, beta = 0.0f;
   const ProfiledLaunch timed("cudnnConvolutionBackwardData", __PRETTY_FUNCTION__, stream_);
-  CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &alpha, plan.w.get(), w.data(), plan.y.get(),
-                                           dy.data(), plan.conv.get(),
-                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
-                                           workspace.get(), plan.workspace, &beta, plan.x.get(),
-                                           dx.data()));
+  CUDNN_CHECK(run_pass(handle, ConvPass::BackwardData, plan, plan.algo, w.data(), dy.data(),
+                       workspace.get(), plan.workspace, 0.0f, dx.data()));
 }
 
 void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, const Conv2dDesc& desc,
@@ -377,15 +445,13 @@ void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, cons
   if (dw.numel() == 0) return;
   if (degenerate(x, dw, dy)) return fill(dw, 0.0);
   cudnnHandle_t handle = cudnn_handle();
-  const ConvPlan& plan = plan_cache().get(
-      handle, conv_key(device_index_, ConvPass::BackwardFilter, x.dtype(), g));
+  const ConvPlan& plan =
+      plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardFilter, x.dtype(), g),
+                       {x.data(), dy.data(), dw.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const float alpha = 1.0f, beta = 0.0f;
   const ProfiledLaunch timed("cudnnConvolutionBackwardFilter", __PRETTY_FUNCTION__, stream_);
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      handle, &alpha, plan.x.get(), x.data(), plan.y.get(), dy.data(), plan.conv.get(),
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), workspace.get(), plan.workspace,
-      &beta, plan.w.get(), dw.data()));
+  CUDNN_CHECK(run_pass(handle, ConvPass::BackwardFilter, plan, plan.algo, x.data(), dy.data(),
+                       workspace.get(), plan.workspace, 0.0f, dw.data()));
 }
 
 }  // namespace mixprec

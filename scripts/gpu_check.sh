@@ -16,7 +16,8 @@
 # LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
 # the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
 # kernel benchmarks, a short training stage (`mixprec train` of the GPU GPT config and of the
-# CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, and a short FP16
+# CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP32 and FP16
+# again with the GEMM (and for the CNN the convolution) algorithms autotuned, and a short FP16
 # run of each with every kernel timed, MIXPREC_KERNEL_PROFILE, whose tables go into
 # train.json and whose largest rows into the summary), then
 # PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py) and a PyTorch
@@ -372,12 +373,12 @@ for run in runs:
     ms = number(run.get("summary", {}).get("median_step_ms"))
     if run["precision"] == "fp32" and run["status"] == "ok" and ms:
         fp32_ms[run["config"]] = ms
-print(f"{'training (mixprec train)':<34} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
+print(f"{'training (mixprec train)':<44} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
 for run in runs:
     label = f"train {run['config']} {run['precision']}"
     summary = run.get("summary")
     if run["status"] != "ok" or summary is None:
-        print(f"{label:<34} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
+        print(f"{label:<44} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
         continue
     ms = number(summary.get("median_step_ms")) or 0.0
     if "tokens_per_s" in summary:
@@ -385,7 +386,7 @@ for run in runs:
     else:
         throughput = f"{number(summary.get('samples_per_s')) or 0.0:9.0f} samples/s"
     val_loss = number(summary.get("val_loss"))
-    line = f"{label:<34} {ms:8.2f} ms/step {throughput}  val_loss " + \
+    line = f"{label:<44} {ms:8.2f} ms/step {throughput}  val_loss " + \
         (f"{val_loss:.3f}" if val_loss is not None else "n/a")
     if summary.get("skipped_steps"):
         line += f"  {summary['skipped_steps']} skipped"
@@ -489,7 +490,7 @@ train_profiled() {
 # The training stage, within $1 seconds: `mixprec train` of configs/gpt_shakespeare_gpu.yaml
 # (100 steps, 4 evaluation batches) and of configs/cnn_fashion.yaml (200 steps of 512), each
 # in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end, then the
-# per_step and kernel-timed FP16 runs. The runs' summary.json, the end of their output and
+# per_step FP16 runs, the autotuned FP32 and FP16 runs and the kernel-timed FP16 runs. The runs' summary.json, the end of their output and
 # the kernel tables are gathered into train.json. Sets train_failed
 # when a run failed or ran out of time.
 training_stage() {
@@ -525,8 +526,8 @@ training_stage() {
   # reading the outcome after every step, which shows what the deferred step saves.
   local planned=0 precision
   local per_step=(--set train.host_reads=per_step)
-  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 4 ))
-  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 4 ))
+  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 6 ))
+  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 6 ))
   for precision in fp32 fp16 per_step; do
     if (( ${#gpt_args[@]} > 0 )); then
       planned=$(( planned - 1 ))
@@ -553,6 +554,22 @@ training_stage() {
     else
       train_record "${cnn_label}" "${precision}" \
         "not run: no Fashion-MNIST (${fashion_mnist_dir}) nor MNIST (set MIXPREC_DATA_DIR)" "" ""
+    fi
+  done
+  # FP32 and FP16 again with each new problem's algorithms timed on first use
+  # (cuda/gemm_autotune.h, cuda/conv_autotune.h): what the libraries' heuristics leave.
+  for precision in fp32 fp16; do
+    if (( ${#gpt_args[@]} > 0 )); then
+      planned=$(( planned - 1 ))
+      MIXPREC_GEMM_AUTOTUNE=1 train_one "gpt_shakespeare_gpu autotuned" "${precision}" gpt_tuned \
+        "${planned}" "${gpt_args[@]}"
+    fi
+  done
+  for precision in fp32 fp16; do
+    if (( ${#cnn_args[@]} > 0 )); then
+      planned=$(( planned - 1 ))
+      MIXPREC_GEMM_AUTOTUNE=1 MIXPREC_CONV_AUTOTUNE=1 train_one "${cnn_label} autotuned" \
+        "${precision}" cnn_tuned "${planned}" "${cnn_args[@]}"
     fi
   done
   # Last, where the FP16 step's device time goes: short runs with every launch timed.

@@ -33,6 +33,7 @@
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_event.h"
 #include "cuda/device_query.h"
 #include "cuda/gemm_autotune.h"
 #include "cuda/register.h"
@@ -52,25 +53,12 @@ CudaBackend* cuda_backend_or_skip(benchmark::State& state) {
   return dynamic_cast<CudaBackend*>(&backend_for(cuda_device(0)));
 }
 
-// A CUDA event, destroyed with its scope (also when a benchmark throws).
-class Event {
- public:
-  Event() { CUDA_CHECK(cudaEventCreate(&event_)); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
 // Times `body` on the backend's stream, one call per benchmark iteration, and returns the
 // summed device time in seconds.
 template <class Body>
 double run_timed(benchmark::State& state, CudaBackend& backend, Body body) {
-  const Event start;
-  const Event stop;
+  const CudaEvent start;
+  const CudaEvent stop;
   // Warm-up outside the timing: cuBLASLt picks its algorithm and the allocator caches the
   // workspace on the first call.
   body(0);

@@ -24,9 +24,12 @@
 //   - The library documents no summation order; this one is fixed, so results repeat bit for
 //     bit: multiply-adds from zero (fused where the host has the instruction), y over
 //     (c, r, s), dx over (k, r, s), dw over (n, p, q), each in ascending order.
-//   - The heuristics (cudnnGet*Algorithm_v7) offer one deterministic algorithm needing no
-//     workspace, the one cuDNN 9 ranks first for the backend's problems: IMPLICIT_PRECOMP_GEMM
-//     forward, ALGO_1 for both backward passes. The workspace-size queries answer 0.
+//   - The heuristics (cudnnGet*Algorithm_v7) rank first the deterministic algorithm needing
+//     no workspace that cuDNN 9 ranks first for the backend's problems (IMPLICIT_PRECOMP_GEMM
+//     forward, ALGO_1 for both backward passes), then a few others, deterministic or not, with
+//     or without workspace (kForwardAlgos and its neighbours below), so that an autotuner has
+//     candidates to choose from. All compute the same result. The workspace-size queries
+//     answer each algorithm's workspace, and an execution given less fails with BAD_PARAM.
 //   - Handles keep their stream; work runs at once on the calling thread, as the emulated
 //     runtime's streams do. cudnnGetLastErrorString gives the reason of the thread's last
 //     refusal.
@@ -90,11 +93,30 @@ struct cudnnConvolutionStruct {
 
 namespace {
 
-constexpr cudnnConvolutionFwdAlgo_t kForwardAlgo =
-    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-constexpr cudnnConvolutionBwdDataAlgo_t kBackwardDataAlgo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-constexpr cudnnConvolutionBwdFilterAlgo_t kBackwardFilterAlgo =
-    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+// An algorithm the emulated heuristic offers, in its ranking order, with how it sums and the
+// workspace it asks for. All of them compute the same (the emulation's fixed order): the
+// non-deterministic ones are offered so that the backend's refusal of them is exercised, the
+// ones with workspace so that its workspace handling is.
+template <class Algo>
+struct Offered {
+  Algo algo;
+  cudnnDeterminism_t determinism;
+  size_t workspace;
+};
+
+constexpr Offered<cudnnConvolutionFwdAlgo_t> kForwardAlgos[] = {
+    {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_DETERMINISTIC, 4096}};
+constexpr Offered<cudnnConvolutionBwdDataAlgo_t> kBackwardDataAlgos[] = {
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_NON_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_DETERMINISTIC, 2048}};
+constexpr Offered<cudnnConvolutionBwdFilterAlgo_t> kBackwardFilterAlgos[] = {
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_NON_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, CUDNN_NON_DETERMINISTIC, 0},
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, CUDNN_DETERMINISTIC, 2048}};
 
 thread_local std::string last_error;
 
@@ -503,14 +525,14 @@ void run_backward_filter(const Pass2d& ps, const void* x_data, const void* dy_da
                        ps.tap(j, w.s)]);
 }
 
-// The algorithm queries: a BAD_PARAM problem is the call's status; otherwise one result whose
-// status is what the execution function would answer (NOT_SUPPORTED for mismatched data
-// types, as the library's heuristics give it).
-template <class Perf, class Algo>
+// The algorithm queries: a BAD_PARAM problem is the call's status; otherwise the first
+// `requested` offered algorithms, each with the status the execution function would answer
+// (NOT_SUPPORTED for mismatched data types, as the library's heuristics give it).
+template <class Perf, class Algo, size_t N>
 cudnnStatus_t offer(const Names& nm, cudnnHandle_t handle, const cudnnTensorStruct* x,
                     const cudnnFilterStruct* w, const cudnnConvolutionStruct* conv,
                     const cudnnTensorStruct* y, int requested, int* returned, Perf* perfs,
-                    Algo algo) {
+                    const Offered<Algo> (&offered)[N]) {
   const std::string fn = nm.fn;
   if (handle == nullptr || returned == nullptr || perfs == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": handle, returnedAlgoCount or perfResults is NULL");
@@ -521,53 +543,60 @@ cudnnStatus_t offer(const Names& nm, cudnnHandle_t handle, const cudnnTensorStru
   Problem pb{};
   const cudnnStatus_t status = validate(nm, x, w, conv, y, pb);
   if (status == CUDNN_STATUS_BAD_PARAM) return status;
-  std::memset(&perfs[0], 0, sizeof perfs[0]);
-  perfs[0].algo = algo;
-  perfs[0].status = status;
-  perfs[0].time = 0.0f;
-  perfs[0].memory = 0;
-  perfs[0].determinism = CUDNN_DETERMINISTIC;
-  perfs[0].mathType = conv->math;
-  *returned = 1;
+  const int count = std::min(requested, static_cast<int>(N));
+  for (int i = 0; i < count; ++i) {
+    std::memset(&perfs[i], 0, sizeof perfs[i]);
+    perfs[i].algo = offered[i].algo;
+    perfs[i].status = status;
+    perfs[i].time = 0.0f;
+    perfs[i].memory = offered[i].workspace;
+    perfs[i].determinism = offered[i].determinism;
+    perfs[i].mathType = conv->math;
+  }
+  *returned = count;
   return CUDNN_STATUS_SUCCESS;
 }
 
-// The algorithm a workspace query or an execution names: the one the heuristic offers. Any
-// other value, a valid enumerant or not, is CUDNN_STATUS_NOT_SUPPORTED (what the library
+// The offered entry of `algo`, or null for an algorithm the heuristic does not offer (any
+// other value, a valid enumerant or not, is CUDNN_STATUS_NOT_SUPPORTED: what the library
 // answers for a value no enumerant has).
-template <class Algo>
-cudnnStatus_t check_algo(const std::string& fn, Algo algo, Algo offered) {
-  if (algo != offered)
-    return fail(CUDNN_STATUS_NOT_SUPPORTED,
-                fn + ": algorithm " + std::to_string(static_cast<int>(algo)) +
-                    " is not emulated; the heuristic offers " +
-                    std::to_string(static_cast<int>(offered)));
-  return CUDNN_STATUS_SUCCESS;
+template <class Algo, size_t N>
+const Offered<Algo>* find_offered(const std::string& fn, Algo algo,
+                                  const Offered<Algo> (&offered)[N]) {
+  for (const Offered<Algo>& o : offered) {
+    if (o.algo == algo) return &o;
+  }
+  fail(CUDNN_STATUS_NOT_SUPPORTED,
+       fn + ": algorithm " + std::to_string(static_cast<int>(algo)) + " is not emulated");
+  return nullptr;
 }
 
-template <class Algo>
+template <class Algo, size_t N>
 cudnnStatus_t workspace(const Names& nm, cudnnHandle_t handle, const cudnnTensorStruct* x,
                         const cudnnFilterStruct* w, const cudnnConvolutionStruct* conv,
-                        const cudnnTensorStruct* y, Algo algo, Algo offered, size_t* bytes) {
+                        const cudnnTensorStruct* y, Algo algo, const Offered<Algo> (&offered)[N],
+                        size_t* bytes) {
   const std::string fn = nm.fn;
   if (handle == nullptr || bytes == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": handle or sizeInBytes is NULL");
   Problem pb{};
-  cudnnStatus_t status = validate(nm, x, w, conv, y, pb);
+  const cudnnStatus_t status = validate(nm, x, w, conv, y, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  status = check_algo(fn, algo, offered);
-  if (status != CUDNN_STATUS_SUCCESS) return status;
-  *bytes = 0;
+  const Offered<Algo>* entry = find_offered(fn, algo, offered);
+  if (entry == nullptr) return CUDNN_STATUS_NOT_SUPPORTED;
+  *bytes = entry->workspace;
   return CUDNN_STATUS_SUCCESS;
 }
 
-// Everything an execution function checks before it computes.
-template <class Algo>
+// Everything an execution function checks before it computes: also that the workspace
+// given holds what the algorithm asked for (CUDNN_STATUS_BAD_PARAM otherwise).
+template <class Algo, size_t N>
 cudnnStatus_t prepare(const Names& nm, cudnnHandle_t handle, const void* alpha,
                       const void* beta, std::initializer_list<const void*> data,
                       const cudnnTensorStruct* x, const cudnnFilterStruct* w,
                       const cudnnConvolutionStruct* conv, const cudnnTensorStruct* y, Algo algo,
-                      Algo offered, Problem& pb) {
+                      const Offered<Algo> (&offered)[N], const void* workspace,
+                      size_t workspace_bytes, Problem& pb) {
   const std::string fn = nm.fn;
   if (handle == nullptr || alpha == nullptr || beta == nullptr)
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": handle, alpha or beta is NULL");
@@ -576,7 +605,14 @@ cudnnStatus_t prepare(const Names& nm, cudnnHandle_t handle, const void* alpha,
   }
   const cudnnStatus_t status = validate(nm, x, w, conv, y, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  return check_algo(fn, algo, offered);
+  const Offered<Algo>* entry = find_offered(fn, algo, offered);
+  if (entry == nullptr) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (entry->workspace > 0 && (workspace == nullptr || workspace_bytes < entry->workspace))
+    return fail(CUDNN_STATUS_BAD_PARAM,
+                fn + ": algorithm " + std::to_string(static_cast<int>(algo)) + " needs " +
+                    std::to_string(entry->workspace) + " bytes of workspace, given " +
+                    std::to_string(workspace == nullptr ? 0 : workspace_bytes));
+  return CUDNN_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -795,7 +831,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
     const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t y, const int requested,
     int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
   return offer(names("cudnnGetConvolutionForwardAlgorithm_v7", Pass::Forward), handle, x, w,
-               conv, y, requested, returned, perfs, kForwardAlgo);
+               conv, y, requested, returned, perfs, kForwardAlgos);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -803,7 +839,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested,
     int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
   return offer(names("cudnnGetConvolutionBackwardDataAlgorithm_v7", Pass::BackwardData), handle,
-               dx, w, conv, dy, requested, returned, perfs, kBackwardDataAlgo);
+               dx, w, conv, dy, requested, returned, perfs, kBackwardDataAlgos);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -811,7 +847,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested,
     int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
   return offer(names("cudnnGetConvolutionBackwardFilterAlgorithm_v7", Pass::BackwardFilter),
-               handle, x, dw, conv, dy, requested, returned, perfs, kBackwardFilterAlgo);
+               handle, x, dw, conv, dy, requested, returned, perfs, kBackwardFilterAlgos);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle,
@@ -822,7 +858,7 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle,
                                                       cudnnConvolutionFwdAlgo_t algo,
                                                       size_t* bytes) {
   return workspace(names("cudnnGetConvolutionForwardWorkspaceSize", Pass::Forward), handle, x,
-                   w, conv, y, algo, kForwardAlgo, bytes);
+                   w, conv, y, algo, kForwardAlgos, bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
@@ -833,7 +869,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
                                                            cudnnConvolutionBwdDataAlgo_t algo,
                                                            size_t* bytes) {
   return workspace(names("cudnnGetConvolutionBackwardDataWorkspaceSize", Pass::BackwardData),
-                   handle, dx, w, conv, dy, algo, kBackwardDataAlgo, bytes);
+                   handle, dx, w, conv, dy, algo, kBackwardDataAlgos, bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -841,7 +877,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw,
     cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
   return workspace(names("cudnnGetConvolutionBackwardFilterWorkspaceSize", Pass::BackwardFilter),
-                   handle, x, dw, conv, dy, algo, kBackwardFilterAlgo, bytes);
+                   handle, x, dw, conv, dy, algo, kBackwardFilterAlgos, bytes);
 }
 
 // ---- the convolutions -----------------------------------------------------------------------
@@ -850,13 +886,13 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
                                       const cudnnTensorDescriptor_t x_desc, const void* x,
                                       const cudnnFilterDescriptor_t w_desc, const void* w,
                                       const cudnnConvolutionDescriptor_t conv,
-                                      cudnnConvolutionFwdAlgo_t algo, void*, size_t,
+                                      cudnnConvolutionFwdAlgo_t algo, void* ws, size_t ws_bytes,
                                       const void* beta, const cudnnTensorDescriptor_t y_desc,
                                       void* y) {
   Problem pb{};
   const cudnnStatus_t status =
       prepare(names("cudnnConvolutionForward", Pass::Forward), handle, alpha, beta,
-              {x, w, y}, x_desc, w_desc, conv, y_desc, algo, kForwardAlgo, pb);
+              {x, w, y}, x_desc, w_desc, conv, y_desc, algo, kForwardAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
   if (!mixprec::emulation::host_only()) run_forward(Pass2d(pb, alpha, beta), x, w, y);
   return CUDNN_STATUS_SUCCESS;
@@ -866,14 +902,15 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                            const cudnnFilterDescriptor_t w_desc, const void* w,
                                            const cudnnTensorDescriptor_t dy_desc, const void* dy,
                                            const cudnnConvolutionDescriptor_t conv,
-                                           cudnnConvolutionBwdDataAlgo_t algo, void*, size_t,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void* ws,
+                                           size_t ws_bytes,
                                            const void* beta, const cudnnTensorDescriptor_t dx_desc,
                                            void* dx) {
   Problem pb{};
   const cudnnStatus_t status =
       prepare(names("cudnnConvolutionBackwardData", Pass::BackwardData),
               handle, alpha, beta, {w, dy, dx}, dx_desc, w_desc, conv, dy_desc, algo,
-              kBackwardDataAlgo, pb);
+              kBackwardDataAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
   if (!mixprec::emulation::host_only()) run_backward_data(Pass2d(pb, alpha, beta), w, dy, dx);
   return CUDNN_STATUS_SUCCESS;
@@ -883,14 +920,15 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                              const cudnnTensorDescriptor_t x_desc, const void* x,
                                              const cudnnTensorDescriptor_t dy_desc, const void* dy,
                                              const cudnnConvolutionDescriptor_t conv,
-                                             cudnnConvolutionBwdFilterAlgo_t algo, void*, size_t,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* ws,
+                                             size_t ws_bytes,
                                              const void* beta,
                                              const cudnnFilterDescriptor_t dw_desc, void* dw) {
   Problem pb{};
   const cudnnStatus_t status =
       prepare(names("cudnnConvolutionBackwardFilter", Pass::BackwardFilter),
               handle, alpha, beta, {x, dy, dw}, x_desc, dw_desc, conv, dy_desc, algo,
-              kBackwardFilterAlgo, pb);
+              kBackwardFilterAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
   if (!mixprec::emulation::host_only()) run_backward_filter(Pass2d(pb, alpha, beta), x, dy, dw);
   return CUDNN_STATUS_SUCCESS;

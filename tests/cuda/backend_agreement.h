@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -162,6 +163,23 @@ inline void expect_close(const Tensor& expected, const Tensor& actual, Tolerance
 
 inline void expect_close(const Tensor& expected, const Tensor& actual) {
   expect_close(expected, actual, tolerance_for(expected.dtype()));
+}
+
+// The dtype tolerance of the output, widened by sqrt(terms) / 16 once more than 256 products
+// are summed into one element (FP32 sums in different orders drift apart as sqrt(terms)).
+inline Tolerance accumulation_tolerance(DType output, int64_t terms) {
+  Tolerance t = tolerance_for(output);
+  const double growth = std::max(1.0, std::sqrt(static_cast<double>(terms)) / 16.0);
+  t.rtol *= growth;
+  t.atol *= growth;
+  return t;
+}
+
+// Element-wise |t| in F32: the magnitude of what a reduction sums, for expect_close.
+inline Tensor abs_of(const Tensor& t) {
+  std::vector<float> v = t.to_float_vector();
+  for (float& x : v) x = std::fabs(x);
+  return Tensor::from_vector(v, t.shape(), DType::F32);
 }
 
 }  // namespace mixprec::cuda_test

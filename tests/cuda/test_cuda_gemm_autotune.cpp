@@ -7,13 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend_agreement.h"
+#include "environment_scope.h"
 #include "gemm_magnitude.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
@@ -29,27 +28,10 @@ using mixprec_test::error_message;
 
 CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
-// Sets (or with null, unsets) MIXPREC_GEMM_AUTOTUNE for one scope.
-class EnvironmentScope {
+// MIXPREC_GEMM_AUTOTUNE set (or with null, unset) for one scope.
+class GemmEnvironment : public EnvironmentScope {
  public:
-  explicit EnvironmentScope(const char* value) {
-    if (const char* old = std::getenv(kName)) saved_ = old;
-    apply(value);
-  }
-  ~EnvironmentScope() { apply(saved_ ? saved_->c_str() : nullptr); }
-  EnvironmentScope(const EnvironmentScope&) = delete;
-  EnvironmentScope& operator=(const EnvironmentScope&) = delete;
-
- private:
-  static constexpr const char* kName = "MIXPREC_GEMM_AUTOTUNE";
-  static void apply(const char* value) {
-    if (value == nullptr) {
-      unsetenv(kName);
-    } else {
-      setenv(kName, value, 1);
-    }
-  }
-  std::optional<std::string> saved_;
+  explicit GemmEnvironment(const char* value) : EnvironmentScope("MIXPREC_GEMM_AUTOTUNE", value) {}
 };
 
 // One GEMM of the end-to-end test: dtypes, shape, flags, batch layout, alpha and beta. Every
@@ -66,20 +48,20 @@ struct TunedCase {
 
 TEST_CASE("gemm autotune switch follows MIXPREC_GEMM_AUTOTUNE and set_gemm_autotune", "[cuda]") {
   {
-    const EnvironmentScope env("1");
+    const GemmEnvironment env("1");
     CHECK(gemm_autotune_from_environment());
   }
   {
-    const EnvironmentScope env("0");
+    const GemmEnvironment env("0");
     CHECK_FALSE(gemm_autotune_from_environment());
   }
   {
-    const EnvironmentScope env(nullptr);
+    const GemmEnvironment env(nullptr);
     CHECK_FALSE(gemm_autotune_from_environment());
   }
   for (const char* bad : {"yes", "", "2", " 1", "true"}) {
     INFO("MIXPREC_GEMM_AUTOTUNE=\"" << bad << "\"");
-    const EnvironmentScope env(bad);
+    const GemmEnvironment env(bad);
     const std::string message = error_message([] { gemm_autotune_from_environment(); });
     CHECK_THAT(message, Catch::Contains("MIXPREC_GEMM_AUTOTUNE=\"" + std::string(bad) + "\""));
     CHECK_THAT(message, Catch::Contains("use 1"));
@@ -87,7 +69,7 @@ TEST_CASE("gemm autotune switch follows MIXPREC_GEMM_AUTOTUNE and set_gemm_autot
 
   // Once set, the switch no longer reads the environment, not even a bad value.
   const GemmAutotuneScope on(true);
-  const EnvironmentScope env("maybe");
+  const GemmEnvironment env("maybe");
   CHECK(gemm_autotune_enabled());
   set_gemm_autotune(false);
   CHECK_FALSE(gemm_autotune_enabled());
@@ -240,10 +222,7 @@ TEST_CASE("cuda gemm with autotune on matches the CPU and the untuned gemm, C's 
     gpu_backend().gemm(d, a_gpu, b_gpu, again);
     CHECK(gemm_autotune_candidates_timed() - before == timed);
 
-    Tolerance tol = tolerance_for(t.c);
-    const double growth = std::max(1.0, std::sqrt(static_cast<double>(t.k)) / 16.0);
-    tol.rtol *= growth;
-    tol.atol *= growth;
+    const Tolerance tol = accumulation_tolerance(t.c, t.k);
     const std::vector<float> magnitude = gemm_magnitude(d, a, b, c0);
     expect_close(expected, tuned, tol, magnitude);
     expect_bits_equal(tuned, again);

@@ -25,15 +25,6 @@ constexpr DType kGemmTypes[][2] = {{DType::F32, DType::F32},  {DType::F16, DType
                                    {DType::F16, DType::F32},  {DType::BF16, DType::BF16},
                                    {DType::BF16, DType::F32}};
 
-// The dtype tolerance of the output, widened by sqrt(terms) / 16 once more than 256 products
-// are summed into one element (FP32 sums in different orders drift apart as sqrt(terms)).
-Tolerance accumulation_tolerance(DType output, int64_t terms) {
-  Tolerance t = tolerance_for(output);
-  const double growth = std::max(1.0, std::sqrt(static_cast<double>(terms)) / 16.0);
-  t.rtol *= growth;
-  t.atol *= growth;
-  return t;
-}
 
 // Sets the TF32 switch for one scope.
 class Tf32Scope {
@@ -56,11 +47,6 @@ std::string error_message(const std::function<void()>& f) {
   return "";
 }
 
-Tensor abs_of(const Tensor& t) {
-  std::vector<float> v = t.to_float_vector();
-  for (float& x : v) x = std::fabs(x);
-  return Tensor::from_vector(v, t.shape(), DType::F32);
-}
 
 // ---- GEMM ---------------------------------------------------------------------------------
 

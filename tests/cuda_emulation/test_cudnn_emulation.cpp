@@ -428,8 +428,8 @@ TEST_CASE("emulated cuDNN rounds FP32 operands to TF32 only when the math type a
   }
 }
 
-TEST_CASE("emulated cuDNN heuristics offer one deterministic algorithm without workspace",
-          "[cuda_emulation]") {
+TEST_CASE("emulated cuDNN heuristics rank the preferred algorithm first, then others with "
+          "their determinism and workspace", "[cuda_emulation]") {
   Handle h;
   TensorDesc xd(CUDNN_DATA_HALF, 2, 3, 5, 5), yd(CUDNN_DATA_HALF, 2, 4, 5, 5);
   FilterDesc wd(CUDNN_DATA_HALF, 4, 3, 3, 3);
@@ -439,44 +439,72 @@ TEST_CASE("emulated cuDNN heuristics offer one deterministic algorithm without w
   REQUIRE(cudnnGetConvolutionForwardAlgorithm_v7(h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
                                                  fwd) == CUDNN_STATUS_SUCCESS);
-  REQUIRE(count == 1);
+  REQUIRE(count == 3);
   CHECK(fwd[0].algo == kFwd);
-  CHECK(fwd[0].status == CUDNN_STATUS_SUCCESS);
+  CHECK(fwd[1].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM);
+  CHECK(fwd[2].algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM);
+  for (int i = 0; i < count; ++i) {
+    CHECK(fwd[i].status == CUDNN_STATUS_SUCCESS);
+    CHECK(fwd[i].determinism == CUDNN_DETERMINISTIC);
+    CHECK(fwd[i].mathType == CUDNN_TENSOR_OP_MATH);
+  }
   CHECK(fwd[0].memory == 0);
-  CHECK(fwd[0].determinism == CUDNN_DETERMINISTIC);
-  CHECK(fwd[0].mathType == CUDNN_TENSOR_OP_MATH);
+  CHECK(fwd[2].memory == 4096);
+  // The requested count caps the list.
+  REQUIRE(cudnnGetConvolutionForwardAlgorithm_v7(h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
+                                                 1, &count, fwd) == CUDNN_STATUS_SUCCESS);
+  CHECK(count == 1);
+  CHECK(fwd[0].algo == kFwd);
+
   cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   REQUIRE(cudnnGetConvolutionBackwardDataAlgorithm_v7(h.get(), wd.get(), yd.get(), cd.get(),
-                                                      xd.get(), 1, &count, data) ==
-          CUDNN_STATUS_SUCCESS);
-  REQUIRE(count == 1);
+                                                      xd.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                      &count, data) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(count == 3);
   CHECK(data[0].algo == kBwdData);
-  CHECK(data[0].status == CUDNN_STATUS_SUCCESS);
   CHECK(data[0].determinism == CUDNN_DETERMINISTIC);
+  CHECK(data[1].algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
+  CHECK(data[1].determinism == CUDNN_NON_DETERMINISTIC);
+  CHECK(data[2].algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT);
+  CHECK(data[2].determinism == CUDNN_DETERMINISTIC);
+  CHECK(data[2].memory == 2048);
+
   cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   REQUIRE(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h.get(), xd.get(), yd.get(), cd.get(),
                                                         wd.get(), 3, &count, filter) ==
           CUDNN_STATUS_SUCCESS);
-  REQUIRE(count == 1);
+  REQUIRE(count == 3);
   CHECK(filter[0].algo == kBwdFilter);
-  CHECK(filter[0].status == CUDNN_STATUS_SUCCESS);
   CHECK(filter[0].determinism == CUDNN_DETERMINISTIC);
+  CHECK(filter[1].algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
+  CHECK(filter[1].determinism == CUDNN_NON_DETERMINISTIC);
+  CHECK(filter[2].algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3);
+  CHECK(filter[2].determinism == CUDNN_NON_DETERMINISTIC);
+  REQUIRE(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+              h.get(), xd.get(), yd.get(), cd.get(), wd.get(),
+              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, filter) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(count == 4);
+  CHECK(filter[3].algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT);
+  CHECK(filter[3].determinism == CUDNN_DETERMINISTIC);
 
   size_t bytes = 1;
   CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
                                                 kFwd, &bytes) == CUDNN_STATUS_SUCCESS);
   CHECK(bytes == 0);
+  CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
+                                                CUDNN_CONVOLUTION_FWD_ALGO_GEMM, &bytes) ==
+        CUDNN_STATUS_SUCCESS);
+  CHECK(bytes == 4096);
   bytes = 1;
   CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h.get(), wd.get(), yd.get(), cd.get(),
                                                      xd.get(), kBwdData, &bytes) ==
         CUDNN_STATUS_SUCCESS);
   CHECK(bytes == 0);
-  bytes = 1;
   CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h.get(), xd.get(), yd.get(), cd.get(),
-                                                       wd.get(), kBwdFilter, &bytes) ==
-        CUDNN_STATUS_SUCCESS);
-  CHECK(bytes == 0);
-  // Another algorithm is not emulated, and a value no enumerant has is not supported either.
+                                                       wd.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT,
+                                                       &bytes) == CUDNN_STATUS_SUCCESS);
+  CHECK(bytes == 2048);
+  // An algorithm not offered is not emulated, and a value no enumerant has is not supported.
   CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
                                                 CUDNN_CONVOLUTION_FWD_ALGO_FFT, &bytes) ==
         CUDNN_STATUS_NOT_SUPPORTED);
@@ -484,14 +512,39 @@ TEST_CASE("emulated cuDNN heuristics offer one deterministic algorithm without w
             h.get(), xd.get(), wd.get(), cd.get(), yd.get(),
             static_cast<cudnnConvolutionFwdAlgo_t>(CUDNN_CONVOLUTION_FWD_ALGO_COUNT), &bytes) ==
         CUDNN_STATUS_NOT_SUPPORTED);
+
   const float one = 1.0f, zero = 0.0f;
-  std::vector<mixprec::half> x(2 * 3 * 25), w(4 * 3 * 9), y(2 * 4 * 25);
+  std::vector<mixprec::half> x(2 * 3 * 25), w(4 * 3 * 9), y(2 * 4 * 25), y_gemm(2 * 4 * 25);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = mixprec::half(0.25f * static_cast<float>(i % 7) - 0.5f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = mixprec::half(0.125f * static_cast<float>(i % 5) - 0.25f);
   CHECK(cudnnConvolutionForward(h.get(), &one, xd.get(), x.data(), wd.get(), w.data(), cd.get(),
                                 CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, nullptr, 0, &zero, yd.get(),
                                 y.data()) == CUDNN_STATUS_NOT_SUPPORTED);
   CHECK(cudnnConvolutionBackwardFilter(h.get(), &one, xd.get(), x.data(), yd.get(), y.data(),
-                                       cd.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0,
-                                       &zero, wd.get(), w.data()) == CUDNN_STATUS_NOT_SUPPORTED);
+                                       cd.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
+                                       nullptr, 0, &zero, wd.get(), w.data()) ==
+        CUDNN_STATUS_NOT_SUPPORTED);
+  // An algorithm with workspace refuses to run with less than it asked for, and with it
+  // computes what the preferred one computes.
+  std::vector<unsigned char> workspace(4096);
+  CHECK(cudnnConvolutionForward(h.get(), &one, xd.get(), x.data(), wd.get(), w.data(), cd.get(),
+                                CUDNN_CONVOLUTION_FWD_ALGO_GEMM, workspace.data(), 4095, &zero,
+                                yd.get(), y_gemm.data()) == CUDNN_STATUS_BAD_PARAM);
+  CHECK(cudnnConvolutionForward(h.get(), &one, xd.get(), x.data(), wd.get(), w.data(), cd.get(),
+                                CUDNN_CONVOLUTION_FWD_ALGO_GEMM, nullptr, 4096, &zero, yd.get(),
+                                y_gemm.data()) == CUDNN_STATUS_BAD_PARAM);
+  REQUIRE(cudnnConvolutionForward(h.get(), &one, xd.get(), x.data(), wd.get(), w.data(), cd.get(),
+                                  kFwd, nullptr, 0, &zero, yd.get(), y.data()) ==
+          CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudnnConvolutionForward(h.get(), &one, xd.get(), x.data(), wd.get(), w.data(), cd.get(),
+                                  CUDNN_CONVOLUTION_FWD_ALGO_GEMM, workspace.data(), 4096, &zero,
+                                  yd.get(), y_gemm.data()) == CUDNN_STATUS_SUCCESS);
+  bool any_nonzero = false;
+  for (size_t i = 0; i < y.size(); ++i) {
+    any_nonzero = any_nonzero || static_cast<float>(y[i]) != 0.0f;
+    CHECK(y_gemm[i].bits == y[i].bits);
+  }
+  CHECK(any_nonzero);
 }
 
 TEST_CASE("emulated cuDNN refuses inconsistent descriptors with the documented status",

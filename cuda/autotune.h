@@ -1,0 +1,106 @@
+// What the CUDA backend's autotuners share (cuda/gemm_autotune.h for cuBLASLt GEMMs,
+// cuda/conv_autotune.h for cuDNN convolutions): an on/off switch whose starting value comes
+// from an environment variable, and the loop that times a problem's candidate algorithms on
+// the stream and keeps the fastest (Autotuner). No CUDA headers, so that the switches can be set from
+// anywhere that links the backend.
+//
+// The timing: every candidate gets one untimed call, then kAutotuneTimedCalls calls, each
+// ending at a CUDA event; all candidates' calls are queued back to back and the host waits
+// once, at the end (a wait per candidate would leave the device idle between them). The
+// candidate of lowest median time wins; a tie keeps the earlier (the heuristic's preferred)
+// one. The median, not the minimum: one disturbed call (a clock change, another process's
+// kernel) moves neither the figure nor the ranking, and no candidate wins on its one
+// luckiest call. Candidates write into a scratch output and a scratch workspace from the
+// backend's caching allocator, never into the caller's tensors.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+// The CUDA runtime's stream type (cudaStream_t is CUstream_st*), declared here so that this
+// header needs no CUDA header.
+struct CUstream_st;
+
+namespace mixprec {
+
+class CachingAllocator;
+
+// Timed calls per candidate, after one untimed call.
+inline constexpr int kAutotuneTimedCalls = 3;
+
+struct TuningCandidates;
+
+// One autotuner: a process-wide switch and the count of candidates it has timed. The switch's
+// starting value comes from the environment variable `variable` ("1" on; "0" or unset off),
+// read on the first call of enabled() unless set() came first; any other value makes that
+// call (and every later one, until set()) throw mixprec::Error naming the variable, its value
+// and what 1 and 0 mean (`on_meaning`, `off_meaning`). Thread-safe. Objects of static storage
+// duration only (the strings are not copied).
+class Autotuner {
+ public:
+  constexpr Autotuner(const char* variable, const char* on_meaning, const char* off_meaning)
+      : variable_(variable), on_meaning_(on_meaning), off_meaning_(off_meaning) {}
+  Autotuner(const Autotuner&) = delete;
+  Autotuner& operator=(const Autotuner&) = delete;
+
+  bool enabled();
+  // Sets the switch for the calls that follow; the environment is then no longer read.
+  void set(bool on);
+  // The value the environment variable gives, read now; throws as described above.
+  bool from_environment() const;
+
+  // Candidates timed so far by this tuner's pick_fastest (those whose launches all
+  // succeeded), for tests and logs.
+  uint64_t candidates_timed() const { return timed_.load(std::memory_order_relaxed); }
+
+  // Times the candidates on `stream` (allocating from `allocator`) as described at the top
+  // and returns the index of the one with the lowest median time; 0, with nothing timed,
+  // when there are fewer than two candidates, when none could be timed, when the scratch
+  // memory cannot be allocated, or when a CUDA error is already pending (it belongs to an
+  // earlier call, and the candidates' own failures would clear it). A candidate whose launch
+  // fails is skipped (its error cleared). Waits for the stream once. Throws mixprec::Error
+  // for a CUDA error of the events themselves.
+  size_t pick_fastest(const TuningCandidates& candidates, CUstream_st* stream,
+                      CachingAllocator& allocator);
+
+ private:
+  enum State : int { kUnread, kOff, kOn };
+  const char* variable_;
+  const char* on_meaning_;
+  const char* off_meaning_;
+  std::atomic<int> state_{kUnread};
+  std::atomic<uint64_t> timed_{0};
+};
+
+// Sets a tuner's switch for one scope and puts the previous value back at its end (a
+// benchmark or test that compares tuned with untuned calls).
+class AutotuneScope {
+ public:
+  AutotuneScope(Autotuner& tuner, bool on) : tuner_(tuner), previous_(tuner.enabled()) {
+    tuner_.set(on);
+  }
+  ~AutotuneScope() { tuner_.set(previous_); }
+  AutotuneScope(const AutotuneScope&) = delete;
+  AutotuneScope& operator=(const AutotuneScope&) = delete;
+
+ private:
+  Autotuner& tuner_;
+  bool previous_;
+};
+
+// One problem's candidates, in the library's order of preference.
+struct TuningCandidates {
+  // Workspace bytes of each candidate; its size is the number of candidates.
+  std::vector<size_t> workspace_bytes;
+  // Bytes of the scratch output, of the layout of the caller's output.
+  size_t output_bytes = 0;
+  // Queues one call of candidate `index` on the stream, writing its result to `output` and
+  // using `workspace` (at least workspace_bytes[index] bytes, null when that is 0); returns
+  // false when the launch failed.
+  std::function<bool(size_t index, void* output, void* workspace)> launch;
+};
+
+}  // namespace mixprec

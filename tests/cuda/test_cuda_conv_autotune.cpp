@@ -1,0 +1,186 @@
+// The convolution autotuner (cuda/conv_autotune.h): its switch and environment variable, and
+// tuned convolutions through the backend against the CPU and against the heuristic's plan.
+// The emulated heuristic offers three deterministic forward algorithms, and for each backward
+// pass two deterministic ones beside non-deterministic ones, which must never be timed. On the
+// emulated backend every algorithm computes the same sum, so tuned and untuned results agree
+// bit for bit there; on a GPU they agree within the accumulation tolerance.
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "backend_agreement.h"
+#include "environment_scope.h"
+#include "cuda/conv_autotune.h"
+#include "tests/error_message.h"
+
+namespace {
+
+using namespace mixprec;
+using namespace mixprec::cuda_test;
+
+using mixprec_test::error_message;
+
+class ConvEnvironment : public EnvironmentScope {
+ public:
+  explicit ConvEnvironment(const char* value) : EnvironmentScope("MIXPREC_CONV_AUTOTUNE", value) {}
+};
+
+// A problem of the end-to-end test; none of them is used by another test, so each plan is
+// new here.
+struct TunedConv {
+  int64_t n, c, h, w, o, kh, kw;
+  Conv2dDesc desc;
+};
+
+Shape output_of(const TunedConv& s) {
+  return {s.n, s.o, (s.h + 2 * s.desc.pad_h - s.kh) / s.desc.stride_h + 1,
+          (s.w + 2 * s.desc.pad_w - s.kw) / s.desc.stride_w + 1};
+}
+
+// The growth of the counter over one call.
+template <class F>
+uint64_t timed_by(const F& call) {
+  const uint64_t before = conv_autotune_candidates_timed();
+  call();
+  return conv_autotune_candidates_timed() - before;
+}
+
+// How many candidates the first tuned call of a new problem times: every deterministic
+// algorithm the emulated heuristic offers; on a GPU none (one candidate) or several.
+void check_timed(uint64_t timed, uint64_t emulated) {
+#if MIXPREC_CUDA_EMULATION
+  CHECK(timed == emulated);
+#else
+  (void)emulated;
+  CHECK((timed == 0 || timed > 1));
+#endif
+}
+
+void check_tuned_matches_untuned(const Tensor& untuned, const Tensor& tuned, Tolerance tol,
+                                 const std::vector<float>& magnitude) {
+#if MIXPREC_CUDA_EMULATION
+  (void)tol;
+  (void)magnitude;
+  expect_bits_equal(untuned, tuned);
+#else
+  expect_close(untuned, tuned, tol, magnitude);
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("conv autotune switch follows MIXPREC_CONV_AUTOTUNE and set_conv_autotune", "[cuda]") {
+  {
+    const ConvEnvironment env("1");
+    CHECK(conv_autotune_from_environment());
+  }
+  {
+    const ConvEnvironment env("0");
+    CHECK_FALSE(conv_autotune_from_environment());
+  }
+  {
+    const ConvEnvironment env(nullptr);
+    CHECK_FALSE(conv_autotune_from_environment());
+  }
+  for (const char* bad : {"on", "", "11", "1 "}) {
+    INFO("MIXPREC_CONV_AUTOTUNE=\"" << bad << "\"");
+    const ConvEnvironment env(bad);
+    const std::string message = error_message([] { conv_autotune_from_environment(); });
+    CHECK_THAT(message, Catch::Contains("MIXPREC_CONV_AUTOTUNE=\"" + std::string(bad) + "\""));
+    CHECK_THAT(message, Catch::Contains("use 1 (autotune cuDNN convolution algorithms)"));
+  }
+  // Once set, the switch no longer reads the environment; the GEMM switch is a separate one.
+  const ConvAutotuneScope on(true);
+  const ConvEnvironment env("maybe");
+  CHECK(conv_autotune_enabled());
+  {
+    const ConvAutotuneScope off(false);
+    CHECK_FALSE(conv_autotune_enabled());
+  }
+  CHECK(conv_autotune_enabled());
+}
+
+TEST_CASE("cuda conv2d with autotune on matches the CPU and the heuristic's plan, bias kept, "
+          "non-deterministic algorithms never timed", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(83);
+  // The dtype index makes each dtype's problem distinct (the dtype is part of the plan key
+  // anyway; distinct extents keep the cases apart in failure messages too).
+  const TunedConv cases[] = {{3, 5, 13, 11, 7, 3, 3, {1, 1, 1, 1}},
+                             {2, 4, 12, 10, 6, 5, 3, {2, 1, 2, 1}}};
+  for (const TunedConv& base : cases) {
+    for (size_t di = 0; di < 3; ++di) {
+      const DType dtype = kFloatingTypes[di];
+      TunedConv s = base;
+      s.h += static_cast<int64_t>(di);
+      std::ostringstream label;
+      label << "x [" << s.n << "," << s.c << "," << s.h << "," << s.w << "], w [" << s.o << ","
+            << s.c << "," << s.kh << "," << s.kw << "], " << dtype;
+      INFO(label.str());
+      const Shape xs{s.n, s.c, s.h, s.w}, ws{s.o, s.c, s.kh, s.kw}, ys = output_of(s);
+      const Tensor x = random_tensor(xs, dtype, rng), w = random_tensor(ws, dtype, rng);
+      const Tensor bias = random_tensor({s.o}, dtype, rng), dy = random_tensor(ys, dtype, rng);
+      const Tensor gx = x.to(gpu()), gw = w.to(gpu()), gbias = bias.to(gpu()), gdy = dy.to(gpu());
+
+      // The CPU's results and magnitudes.
+      Tensor y_cpu = Tensor::empty(ys, dtype), y_mag = Tensor::empty(ys, DType::F32);
+      cpu_backend().conv2d(x, w, &bias, s.desc, y_cpu);
+      const Tensor abs_bias = abs_of(bias);
+      cpu_backend().conv2d(abs_of(x), abs_of(w), &abs_bias, s.desc, y_mag);
+      Tensor dx_cpu = Tensor::empty(xs, dtype), dx_mag = Tensor::empty(xs, DType::F32);
+      cpu_backend().conv2d_backward_data(dy, w, s.desc, dx_cpu);
+      cpu_backend().conv2d_backward_data(abs_of(dy), abs_of(w), s.desc, dx_mag);
+      Tensor dw_cpu = Tensor::empty(ws, dtype), dw_mag = Tensor::empty(ws, DType::F32);
+      cpu_backend().conv2d_backward_filter(x, dy, s.desc, dw_cpu, nullptr);
+      cpu_backend().conv2d_backward_filter(abs_of(x), abs_of(dy), s.desc, dw_mag, nullptr);
+      const Tolerance y_tol = accumulation_tolerance(dtype, s.c * s.kh * s.kw);
+      const Tolerance dx_tol = accumulation_tolerance(dtype, s.o * s.kh * s.kw);
+      const Tolerance dw_tol = accumulation_tolerance(dtype, s.n * ys[2] * ys[3]);
+
+      // The heuristic's plans, switch off: nothing timed.
+      Tensor y_plain = poisoned(ys, dtype), dx_plain = poisoned(xs, dtype),
+             dw_plain = poisoned(ws, dtype);
+      {
+        const ConvAutotuneScope off(false);
+        CHECK(timed_by([&] {
+                gpu_backend().conv2d(gx, gw, &gbias, s.desc, y_plain);
+                gpu_backend().conv2d_backward_data(gdy, gw, s.desc, dx_plain);
+                gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw_plain, nullptr);
+              }) == 0);
+      }
+
+      const ConvAutotuneScope on(true);
+      // Forward with bias: y already holds the bias when the convolution runs, and tuning
+      // writes elsewhere, so the bias is counted once.
+      Tensor y = poisoned(ys, dtype);
+      check_timed(timed_by([&] { gpu_backend().conv2d(gx, gw, &gbias, s.desc, y); }), 3);
+      expect_close(y_cpu, y, y_tol, y_mag.to_float_vector());
+      check_tuned_matches_untuned(y_plain, y, y_tol, y_mag.to_float_vector());
+
+      // Backward: two deterministic candidates each (ALGO_1 and FFT), the non-deterministic
+      // ALGO_0 (both passes) and ALGO_3 (filter) left out.
+      Tensor dx = poisoned(xs, dtype);
+      check_timed(timed_by([&] { gpu_backend().conv2d_backward_data(gdy, gw, s.desc, dx); }), 2);
+      expect_close(dx_cpu, dx, dx_tol, dx_mag.to_float_vector());
+      check_tuned_matches_untuned(dx_plain, dx, dx_tol, dx_mag.to_float_vector());
+      Tensor dw = poisoned(ws, dtype);
+      check_timed(
+          timed_by([&] { gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw, nullptr); }),
+          2);
+      expect_close(dw_cpu, dw, dw_tol, dw_mag.to_float_vector());
+      check_tuned_matches_untuned(dw_plain, dw, dw_tol, dw_mag.to_float_vector());
+
+      // The same problems again: the tuned plans, no more timing, the same bits.
+      Tensor y2 = poisoned(ys, dtype), dx2 = poisoned(xs, dtype), dw2 = poisoned(ws, dtype);
+      CHECK(timed_by([&] {
+              gpu_backend().conv2d(gx, gw, &gbias, s.desc, y2);
+              gpu_backend().conv2d_backward_data(gdy, gw, s.desc, dx2);
+              gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw2, nullptr);
+            }) == 0);
+      expect_bits_equal(y, y2);
+      expect_bits_equal(dx, dx2);
+      expect_bits_equal(dw, dw2);
+    }
+  }
+}
