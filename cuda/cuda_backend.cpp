@@ -43,7 +43,9 @@ CudaBackend::CudaBackend(int device_index)
 }
 
 CudaBackend::~CudaBackend() {
-  // Statuses are ignored: at process exit the runtime may already be unloading.
+  // Statuses are ignored: at process exit the runtime may already be unloading. The stream is
+  // synchronised before anything is destroyed: upload_ring_, destroyed after this body, then
+  // has no copy left that reads its pinned memory.
   if (cudaSetDevice(device_index_) == cudaSuccess) {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
@@ -93,9 +95,17 @@ void CudaBackend::deallocate(void* ptr, size_t) noexcept { allocator_.deallocate
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
   if (nbytes == 0) return;
   use_device();
-  // From pageable memory the runtime stages the bytes before returning, so the caller may
-  // reuse host_src at once; the transfer itself is ordered on the stream.
-  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_));
+  const std::lock_guard<std::mutex> lock(upload_mutex_);
+  // The ring copies host_src before it returns, so the caller may reuse it at once; its waits
+  // for space are host syncs, counted even when the upload then fails.
+  const uint64_t waits_before = upload_ring_.waits();
+  try {
+    upload_ring_.upload(dst, host_src, nbytes, stream_);
+  } catch (...) {
+    host_syncs_.fetch_add(upload_ring_.waits() - waits_before, std::memory_order_relaxed);
+    throw;
+  }
+  host_syncs_.fetch_add(upload_ring_.waits() - waits_before, std::memory_order_relaxed);
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {

@@ -11,8 +11,11 @@
 // - cuBLASLt and cuDNN handles are created on first use and bound to the stream.
 // - Host synchronisations are counted: copy_to_host and synchronize (and so every primitive
 //   that returns a value to the host: all_finite, find_out_of_range) add one each, so a
-//   training loop can report syncs per step. Launches and copy_from_host do not wait for the
-//   device and are not counted.
+//   training loop can report syncs per step. Launches do not wait for the device and are not
+//   counted.
+// - copy_from_host stages the bytes through a ring of pinned host memory
+//   (cuda/pinned_upload.h), so the copy is queued without waiting for the stream; it counts
+//   one host sync only when the ring must wait for an earlier upload's region to be read.
 #pragma once
 
 #include <atomic>
@@ -27,6 +30,7 @@
 
 #include "core/backend.h"
 #include "cuda/caching_allocator.h"
+#include "cuda/pinned_upload.h"
 
 namespace mixprec {
 
@@ -47,13 +51,18 @@ class CudaBackend final : public Backend {
   cudnnHandle_t cudnn_handle();
   CachingAllocator& allocator() { return allocator_; }
   const CachingAllocator& allocator() const { return allocator_; }
-  // copy_to_host and synchronize calls so far (each waits for the device).
+  // The ring that copy_from_host stages through, for its counters in tests and logs. Not
+  // synchronised: read it while no upload is running.
+  const PinnedUploadRing& upload_ring() const { return upload_ring_; }
+  // How often the host waited for the device so far: copy_to_host and synchronize calls, and
+  // the upload ring's waits for space.
   uint64_t host_syncs() const { return host_syncs_.load(std::memory_order_relaxed); }
 
   // ---- memory ---------------------------------------------------------------------------
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) noexcept override;
-  // Queued on the stream; the host buffer may be reused as soon as the call returns.
+  // Staged through the upload ring and queued on the stream; the host buffer may be reused as
+  // soon as the call returns. Safe to call from any thread.
   void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
   // Waits for the stream (the data is then on the host); counts one host sync.
   void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
@@ -172,6 +181,11 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t cublaslt_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::atomic<uint64_t> host_syncs_{0};
+  // Serialises uploads: batches may be uploaded from another thread (a data prefetcher). The
+  // ring is destroyed after the destructor's body, which has synchronised the stream, so no
+  // region is still being read when its pinned memory is freed.
+  std::mutex upload_mutex_;
+  PinnedUploadRing upload_ring_;
 };
 
 }  // namespace mixprec

@@ -14,10 +14,13 @@ namespace mixprec::emulation {
 namespace {
 
 // Allocations by start address, for the bounds checks of copies and for cudaFree.
+// Page-locked host allocations (cudaHostAlloc) are kept apart: they are host memory, which
+// copies do not check, and cudaFreeHost accepts only them.
 struct Memory {
   std::mutex mutex;
   std::map<const char*, size_t> blocks;
   size_t bytes = 0;
+  std::map<const char*, size_t> host_blocks;
 };
 
 // Never destroyed: backends free their memory from static destructors at exit, in an order
@@ -45,6 +48,22 @@ bool inside_allocation(const void* p, size_t n) {
   if (it == m.blocks.begin()) return false;
   --it;
   return c >= it->first && c + n <= it->first + it->second;
+}
+
+// Frees `p`, one of `blocks` (cudaFree's device blocks or cudaFreeHost's host blocks), and
+// takes its size off `*bytes` when given; null is a no-op, and a pointer not listed is
+// cudaErrorInvalidValue.
+cudaError_t release(std::map<const char*, size_t>& blocks, void* p, size_t* bytes) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    const std::lock_guard<std::mutex> lock(memory().mutex);
+    const auto it = blocks.find(static_cast<const char*>(p));
+    if (it == blocks.end()) return record(cudaErrorInvalidValue);
+    if (bytes != nullptr) *bytes -= it->second;
+    blocks.erase(it);
+  }
+  std::free(p);
+  return cudaSuccess;
 }
 
 bool valid_configuration(dim3 grid, dim3 block) {
@@ -102,6 +121,7 @@ size_t live_bytes() {
 using mixprec::emulation::kEmulatedDeviceBytes;
 using mixprec::emulation::memory;
 using mixprec::emulation::record;
+using mixprec::emulation::release;
 
 extern "C" {
 
@@ -132,18 +152,29 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* dev_ptr) {
-  if (dev_ptr == nullptr) return cudaSuccess;
   auto& m = memory();
-  {
-    const std::lock_guard<std::mutex> lock(m.mutex);
-    const auto it = m.blocks.find(static_cast<const char*>(dev_ptr));
-    if (it == m.blocks.end()) return record(cudaErrorInvalidValue);
-    m.bytes -= it->second;
-    m.blocks.erase(it);
-  }
-  std::free(dev_ptr);
+  return release(m.blocks, dev_ptr, &m.bytes);
+}
+
+// Page-locked host memory is plain host memory here, aligned to a page as the driver's is; it
+// does not count against the device's memory.
+cudaError_t cudaHostAlloc(void** host_ptr, size_t size, unsigned int flags) {
+  if (host_ptr == nullptr) return record(cudaErrorInvalidValue);
+  *host_ptr = nullptr;
+  constexpr unsigned int kValidFlags =
+      cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+  if ((flags & ~kValidFlags) != 0) return record(cudaErrorInvalidValue);
+  if (size == 0) return cudaSuccess;
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, size) != 0) return record(cudaErrorMemoryAllocation);
+  auto& m = memory();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  m.host_blocks.emplace(static_cast<const char*>(p), size);
+  *host_ptr = p;
   return cudaSuccess;
 }
+
+cudaError_t cudaFreeHost(void* host_ptr) { return release(memory().host_blocks, host_ptr, nullptr); }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return record(cudaErrorInvalidValue);
@@ -203,6 +234,16 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   return cudaSuccess;
 }
 
+// The flags change nothing here: timing is always taken, and synchronising never blocks.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return record(cudaErrorInvalidValue);
+  constexpr unsigned int kValidFlags =
+      cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if ((flags & ~kValidFlags) != 0) return record(cudaErrorInvalidValue);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
   delete event;
@@ -217,6 +258,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+
+// Every recorded event has completed (and one never recorded marks no work, as on a GPU), so
+// the query never answers cudaErrorNotReady.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
   return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
 }
 
@@ -298,6 +345,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorMemoryAllocation)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidConfiguration)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidDevice)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorInvalidResourceHandle)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorNotReady)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorNoDevice)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorLaunchFailure)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorIllegalAddress)
@@ -316,6 +365,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";

@@ -1,6 +1,7 @@
 // The part of the CUDA runtime that the emulated backend needs, implemented on the host:
-// one device (cuda:0) whose memory is host memory, streams that run everything at once,
-// events that take the host's clock when recorded, kernel launches through
+// one device (cuda:0) whose memory is host memory, page-locked memory (cudaHostAlloc) that is
+// plain host memory, streams that run everything at once, events that take the host's clock
+// when recorded (and so have always completed when queried), kernel launches through
 // cuda/emulation/thread_scheduler.h. The runtime functions
 // themselves (cudaMalloc, cudaMemcpyAsync, cudaGetLastError, ...) keep the signatures of
 // <cuda_runtime_api.h> and are defined in runtime_emulation.cpp; the emulated build links
