@@ -8,6 +8,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "amp/grad_scaler.h"
 #include "amp/static_loss_scale.h"
@@ -405,4 +407,30 @@ TEST_CASE("nonfinite guard: finds the first non-finite input element of the firs
         "input batch 42 has a non-finite value (nan) at element 1");
   batches[2].inputs = mixprec::Tensor::from_ints({1, 2}, {2});
   CHECK_FALSE(guard.begin_step(5, batches));
+
+  // A batch the size of a few images' worth: the first bad element wherever it lies (the
+  // scan works in blocks), the earliest of several, the last element, a subnormal and the
+  // largest finite value passing.
+  std::vector<float> big(50003, 0.5f);
+  big[7] = std::numeric_limits<float>::denorm_min();
+  big[8] = std::numeric_limits<float>::max();
+  big[9] = -std::numeric_limits<float>::max();
+  std::vector<mixprec::Batch> one(1);
+  one[0].number = 7;
+  one[0].inputs = mixprec::Tensor::from_vector(big, {50003});
+  CHECK_FALSE(guard.begin_step(6, one));
+  const auto reason = [&](int64_t step) {
+    const auto result = guard.begin_step(step, one);
+    return result ? result->reason : std::string("finite");
+  };
+  big[50002] = std::nanf("");
+  one[0].inputs = mixprec::Tensor::from_vector(big, {50003});
+  CHECK(reason(7) == "input batch 7 has a non-finite value (nan) at element 50002");
+  big[40000] = -std::numeric_limits<float>::infinity();
+  big[45000] = std::numeric_limits<float>::infinity();
+  one[0].inputs = mixprec::Tensor::from_vector(big, {50003});
+  CHECK(reason(8) == "input batch 7 has a non-finite value (-inf) at element 40000");
+  big[16383] = std::numeric_limits<float>::infinity();  // the last element of a block
+  one[0].inputs = mixprec::Tensor::from_vector(big, {50003});
+  CHECK(reason(9) == "input batch 7 has a non-finite value (inf) at element 16383");
 }
