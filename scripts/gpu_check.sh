@@ -404,6 +404,21 @@ for run in runs:
     print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(table) - 2}")
     for row in table[:13] + table[-1:]:
         print("  " + row[:150])
+    # The kernels' device time per step (evaluation and the first step's set-up included, so
+    # an upper bound) beside the untimed FP16 run's median step: a step much longer than its
+    # kernels waits for the host (launch-bound), one close to it is bound by the device.
+    fields = table[-1].split()
+    steps = number(run.get("summary", {}).get("steps"))
+    base = run["config"].replace(" (kernels timed)", "")
+    median = next((number(r.get("summary", {}).get("median_step_ms")) for r in runs
+                   if r["config"] == base and r["precision"] == "fp16" and r["status"] == "ok"), None)
+    if len(fields) > 1 and steps and median:
+        try:
+            per_step = float(fields[1]) / steps
+            print(f"  kernels: {per_step:.2f} ms of device time per step (at most), "
+                  f"against a median FP16 step of {median:.2f} ms ({100 * per_step / median:.0f}%)")
+        except ValueError:
+            pass
 EOF
   else
     printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
