@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "apps/data/input_scan.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -17,6 +19,10 @@ struct Batch {
   Tensor targets;  // labels I32 [N] or next-token ids I32 [N, T]
   int64_t number = 0;  // the batch number it was made for
   int64_t epoch = 0;   // epoch it belongs to (0-based; text data: number / batches_per_epoch)
+  // The scan of `inputs` for Inf/NaN (scan_inputs) made when the batch was built, if any (the
+  // prefetcher makes it while the inputs are still on the host). A batch whose inputs change
+  // afterwards must reset it.
+  std::optional<InputScan> input_scan;
 };
 
 class BatchSource {

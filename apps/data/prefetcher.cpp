@@ -4,10 +4,12 @@
 
 #include <utility>
 
+#include "apps/data/input_scan.h"
+
 namespace mixprec {
 
-Prefetcher::Prefetcher(const BatchSource& source, int64_t first)
-    : source_(source), wanted_(first), worker_([this] { run(); }) {}
+Prefetcher::Prefetcher(const BatchSource& source, int64_t first, Device device)
+    : source_(source), device_(device), wanted_(first), worker_([this] { run(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -30,7 +32,7 @@ void Prefetcher::run() {
     std::optional<Batch> built;
     std::exception_ptr error;
     try {
-      built = source_.train_batch(number);
+      built = build(number);
     } catch (...) {
       error = std::current_exception();
     }
@@ -39,6 +41,18 @@ void Prefetcher::run() {
     error_ = error;
     cv_.notify_all();
   }
+}
+
+Batch Prefetcher::build(int64_t number) const {
+  Batch batch = source_.train_batch(number);
+  // Scanned on the host, before the upload: reading the inputs back from a device would cost
+  // a host synchronisation.
+  batch.input_scan = scan_inputs(batch.inputs);
+  if (!device_.is_cpu()) {
+    batch.inputs = batch.inputs.to(device_);
+    batch.targets = batch.targets.to(device_);
+  }
+  return batch;
 }
 
 Batch Prefetcher::next() {

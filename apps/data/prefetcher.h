@@ -1,6 +1,18 @@
 // Prefetcher: while the trainer works on batch n, a background thread builds batch n + 1
 // (BatchSource::train_batch is a pure function of the number, so this changes nothing but
-// the wall time). An exception thrown while building is rethrown by next() for that batch.
+// the wall time), and does the rest of the batch's host work there too:
+// - it scans the inputs for Inf/NaN on the host (scan_inputs, apps/data/input_scan.h) and
+//   sets the batch's input_scan, so the training loop's input check reads a result instead
+//   of the data;
+// - for a device other than the CPU, it then uploads inputs and targets (Tensor::to), so the
+//   trainer receives them on the device and its own `to(device)` returns them unchanged.
+//   The same bytes reach the device as from the training thread. Uploading from the worker
+//   is safe: the CUDA backend's copy_from_host may be called from any thread and queues
+//   every copy on the backend's one stream, after everything queued before it
+//   (cuda/cuda_backend.h), and its caching allocator is thread-safe and reuses blocks in that
+//   stream's order (cuda/caching_allocator.h).
+// An exception thrown while building, scanning or uploading is rethrown by next() for that
+// batch.
 #pragma once
 
 #include <condition_variable>
@@ -11,23 +23,29 @@
 #include <thread>
 
 #include "apps/data/batch.h"
+#include "core/device.h"
 
 namespace mixprec {
 
 class Prefetcher {
  public:
-  // Starts building batch `first` at once.
-  Prefetcher(const BatchSource& source, int64_t first);
+  // Starts building batch `first` at once; its batches are handed out on `device`.
+  Prefetcher(const BatchSource& source, int64_t first, Device device = kCPU);
   ~Prefetcher();  // stops and joins the thread; never throws
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // Returns batch first, first + 1, ... in order, and starts building the following one.
+  // Returns batch first, first + 1, ... in order (input_scan set, inputs and targets on the
+  // device), and starts building the following one.
   Batch next();
 
  private:
   void run();
+  // train_batch(number), scanned and uploaded (on the worker thread).
+  Batch build(int64_t number) const;
+
   const BatchSource& source_;
+  const Device device_;
   std::mutex mutex_;
   std::condition_variable cv_;
   int64_t wanted_ = 0;   // the number the worker builds next

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include <spdlog/spdlog.h>
 
 #include "amp/loss_scale.h"
+#include "apps/data/input_scan.h"
 #include "apps/train/training_stopped.h"
 #include "core/error.h"
 #include "core/ops/ops.h"
@@ -24,52 +24,6 @@ std::string number_text(double value) { return spdlog::fmt_lib::format("{}", val
 const char* value_name(double value) {
   if (std::isnan(value)) return "nan";
   return value > 0 ? "inf" : "-inf";
-}
-
-// Whether one of the n floats at p is Inf or NaN (every exponent bit set): an OR over all of
-// them without an early exit, which the compiler vectorises; a search that stops at the
-// first hit does not, and costs five times as much on a batch of images.
-bool any_nonfinite(const float* p, int64_t n) {
-  uint32_t any = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, sizeof bits);
-    any |= (bits & 0x7F800000u) == 0x7F800000u ? 1u : 0u;
-  }
-  return any != 0;
-}
-
-// The first element of `inputs` that is not finite, or -1. F32 is read in place (the common
-// case, and the one that must stay cheap: it runs on the training thread every step), in
-// blocks that are searched only when any_nonfinite finds something in them; other floating
-// dtypes through a float copy, which keeps Inf and NaN.
-int64_t first_nonfinite(const Tensor& inputs, double& value) {
-  const Tensor host = inputs.device().is_cpu() ? inputs : inputs.to(kCPU);
-  const auto is_bad = [](float v) { return !std::isfinite(v); };
-  if (host.dtype() == DType::F32) {
-    constexpr int64_t kBlock = 16384;
-    const float* data = host.data_as<float>();
-    const int64_t n = host.numel();
-    for (int64_t begin = 0; begin < n; begin += kBlock) {
-      const int64_t count = std::min(kBlock, n - begin);
-      if (!any_nonfinite(data + begin, count)) continue;
-      const float* bad = std::find_if(data + begin, data + begin + count, is_bad);
-      value = *bad;
-      return bad - data;
-    }
-    return -1;
-  }
-  const std::vector<float> values = host.to_float_vector();
-  const auto bad = std::find_if(values.begin(), values.end(), is_bad);
-  if (bad == values.end()) return -1;
-  value = *bad;
-  return bad - values.begin();
-}
-
-// first_nonfinite of a batch's inputs; -1 for integer inputs (token ids), which are not checked.
-int64_t first_nonfinite_input(const Batch& batch, double& value) {
-  if (!is_floating(batch.inputs.dtype())) return -1;
-  return first_nonfinite(batch.inputs, value);
 }
 
 }  // namespace
@@ -125,18 +79,23 @@ double NonfiniteGuard::injected_value() const {
 bool NonfiniteGuard::input_is_bad(int64_t step, const std::vector<Batch>& batches) {
   if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty())
     return true;
-  scan_ = scan_inputs(step, batches);
+  scan_ = scan_step(step, batches);
   return scan_->bad_batch >= 0;
 }
 
-NonfiniteGuard::InputScan NonfiniteGuard::scan_inputs(int64_t step,
-                                                      const std::vector<Batch>& batches) {
-  InputScan scan;
+NonfiniteGuard::StepScan NonfiniteGuard::scan_step(int64_t step,
+                                                   const std::vector<Batch>& batches) {
+  StepScan scan;
   scan.step = step;
   for (size_t i = 0; i < batches.size(); ++i) {
-    scan.element = first_nonfinite_input(batches[i], scan.value);
-    if (scan.element < 0) continue;
+    // A prefetched batch was scanned on the prefetcher's thread, while still on the host;
+    // one built by hand is scanned now.
+    const Batch& batch = batches[i];
+    const InputScan found = batch.input_scan ? *batch.input_scan : scan_inputs(batch.inputs);
+    if (found.element < 0) continue;
     scan.bad_batch = static_cast<int64_t>(i);
+    scan.element = found.element;
+    scan.value = found.value;
     break;
   }
   return scan;
@@ -148,13 +107,17 @@ std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<B
   nonfinite_loss_ = false;
   if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty()) {
     // A copy: the data set may hand out views of data it keeps.
-    Tensor inputs = batches.front().inputs.clone();
+    Batch& first = batches.front();
+    Tensor inputs = first.inputs.clone();
     inputs.set(0, injected_value());
-    batches.front().inputs = inputs;
+    first.inputs = inputs;
+    // Element 0 is the first non-finite one by construction, so the scan is known without
+    // reading the inputs back (they may be on the device already).
+    first.input_scan = InputScan{0, injected_value()};
   }
   // input_is_bad may have scanned these batches already (unchanged since: an injection
   // would have made it answer without scanning).
-  const InputScan scan = scan_ && scan_->step == step ? *scan_ : scan_inputs(step, batches);
+  const StepScan scan = scan_ && scan_->step == step ? *scan_ : scan_step(step, batches);
   scan_.reset();
   if (scan.bad_batch >= 0) {
     const Batch& batch = batches[static_cast<size_t>(scan.bad_batch)];

@@ -16,8 +16,10 @@
 //   record = telemetry.to_json() ...; guard.annotate(record);  metrics.write(record);
 //   if (stop) { save a checkpoint; guard.stop(...) }       // throws TrainingStopped
 //
-// Costs on a GPU: the input check reads host memory the batch is already in; nothing here
-// reads the device except a step that was skipped anyway (its loss), so a good step stays
+// Costs: the input check of a prefetched batch reads only its input_scan, which the
+// prefetcher's thread made on the host before the upload (apps/data/prefetcher.h); a batch
+// built without one (tests, other callers) is scanned here, on the host. Nothing here reads
+// the device except a step that was skipped anyway (its loss), so on a GPU a good step stays
 // free of host synchronisations.
 #pragma once
 
@@ -53,9 +55,11 @@ class NonfiniteGuard {
   void resume_from(const GradScaler& scaler, int64_t step);
 
   // Called with every microbatch of step `step` before any reaches the model: puts the
-  // injected value into the first batch's first element when the injection is `input`,
-  // then checks every floating input on the host. Returns a skipped StepResult naming the
-  // first bad batch ("input batch 12 has a non-finite value (nan) at element 0",
+  // injected value into the first batch's first element when the injection is `input` (on a
+  // copy of its inputs, on their device, and sets that batch's input_scan to element 0 and
+  // the value without reading it back), then checks every floating input: through the
+  // batch's input_scan when it is set, else with scan_inputs. Returns a skipped StepResult
+  // naming the first bad batch ("input batch 12 has a non-finite value (nan) at element 0",
   // nonfinite_tensors {"input"}), or nullopt when every value is finite. Integer inputs are
   // not checked.
   std::optional<StepResult> begin_step(int64_t step, std::vector<Batch>& batches);
@@ -104,13 +108,13 @@ class NonfiniteGuard {
  private:
   enum class Target { None, Parameter, Loss, Input };
   // The first non-finite input value of a step's batches (bad_batch -1: none).
-  struct InputScan {
+  struct StepScan {
     int64_t step = 0;
     int64_t bad_batch = -1;  // index into the batches
     int64_t element = -1;
     double value = 0.0;
   };
-  static InputScan scan_inputs(int64_t step, const std::vector<Batch>& batches);
+  static StepScan scan_step(int64_t step, const std::vector<Batch>& batches);
   double injected_value() const;
 
   const TrainConfig& config_;
@@ -124,7 +128,7 @@ class NonfiniteGuard {
   int64_t skipped_in_a_row_ = 0;
   int64_t last_applied_step_ = 0;
   std::vector<std::pair<std::string, int64_t>> counts_;  // in order of first appearance
-  std::optional<InputScan> scan_;  // input_is_bad's, until begin_step uses it
+  std::optional<StepScan> scan_;  // input_is_bad's, until begin_step uses it
 };
 
 }  // namespace mixprec

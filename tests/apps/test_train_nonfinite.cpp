@@ -327,6 +327,36 @@ class NoData final : public mixprec::BatchSource {
   std::string describe() const override { return "no data"; }
 };
 
+// A data set with floating inputs, for a guard that injects into `input` (it checks the
+// dtype of the first evaluation batch); its batches are never used otherwise.
+class FloatData final : public mixprec::BatchSource {
+ public:
+  mixprec::Batch train_batch(int64_t number) const override { return eval_batch(number); }
+  int64_t batches_per_epoch() const override { return 1; }
+  int64_t eval_batch_count() const override { return 1; }
+  mixprec::Batch eval_batch(int64_t number) const override {
+    mixprec::Batch batch;
+    batch.inputs = mixprec::Tensor::from_vector({1.f, 2.f}, {1, 2});
+    batch.targets = mixprec::Tensor::from_ints({0}, {1});
+    batch.number = number;
+    return batch;
+  }
+  bool is_classification() const override { return true; }
+  int64_t num_classes() const override { return 2; }
+  std::string describe() const override { return "float data"; }
+};
+
+// `count` batches numbered first, first + 1, ... of finite F32 inputs [2, 4] (values 0..7).
+std::vector<mixprec::Batch> finite_batches(int64_t first, int count) {
+  std::vector<mixprec::Batch> batches(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    batches[i].number = first + i;
+    batches[i].inputs =
+        mixprec::Tensor::from_vector({0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f}, {2, 4});
+  }
+  return batches;
+}
+
 mixprec::StepResult skipped_in(std::vector<std::string> tensors) {
   mixprec::StepResult r;
   r.outcome = mixprec::StepResult::Outcome::Skipped;
@@ -433,4 +463,79 @@ TEST_CASE("nonfinite guard: finds the first non-finite input element of the firs
   big[16383] = std::numeric_limits<float>::infinity();  // the last element of a block
   one[0].inputs = mixprec::Tensor::from_vector(big, {50003});
   CHECK(reason(9) == "input batch 7 has a non-finite value (inf) at element 16383");
+}
+
+TEST_CASE("nonfinite guard: takes a batch's input_scan instead of reading its inputs",
+          "[apps][train][nonfinite]") {
+  mixprec::TrainConfig config;
+  const NoData data;
+  mixprec::NonfiniteGuard guard(config, {}, data, 10);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<mixprec::Batch> batches = finite_batches(60, 2);
+  // Finite data, but the scan made when the batch was built says element 5 is NaN.
+  batches[0].input_scan = mixprec::InputScan{};
+  batches[1].input_scan = mixprec::InputScan{5, nan};
+  const auto bad = guard.begin_step(1, batches);
+  REQUIRE(bad);
+  CHECK(bad->reason == "input batch 61 has a non-finite value (nan) at element 5");
+  CHECK(guard.input_is_bad(2, batches));
+  const auto asked_first = guard.begin_step(2, batches);
+  REQUIRE(asked_first);
+  CHECK(asked_first->reason == "input batch 61 has a non-finite value (nan) at element 5");
+  // The other way round: Inf in the data, a scan that found nothing; the scan is believed.
+  batches[1].inputs.set(2, inf);
+  batches[1].input_scan = mixprec::InputScan{};
+  CHECK_FALSE(guard.input_is_bad(3, batches));
+  CHECK_FALSE(guard.begin_step(3, batches));
+  // A batch without a scan is scanned, beside one with a scan.
+  batches[1].input_scan.reset();
+  CHECK(guard.input_is_bad(4, batches));
+  const auto scanned = guard.begin_step(4, batches);
+  REQUIRE(scanned);
+  CHECK(scanned->reason == "input batch 61 has a non-finite value (inf) at element 2");
+  // The first bad batch wins, whether its scan was given or made here.
+  batches[0].input_scan = mixprec::InputScan{7, -inf};
+  CHECK(guard.begin_step(6, batches)->reason ==
+        "input batch 60 has a non-finite value (-inf) at element 7");
+}
+
+TEST_CASE("nonfinite guard: an input injection names element 0 over a finite input_scan",
+          "[apps][train][nonfinite]") {
+  const FloatData data;
+  for (const std::string value : {"nan", "inf"}) {
+    INFO("value " << value);
+    mixprec::TrainConfig config;
+    config.debug.inject_step = 2;
+    config.debug.inject_tensor = "input";
+    config.debug.inject_value = value;
+    mixprec::NonfiniteGuard guard(config, {}, data, 10);
+    std::vector<mixprec::Batch> batches = finite_batches(70, 2);
+    for (mixprec::Batch& batch : batches) batch.input_scan = mixprec::InputScan{};
+    const mixprec::Tensor original = batches[0].inputs;
+    CHECK_FALSE(guard.input_is_bad(1, batches));
+    CHECK_FALSE(guard.begin_step(1, batches));
+    CHECK(guard.input_is_bad(2, batches));
+    const auto bad = guard.begin_step(2, batches);
+    REQUIRE(bad);
+    CHECK(bad->reason == "input batch 70 has a non-finite value (" + value + ") at element 0");
+    CHECK(bad->nonfinite_tensors == std::vector<std::string>{"input"});
+    // The first batch's scan now says what was put there, and the data holds it.
+    REQUIRE(batches[0].input_scan.has_value());
+    CHECK(batches[0].input_scan->element == 0);
+    const double injected = batches[0].inputs.get(0);
+    if (value == "nan") {
+      CHECK(std::isnan(batches[0].input_scan->value));
+      CHECK(std::isnan(injected));
+    } else {
+      CHECK(batches[0].input_scan->value == std::numeric_limits<double>::infinity());
+      CHECK(injected == std::numeric_limits<double>::infinity());
+    }
+    // Into a copy: the batch's former tensor and the rest of the data are unchanged.
+    CHECK(original.get(0) == 0.0);
+    for (int64_t i = 1; i < 8; ++i) CHECK(batches[0].inputs.get(i) == static_cast<double>(i));
+    // Later steps are not injected.
+    std::vector<mixprec::Batch> next = finite_batches(72, 2);
+    CHECK_FALSE(guard.begin_step(3, next));
+  }
 }

@@ -27,25 +27,8 @@ namespace {
 
 using namespace cuda_train_test;
 
-// The step records of one run by step, and its summary.
-struct LoggedRun {
-  std::map<int64_t, nlohmann::json> steps;
-  nlohmann::json summary;
-};
-
 LoggedRun train(const std::string& config, std::vector<std::string> overrides) {
-  ScratchDir dir("cuda-host-reads");
-  TrainOptions options;
-  options.config_path = config;
-  options.overrides = std::move(overrides);
-  options.out_dir = dir / "run";
-  std::ostringstream log;
-  LoggedRun run;
-  run.summary = run_training(options, log);
-  for (const nlohmann::json& record : read_jsonl(dir / "run/metrics.jsonl")) {
-    if (record.value("event", "") == "step") run.steps[record["step"].get<int64_t>()] = record;
-  }
-  return run;
+  return train_logged("cuda-host-reads", config, std::move(overrides));
 }
 
 // 16 steps in FP16 with clipping, logged at steps 1, 8 and 16, nothing evaluated or saved

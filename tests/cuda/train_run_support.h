@@ -10,14 +10,19 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/train/trainer.h"
 #include "tests/scratch_dir.h"
 
 namespace cuda_train_test {
@@ -77,5 +82,28 @@ inline bool fashion_mnist_installed() {
 using mixprec_test::ScratchDir;
 using mixprec_test::read_jsonl;
 
+// The step records of one run by step, and its summary.
+struct LoggedRun {
+  std::map<int64_t, nlohmann::json> steps;
+  nlohmann::json summary;
+};
+
+// `mixprec train` of `config` with `overrides` into a scratch folder named after `scratch`
+// (removed again), through run_training; its log is dropped.
+inline LoggedRun train_logged(const std::string& scratch, const std::string& config,
+                              std::vector<std::string> overrides) {
+  ScratchDir dir(scratch);
+  mixprec::TrainOptions options;
+  options.config_path = config;
+  options.overrides = std::move(overrides);
+  options.out_dir = dir / "run";
+  std::ostringstream log;
+  LoggedRun run;
+  run.summary = mixprec::run_training(options, log);
+  for (const nlohmann::json& record : read_jsonl(dir / "run/metrics.jsonl")) {
+    if (record.value("event", "") == "step") run.steps[record["step"].get<int64_t>()] = record;
+  }
+  return run;
+}
 
 }  // namespace cuda_train_test
