@@ -83,7 +83,7 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) 
   }
   if ((device_src && !inside_allocation(src, count)) || (device_dst && !inside_allocation(dst, count)))
     return record(cudaErrorInvalidValue);
-  if (kind == cudaMemcpyDeviceToDevice && host_only()) return cudaSuccess;
+  if (kind != cudaMemcpyDeviceToHost && host_only()) return cudaSuccess;
   std::memmove(dst, src, count);
   return cudaSuccess;
 }

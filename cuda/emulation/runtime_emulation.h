@@ -52,10 +52,10 @@ class KernelLaunch {
 };
 
 // True when the environment variable MIXPREC_EMULATION_HOST_ONLY is 1 (read once): kernel
-// launches, cuBLASLt matmuls, cuDNN convolutions, the radix sort, device-to-device copies and
-// memsets (the device's work) are checked as usual and then do nothing, while copies to and
-// from the host still move their bytes; new memory is zero-filled instead of NaN-filled, so
-// that nothing reads as non-finite.
+// launches, cuBLASLt matmuls, cuDNN convolutions, the radix sort, copies into device memory
+// and memsets (the device's work: a GPU's copy engine moves an upload's bytes) are checked as
+// usual and then do nothing, while copies to the host still move their bytes; new memory is
+// zero-filled instead of NaN-filled, so that nothing reads as non-finite.
 // Every result is then meaningless; what remains of a training step is the host's own cost
 // (autograd, ops, argument checks, the allocator, the launch calls), which this mode exists to
 // measure: `MIXPREC_EMULATION_HOST_ONLY=1 mixprec_emulated bench CONFIG --set device=cuda`.
