@@ -157,7 +157,9 @@ cudaError_t cudaFree(void* dev_ptr) {
 }
 
 // Page-locked host memory is plain host memory here, aligned to a page as the driver's is; it
-// does not count against the device's memory.
+// does not count against the device's memory. A request above kEmulatedPinnedBytes fails with
+// cudaErrorMemoryAllocation before any host memory is asked for, as the driver refuses what
+// it cannot pin (and a sanitizer's allocator would abort on an absurd size instead).
 cudaError_t cudaHostAlloc(void** host_ptr, size_t size, unsigned int flags) {
   if (host_ptr == nullptr) return record(cudaErrorInvalidValue);
   *host_ptr = nullptr;
@@ -165,6 +167,7 @@ cudaError_t cudaHostAlloc(void** host_ptr, size_t size, unsigned int flags) {
       cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
   if ((flags & ~kValidFlags) != 0) return record(cudaErrorInvalidValue);
   if (size == 0) return cudaSuccess;
+  if (size > mixprec::emulation::kEmulatedPinnedBytes) return record(cudaErrorMemoryAllocation);
   void* p = nullptr;
   if (posix_memalign(&p, 4096, size) != 0) return record(cudaErrorMemoryAllocation);
   auto& m = memory();

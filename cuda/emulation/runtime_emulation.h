@@ -25,6 +25,8 @@
 namespace mixprec::emulation {
 
 inline constexpr size_t kEmulatedDeviceBytes = size_t{16} << 30;
+// The most page-locked host memory one cudaHostAlloc may ask for.
+inline constexpr size_t kEmulatedPinnedBytes = size_t{16} << 30;
 
 // A kernel launch: an invalid configuration (empty grid or block, more than 1024 threads per
 // block, grid.y or grid.z above 65535) is recorded for cudaGetLastError() and nothing runs,

@@ -15,6 +15,10 @@
 #include "cuda/pinned_upload.h"
 #include "tests/error_message.h"
 
+#if MIXPREC_CUDA_EMULATION
+#include "cuda/emulation/runtime_emulation.h"
+#endif
+
 namespace {
 
 using namespace mixprec;
@@ -338,6 +342,11 @@ TEST_CASE("emulated pinned memory and event queries behave as the runtime's",
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   CHECK(cudaHostAlloc(nullptr, 64, cudaHostAllocDefault) == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  // More than can be pinned: refused before any host memory is asked for.
+  CHECK(cudaHostAlloc(&host, mixprec::emulation::kEmulatedPinnedBytes + 1,
+                      cudaHostAllocDefault) == cudaErrorMemoryAllocation);
+  CHECK(host == nullptr);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);
   REQUIRE(cudaHostAlloc(&host, 1000, cudaHostAllocDefault) == cudaSuccess);
   REQUIRE(host != nullptr);
   CHECK(reinterpret_cast<uintptr_t>(host) % 4096 == 0);
