@@ -31,7 +31,17 @@ class CachingAllocator;
 // Timed calls per candidate, after one untimed call.
 inline constexpr int kAutotuneTimedCalls = 3;
 
-struct TuningCandidates;
+// One problem's candidates, in the library's order of preference.
+struct TuningCandidates {
+  // Workspace bytes of each candidate; its size is the number of candidates.
+  std::vector<size_t> workspace_bytes;
+  // Bytes of the scratch output, of the layout of the caller's output.
+  size_t output_bytes = 0;
+  // Queues one call of candidate `index` on the stream, writing its result to `output` and
+  // using `workspace` (at least workspace_bytes[index] bytes, null when that is 0); returns
+  // false when the launch failed.
+  std::function<bool(size_t index, void* output, void* workspace)> launch;
+};
 
 // One autotuner: a process-wide switch and the count of candidates it has timed. The switch's
 // starting value comes from the environment variable `variable` ("1" on; "0" or unset off),
@@ -89,18 +99,6 @@ class AutotuneScope {
  private:
   Autotuner& tuner_;
   bool previous_;
-};
-
-// One problem's candidates, in the library's order of preference.
-struct TuningCandidates {
-  // Workspace bytes of each candidate; its size is the number of candidates.
-  std::vector<size_t> workspace_bytes;
-  // Bytes of the scratch output, of the layout of the caller's output.
-  size_t output_bytes = 0;
-  // Queues one call of candidate `index` on the stream, writing its result to `output` and
-  // using `workspace` (at least workspace_bytes[index] bytes, null when that is 0); returns
-  // false when the launch failed.
-  std::function<bool(size_t index, void* output, void* workspace)> launch;
 };
 
 }  // namespace mixprec

@@ -94,8 +94,7 @@ NonfiniteGuard::StepScan NonfiniteGuard::scan_step(int64_t step,
     const InputScan found = batch.input_scan ? *batch.input_scan : scan_inputs(batch.inputs);
     if (found.element < 0) continue;
     scan.bad_batch = static_cast<int64_t>(i);
-    scan.element = found.element;
-    scan.value = found.value;
+    scan.found = found;
     break;
   }
   return scan;
@@ -121,8 +120,8 @@ std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<B
   scan_.reset();
   if (scan.bad_batch >= 0) {
     const Batch& batch = batches[static_cast<size_t>(scan.bad_batch)];
-    const double value = scan.value;
-    const int64_t element = scan.element;
+    const double value = scan.found.value;
+    const int64_t element = scan.found.element;
     input_skip_ = true;
     bad_batch_ = batch.number;
     StepResult result;

@@ -111,8 +111,7 @@ class NonfiniteGuard {
   struct StepScan {
     int64_t step = 0;
     int64_t bad_batch = -1;  // index into the batches
-    int64_t element = -1;
-    double value = 0.0;
+    InputScan found;         // that batch's scan
   };
   static StepScan scan_step(int64_t step, const std::vector<Batch>& batches);
   double injected_value() const;
