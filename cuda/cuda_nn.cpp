@@ -183,7 +183,7 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dy, Tensor
   const int64_t vocab = dweight.size(0);
   if (vocab == 0 || r.cols == 0) return;
   use_device();
-  const size_t bytes = kernels::embedding_backward_scratch_bytes(r.rows, vocab);
+  const size_t bytes = kernels::embedding_backward_scratch_bytes(r.rows, vocab, r.cols);
   Scratch scratch(allocator_, bytes);
   kernels::embedding_backward(dweight.dtype(), ids.data_as<int32_t>(), r.rows, dy.data(),
                               dweight.data(), vocab, r.cols, scratch.get(), bytes, stream_);

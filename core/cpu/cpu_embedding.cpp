@@ -8,6 +8,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/dropout.h"
+#include "core/math/embedding_splits.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -15,18 +16,28 @@ namespace {
 
 using cpu::kParallelWork;
 
+// Elements per task: whole Philox blocks (a multiple of 4), each evaluated once, whose keep
+// decisions fit a buffer on the stack.
+constexpr int64_t kDropoutChunk = 4096;
+
 template <class T>
 void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
   const float scale = dropout_scale(p);
+  const int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
 #pragma omp parallel for if (n > cpu::kParallelWorkCostly)
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep = dropout_keep(key.seed, key.offset + static_cast<uint64_t>(i), p);
-    y[i] = from_float<T>(dropout_value(to_float(x[i]), keep, scale));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kDropoutChunk, count = std::min(kDropoutChunk, n - begin);
+    uint8_t keep[kDropoutChunk];
+    fill_dropout_keep(key.seed, key.offset + static_cast<uint64_t>(begin), count, p, keep);
+    for (int64_t i = 0; i < count; ++i) {
+      y[begin + i] = from_float<T>(dropout_value(to_float(x[begin + i]), keep[i] != 0, scale));
+    }
   }
 }
 
 // Every vocabulary row sums the dy rows of its positions in increasing position order, in
-// FP32, and is rounded once: no atomics, so the result is the same for any thread count.
+// FP32 parts (core/math/embedding_splits.h), and is rounded once: no atomics, so the result
+// is the same for any thread count, and the CUDA backend's.
 template <class T>
 void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* dweight,
                              int64_t vocab, int64_t dim) {
@@ -37,19 +48,30 @@ void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* 
   std::vector<int64_t> order(static_cast<size_t>(count));
   std::vector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < count; ++i) order[next[ids[i]]++] = i;
+  const int64_t splits = embedding_backward_splits(count, vocab, dim);
 
 #pragma omp parallel if (vocab * dim + count * dim > kParallelWork)
   {
-    std::vector<float> acc(static_cast<size_t>(dim));
+    std::vector<float> part(static_cast<size_t>(dim)), total(static_cast<size_t>(dim));
 #pragma omp for schedule(dynamic, 16)
     for (int64_t v = 0; v < vocab; ++v) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t k = start[v]; k < start[v + 1]; ++k) {
-        const T* row = dy + order[k] * dim;
-        for (int64_t j = 0; j < dim; ++j) acc[j] += to_float(row[j]);
+      const int64_t length = start[v + 1] - start[v];
+      std::fill(total.begin(), total.end(), 0.0f);
+      for (int64_t s = 0; s < splits; ++s) {
+        std::fill(part.begin(), part.end(), 0.0f);
+        const int64_t end = start[v] + embedding_split_begin(length, s + 1, splits);
+        for (int64_t k = start[v] + embedding_split_begin(length, s, splits); k < end; ++k) {
+          const T* row = dy + order[k] * dim;
+          for (int64_t j = 0; j < dim; ++j) part[j] += to_float(row[j]);
+        }
+        if (splits == 1) {
+          total.swap(part);
+        } else {
+          for (int64_t j = 0; j < dim; ++j) total[j] += part[j];
+        }
       }
       T* out = dweight + v * dim;
-      for (int64_t j = 0; j < dim; ++j) out[j] = from_float<T>(acc[j]);
+      for (int64_t j = 0; j < dim; ++j) out[j] = from_float<T>(total[j]);
     }
   }
 }

@@ -87,6 +87,7 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
 #pragma omp parallel if (rows * cols > kParallelWork)
   {
     std::vector<float> kept(static_cast<size_t>(cols));
+    std::vector<uint8_t> keep(static_cast<size_t>(cols));
 #pragma omp for
     for (int64_t r = 0; r < rows; ++r) {
       const float* sr = scores + r * cols;
@@ -99,14 +100,12 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
       std::fill(yr + live, yr + cols, masked_y);
       const float* out = yr;
       if (p > 0.0f) {
-        // Dropout in the separate loops the compiler vectorises, Philox included; the masked
+        // Dropout in separate loops that the compiler vectorises, Philox included; the masked
         // columns need no draw when their probability is +0.
         const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
         const int64_t drawn = masked_y == 0.0f ? live : cols;
-        for (int64_t j = 0; j < drawn; ++j) {
-          const bool keep = dropout_keep(key.seed, first + static_cast<uint64_t>(j), p);
-          kept[j] = dropout_value(yr[j], keep, drop_scale);
-        }
+        fill_dropout_keep(key.seed, first, drawn, p, keep.data());
+        for (int64_t j = 0; j < drawn; ++j) kept[j] = dropout_value(yr[j], keep[j] != 0, drop_scale);
         std::fill(kept.begin() + drawn, kept.end(), 0.0f);
         out = kept.data();
       }
@@ -117,7 +116,7 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
 }
 
 // attention_softmax_backward over `rows` rows: softmax_backward_rows with dy the dropped-out
-// dprobs, formed once per element into a row buffer (one Philox draw each) and stored as
+// dprobs, formed once per element into a row buffer (one Philox evaluation per four) and stored as
 // the separate dropout would store it.
 template <class T>
 void attention_softmax_backward_rows(const float* probs, const float* dprobs, float p,
@@ -126,17 +125,16 @@ void attention_softmax_backward_rows(const float* probs, const float* dprobs, fl
 #pragma omp parallel if (rows * cols > kParallelWork)
   {
     std::vector<float> dy(static_cast<size_t>(cols));
+    std::vector<uint8_t> keep(static_cast<size_t>(cols));
 #pragma omp for
     for (int64_t r = 0; r < rows; ++r) {
       const float* yr = probs + r * cols;
       const float* gr = dprobs + r * cols;
       if (p > 0.0f) {
-        // The loop of the separate dropout, which the compiler vectorises, Philox included.
+        // The loops of the separate dropout, which the compiler vectorises, Philox included.
         const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
-        for (int64_t j = 0; j < cols; ++j) {
-          const bool keep = dropout_keep(key.seed, first + static_cast<uint64_t>(j), p);
-          dy[j] = dropout_value(gr[j], keep, drop_scale);
-        }
+        fill_dropout_keep(key.seed, first, cols, p, keep.data());
+        for (int64_t j = 0; j < cols; ++j) dy[j] = dropout_value(gr[j], keep[j] != 0, drop_scale);
       } else {
         std::copy(gr, gr + cols, dy.begin());
       }

@@ -7,6 +7,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/math/embedding_splits.h"
 #include "cuda/kernels/common.cuh"
 
 namespace mixprec::kernels {
@@ -24,12 +25,15 @@ int key_bits(int64_t vocab) {
 }
 
 // The scratch: sorted ids, positions before and after the sort, the start of every id's
-// run of positions (vocab + 1 entries), then the radix sort's own temporary storage.
+// run of positions (vocab + 1 entries), the parts' sums when a row is split, then the radix
+// sort's own temporary storage.
 struct Layout {
-  size_t sorted_ids, positions, sorted_positions, starts, sort_temp, sort_temp_bytes, total;
+  size_t sorted_ids, positions, sorted_positions, starts, partials, sort_temp, sort_temp_bytes,
+      total;
+  int64_t splits;
 };
 
-Layout layout_for(int64_t count, int64_t vocab) {
+Layout layout_for(int64_t count, int64_t vocab, int64_t dim) {
   size_t sort_bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
       nullptr, sort_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
@@ -41,7 +45,10 @@ Layout layout_for(int64_t count, int64_t vocab) {
   l.positions = l.sorted_ids + round_up(ints);
   l.sorted_positions = l.positions + round_up(ints);
   l.starts = l.sorted_positions + round_up(ints);
-  l.sort_temp = l.starts + round_up(static_cast<size_t>(vocab + 1) * sizeof(int32_t));
+  l.partials = l.starts + round_up(static_cast<size_t>(vocab + 1) * sizeof(int32_t));
+  l.splits = embedding_backward_splits(count, vocab, dim);
+  const size_t partial_floats = l.splits > 1 ? static_cast<size_t>(l.splits * vocab * dim) : 0;
+  l.sort_temp = l.partials + round_up(partial_floats * sizeof(float));
   l.sort_temp_bytes = sort_bytes;
   l.total = l.sort_temp + round_up(sort_bytes);
   return l;
@@ -68,29 +75,48 @@ __global__ void __launch_bounds__(kThreads) run_starts_kernel(const uint32_t* so
   }
 }
 
-// One thread per element (v, j) of dweight: consecutive threads take consecutive columns, so
-// the dy rows are read coalesced.
+// One thread per part s and element (v, j) of dweight (core/math/embedding_splits.h):
+// consecutive threads take consecutive columns, so the dy rows are read coalesced. With one
+// part the sum is dweight's value; otherwise it goes to partials[s][v][j].
 template <class T>
 __global__ void __launch_bounds__(kThreads) gather_sum_kernel(const int32_t* starts,
                                                              const int32_t* positions,
                                                              const T* dy, T* dweight,
+                                                             float* partials, int64_t splits,
                                                              int64_t vocab, int64_t dim) {
-  const int64_t n = vocab * dim;
+  const int64_t table = vocab * dim;
+  const int64_t n = splits * table;
   const int64_t stride = thread_stride();
   for (int64_t i = first_thread(); i < n; i += stride) {
-    const int64_t v = i / dim, j = i % dim;
-    const int32_t begin = starts[v], end = starts[v + 1];
+    const int64_t s = i / table, e = i % table;
+    const int64_t v = e / dim, j = e % dim;
+    const int64_t run = starts[v], length = starts[v + 1] - run;
+    const int64_t end = run + embedding_split_begin(length, s + 1, splits);
     float acc = 0.0f;
-    for (int32_t k = begin; k < end; ++k)
+    for (int64_t k = run + embedding_split_begin(length, s, splits); k < end; ++k)
       acc += to_float(dy[static_cast<int64_t>(positions[k]) * dim + j]);
-    dweight[i] = from_float<T>(acc);
+    if (splits == 1) dweight[e] = from_float<T>(acc);
+    else partials[i] = acc;
+  }
+}
+
+// dweight[v][j] = the parts' sums added from 0 in part order, rounded once.
+template <class T>
+__global__ void __launch_bounds__(kThreads) parts_total_kernel(const float* partials,
+                                                              int64_t splits, int64_t table,
+                                                              T* dweight) {
+  const int64_t stride = thread_stride();
+  for (int64_t e = first_thread(); e < table; e += stride) {
+    float total = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) total += partials[s * table + e];
+    dweight[e] = from_float<T>(total);
   }
 }
 
 }  // namespace
 
-size_t embedding_backward_scratch_bytes(int64_t count, int64_t vocab) {
-  return layout_for(count, vocab).total;
+size_t embedding_backward_scratch_bytes(int64_t count, int64_t vocab, int64_t dim) {
+  return layout_for(count, vocab, dim).total;
 }
 
 void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const void* dy,
@@ -100,7 +126,7 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
   MIXPREC_CHECK(count < INT32_MAX && vocab < INT32_MAX, "embedding_backward: ", count,
                 " ids into ", vocab, " rows exceed the CUDA backend's 32-bit positions; split "
                 "the batch");
-  const Layout l = layout_for(count, vocab);
+  const Layout l = layout_for(count, vocab, dim);
   MIXPREC_CHECK(scratch_bytes >= l.total, "embedding_backward: scratch of ", scratch_bytes,
                 " bytes is smaller than the ", l.total, " needed");
   auto* base = static_cast<unsigned char*>(scratch);
@@ -108,6 +134,7 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
   auto* positions = reinterpret_cast<int32_t*>(base + l.positions);
   auto* sorted_positions = reinterpret_cast<int32_t*>(base + l.sorted_positions);
   auto* starts = reinterpret_cast<int32_t*>(base + l.starts);
+  auto* partials = reinterpret_cast<float*>(base + l.partials);
   if (count > 0) {
     MIXPREC_LAUNCH(grid_for(count), kThreads, stream, iota_kernel)(positions, count);
     CUDA_CHECK_LAST();
@@ -121,10 +148,15 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
       starts);
   CUDA_CHECK_LAST();
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "embedding_backward", [&] {
-    MIXPREC_LAUNCH(grid_for(vocab * dim), kThreads, stream, gather_sum_kernel)(starts,
-        sorted_positions, static_cast<const scalar_t*>(dy), static_cast<scalar_t*>(dweight), vocab,
-        dim);
+    auto* out = static_cast<scalar_t*>(dweight);
+    MIXPREC_LAUNCH(grid_for(l.splits * vocab * dim), kThreads, stream, gather_sum_kernel)(starts,
+        sorted_positions, static_cast<const scalar_t*>(dy), out, partials, l.splits, vocab, dim);
     CUDA_CHECK_LAST();
+    if (l.splits > 1) {
+      MIXPREC_LAUNCH(grid_for(vocab * dim), kThreads, stream, parts_total_kernel)(partials,
+          l.splits, vocab * dim, out);
+      CUDA_CHECK_LAST();
+    }
   });
 }
 

@@ -47,17 +47,21 @@ __device__ __forceinline__ RowMaxSum row_max_sum(const T* x, int64_t cols, int l
 struct RowDropout {
   float p, scale;
   PhiloxKey key;
-  // Whether element j of row r survives (one Philox evaluation); true when p == 0.
-  __device__ __forceinline__ bool keep(int64_t r, int64_t cols, int64_t j) const {
+  // Whether element j of row r survives; true when p == 0. `draws` holds the thread's last
+  // Philox block, so a thread that asks for consecutive elements (a 4-pack) evaluates Philox
+  // once per block of four.
+  __device__ __forceinline__ bool keep(DropoutDraws& draws, int64_t r, int64_t cols,
+                                       int64_t j) const {
     if (p == 0.0f) return true;
-    return dropout_keep(key.seed, key.offset + static_cast<uint64_t>(r * cols + j), p);
+    return draws.keep(key.seed, key.offset + static_cast<uint64_t>(r * cols + j), p);
   }
   // v dropped out by a keep() decision.
   __device__ __forceinline__ float apply(float v, bool kept) const {
     return p == 0.0f ? v : dropout_value(v, kept, scale);
   }
-  __device__ __forceinline__ float operator()(int64_t r, int64_t cols, int64_t j, float v) const {
-    return apply(v, keep(r, cols, j));
+  __device__ __forceinline__ float operator()(DropoutDraws& draws, int64_t r, int64_t cols,
+                                              int64_t j, float v) const {
+    return apply(v, keep(draws, r, cols, j));
   }
 };
 
@@ -156,6 +160,7 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_kernel(
     const float* scores, RowDropout drop, float* probs, T* operand, int64_t rows,
     int64_t matrix_rows, int64_t cols, bool packed, bool packed_store) {
   __shared__ RowScratch scratch;
+  DropoutDraws draws;
   const RowLane<R> at;
   for (int64_t r = at.first_row(); r < rows; r += at.row_step()) {
     const int64_t diagonal = r % matrix_rows;
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_kernel(
         const int64_t j = at_pack * V + i;
         y[i] = softmax_value(masked(j, x[0].v[i]), st.max, inv_sum);
         // +0 stays +0 through dropout, kept or dropped: no Philox draw for it.
-        kept[i] = y[i] == 0.0f ? 0.0f : drop(r, cols, j, y[i]);
+        kept[i] = y[i] == 0.0f ? 0.0f : drop(draws, r, cols, j, y[i]);
       }
       store_pack<float, V>(probs_row, at_pack, y);
       store_pack<T, V>(operand_row, at_pack, kept);
@@ -195,6 +200,7 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_backward_kernel(
     const float* probs, const float* dprobs, RowDropout drop, T* ds, int64_t rows, int64_t cols,
     bool packed, bool packed_store) {
   __shared__ RowScratch scratch;
+  DropoutDraws draws;
   const RowLane<R> at;
   for (int64_t r = at.first_row(); r < rows; r += at.row_step()) {
     const float* in[2] = {probs + r * cols, dprobs + r * cols};
@@ -203,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_backward_kernel(
     KeepBits kept{drop.p > 0.0f && packed == packed_store && cols <= 32 * R};
     double dot = 0.0;
     row_visit<R>(in, cols, at.lane, packed, [&](int64_t j, float y, float g) {
-      const bool keep = drop.keep(r, cols, j);
+      const bool keep = drop.keep(draws, r, cols, j);
       kept.put(keep);
       dot += softmax_backward_term(y, drop.apply(g, keep), false);
     });
@@ -216,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) attention_softmax_backward_kernel(
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int64_t j = at_pack * V + i;
-        const bool keep = kept.active ? kept.take() : drop.keep(r, cols, j);
+        const bool keep = kept.active ? kept.take() : drop.keep(draws, r, cols, j);
         dx[i] = softmax_backward_value(x[0].v[i], drop.apply(x[1].v[i], keep), row_dot, false);
       }
       store_pack<T, V>(ds_row, at_pack, dx);

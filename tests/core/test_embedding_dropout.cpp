@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
+#include "core/backend.h"
+#include "core/math/dropout.h"
 #include "gradcheck.h"
 
 namespace mixprec {
@@ -169,6 +171,42 @@ TEST_CASE("dropout backward applies the forward mask", "[nn][dropout]") {
               return ops::dropout(in[0], 0.4, true, gen);
             },
             {x});
+}
+
+TEST_CASE("dropout keeps element i by word c % 4 of the Philox block c / 4, c = offset + i",
+          "[nn][dropout]") {
+  const uint64_t seed = 0x5EEDull;
+  const float p = 0.5f;
+  // The rule itself, from the Philox words.
+  const auto expected_keep = [&](uint64_t c) {
+    const uint32_t word = philox4x32(seed, c / 4).v[c % 4];
+    return static_cast<float>(word >> 8) / 16777216.0f >= p;
+  };
+  for (uint64_t offset : {0ull, 1ull, 2ull, 3ull, 4ull, 4097ull}) {
+    for (int64_t n : {1, 3, 4, 5, 8, 9, 4099, 9000}) {
+      INFO("offset " << offset << " n " << n);
+      std::vector<uint8_t> keep(static_cast<size_t>(n), 2);
+      fill_dropout_keep(seed, offset, n, p, keep.data());
+      const Tensor x = Tensor::ones({n}, DType::F32);
+      Tensor y = Tensor::empty({n}, DType::F32);
+      backend_for(kCPU).dropout(x, p, PhiloxKey{seed, offset}, y);
+      int64_t kept = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t c = offset + static_cast<uint64_t>(i);
+        const bool rule = expected_keep(c);
+        REQUIRE(static_cast<bool>(keep[static_cast<size_t>(i)]) == rule);
+        REQUIRE(dropout_keep(seed, c, p) == rule);
+        REQUIRE((y.get(i) != 0.0) == rule);
+        kept += rule ? 1 : 0;
+      }
+      if (n >= 4099) CHECK(std::abs(static_cast<double>(kept) / n - 0.5) < 0.05);
+    }
+  }
+  // A thread's cache of its last block gives the same decisions in any order of asking.
+  DropoutDraws draws;
+  for (uint64_t c : {9ull, 8ull, 11ull, 3ull, 10ull, 9ull, 400ull, 2ull}) {
+    CHECK(draws.keep(seed, c, p) == expected_keep(c));
+  }
 }
 
 TEST_CASE("dropout is the identity when p == 0 or not training", "[nn][dropout]") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend_agreement.h"
+#include "core/math/embedding_splits.h"
 #include "cuda/cuda_backend.h"
 
 namespace {
@@ -463,17 +464,22 @@ TEST_CASE("cuda embedding_backward sums repeated ids in the CPU's order, bit for
   struct Case {
     int64_t count, vocab, dim;
   };
-  // One id; repeats with unused rows (which must be zeroed); many repeats of few ids; a
-  // long row.
-  const std::vector<Case> cases = {
-      {1, 5, 7}, {37, 11, 8}, {4097, 50, 7}, {300, 3, 33}, {9, 4, 4097}, {64, 1000, 1}};
+  // One id; repeats with unused rows (which must be zeroed); many repeats of few ids, whose
+  // rows are summed in parts (core/math/embedding_splits.h); a long row; a character
+  // corpus's skew, where one id holds a third of the positions.
+  const std::vector<Case> cases = {{1, 5, 7},    {37, 11, 8},    {4097, 50, 7}, {300, 3, 33},
+                                   {9, 4, 4097}, {64, 1000, 1}, {20000, 65, 24}};
   for (const Case& c : cases) {
     for (DType dtype : kFloatingTypes) {
-      INFO(dtype << " " << c.count << " ids into [" << c.vocab << ", " << c.dim << "]");
+      INFO(dtype << " " << c.count << " ids into [" << c.vocab << ", " << c.dim << "], "
+                 << embedding_backward_splits(c.count, c.vocab, c.dim) << " parts per row");
       std::vector<int32_t> id_values = random_ids(c.count, c.vocab, rng);
       // Keep the last row unused when there is more than one.
       for (int32_t& id : id_values)
         if (c.vocab > 1 && id == c.vocab - 1) id = 0;
+      if (c.vocab == 65) {
+        for (size_t i = 0; i < id_values.size(); i += 3) id_values[i] = 1;
+      }
       const Tensor ids = Tensor::from_ints(id_values, {c.count});
       const Tensor dy = random_tensor({c.count, c.dim}, dtype, rng);
       Tensor expected = Tensor::empty({c.vocab, c.dim}, dtype);
