@@ -20,6 +20,8 @@
 #include <functional>
 #include <vector>
 
+#include "cuda/environment_switch.h"
+
 // The CUDA runtime's stream type (cudaStream_t is CUstream_st*), declared here so that this
 // header needs no CUDA header.
 struct CUstream_st;
@@ -43,24 +45,12 @@ struct TuningCandidates {
   std::function<bool(size_t index, void* output, void* workspace)> launch;
 };
 
-// One autotuner: a process-wide switch and the count of candidates it has timed. The switch's
-// starting value comes from the environment variable `variable` ("1" on; "0" or unset off),
-// read on the first call of enabled() unless set() came first; any other value makes that
-// call (and every later one, until set()) throw mixprec::Error naming the variable, its value
-// and what 1 and 0 mean (`on_meaning`, `off_meaning`). Thread-safe. Objects of static storage
-// duration only (the strings are not copied).
-class Autotuner {
+// One autotuner: a process-wide switch (environment_switch.h) and the count of candidates it
+// has timed.
+class Autotuner : public EnvironmentSwitch {
  public:
   constexpr Autotuner(const char* variable, const char* on_meaning, const char* off_meaning)
-      : variable_(variable), on_meaning_(on_meaning), off_meaning_(off_meaning) {}
-  Autotuner(const Autotuner&) = delete;
-  Autotuner& operator=(const Autotuner&) = delete;
-
-  bool enabled();
-  // Sets the switch for the calls that follow; the environment is then no longer read.
-  void set(bool on);
-  // The value the environment variable gives, read now; throws as described above.
-  bool from_environment() const;
+      : EnvironmentSwitch(variable, on_meaning, off_meaning) {}
 
   // Candidates timed so far by this tuner's pick_fastest (those whose launches all
   // succeeded), for tests and logs.
@@ -77,28 +67,11 @@ class Autotuner {
                       CachingAllocator& allocator);
 
  private:
-  enum State : int { kUnread, kOff, kOn };
-  const char* variable_;
-  const char* on_meaning_;
-  const char* off_meaning_;
-  std::atomic<int> state_{kUnread};
   std::atomic<uint64_t> timed_{0};
 };
 
 // Sets a tuner's switch for one scope and puts the previous value back at its end (a
 // benchmark or test that compares tuned with untuned calls).
-class AutotuneScope {
- public:
-  AutotuneScope(Autotuner& tuner, bool on) : tuner_(tuner), previous_(tuner.enabled()) {
-    tuner_.set(on);
-  }
-  ~AutotuneScope() { tuner_.set(previous_); }
-  AutotuneScope(const AutotuneScope&) = delete;
-  AutotuneScope& operator=(const AutotuneScope&) = delete;
-
- private:
-  Autotuner& tuner_;
-  bool previous_;
-};
+using AutotuneScope = SwitchScope;
 
 }  // namespace mixprec

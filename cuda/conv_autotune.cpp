@@ -1,4 +1,4 @@
-// The convolution tuner (contract in conv_autotune.h; the switch and timing loop are
+// The convolution tuner and the non-deterministic switch (contract in conv_autotune.h; the switch and timing loop are
 // cuda/autotune.cpp's).
 #include "cuda/conv_autotune.h"
 
@@ -8,6 +8,14 @@ Autotuner& conv_autotuner() {
   static constinit Autotuner tuner("MIXPREC_CONV_AUTOTUNE", "autotune cuDNN convolution algorithms",
                                    "the heuristic's first deterministic algorithm");
   return tuner;
+}
+
+EnvironmentSwitch& conv_nondeterministic_switch() {
+  static constinit EnvironmentSwitch on_off(
+      "MIXPREC_CONV_NONDETERMINISTIC",
+      "let convolutions use cuDNN algorithms that sum with atomics, not bit-repeatable",
+      "deterministic convolution algorithms only");
+  return on_off;
 }
 
 }  // namespace mixprec

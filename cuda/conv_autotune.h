@@ -1,6 +1,7 @@
 // Opt-in autotuning of the CUDA backend's cuDNN convolution algorithms, the counterpart of
-// cuda/gemm_autotune.h (PyTorch users know it as torch.backends.cudnn.benchmark). No CUDA
-// headers, so that the switch can be set from anywhere that links the backend.
+// cuda/gemm_autotune.h (PyTorch users know it as torch.backends.cudnn.benchmark), and the
+// switch that admits non-deterministic algorithms (at the end). No CUDA headers, so that the
+// switches can be set from anywhere that links the backend.
 //
 // Off (the default), each convolution pass's plan (cuda/cuda_conv.cpp) takes the first
 // algorithm of cuDNN's heuristic ranking that is deterministic and fits the workspace limit:
@@ -10,8 +11,9 @@
 // kAutotuneTimedCalls timed ones, the lowest median wins) and keeps the winner in the plan.
 //
 // - Determinism is kept: algorithms that sum with atomics in a run-dependent order are never
-//   candidates (unless no deterministic one is offered at all, as without tuning), so a tuned
-//   run repeats its own bits as long as timing picks the same algorithms.
+//   candidates (unless no deterministic one is offered at all, as without tuning, or the
+//   non-deterministic switch below is on), so a tuned run repeats its own bits as long as
+//   timing picks the same algorithms.
 // - Caller's data: tuning calls read the caller's inputs and write into a scratch output of
 //   the pass's output size, with beta = 0; the caller's output (which for a forward pass with
 //   bias already holds the bias) is written only by the real call.
@@ -47,6 +49,22 @@ inline uint64_t conv_autotune_candidates_timed() { return conv_autotuner().candi
 class ConvAutotuneScope : public AutotuneScope {
  public:
   explicit ConvAutotuneScope(bool on) : AutotuneScope(conv_autotuner(), on) {}
+};
+
+// MIXPREC_CONV_NONDETERMINISTIC ("1" on; "0" or unset off; EnvironmentSwitch's rules), or
+// set_conv_nondeterministic(): on, a convolution plan chooses among all of cuDNN's ranked
+// algorithms, those that sum with atomics included (PyTorch's default, with
+// torch.backends.cudnn.deterministic = False): the heuristic's first one, or with autotuning
+// the fastest of all. Off (the default), deterministic ones only, so that a run repeats its
+// bits. The switch's value is part of a plan's key, as the autotune switch's is, so plans made
+// under one setting are never reused under the other.
+EnvironmentSwitch& conv_nondeterministic_switch();
+inline bool conv_nondeterministic_allowed() { return conv_nondeterministic_switch().enabled(); }
+inline void set_conv_nondeterministic(bool on) { conv_nondeterministic_switch().set(on); }
+
+class ConvNondeterministicScope : public SwitchScope {
+ public:
+  explicit ConvNondeterministicScope(bool on) : SwitchScope(conv_nondeterministic_switch(), on) {}
 };
 
 }  // namespace mixprec

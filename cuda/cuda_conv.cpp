@@ -99,6 +99,7 @@ struct ConvKey {
   DType dtype;
   bool tf32;
   bool tuned;  // the autotune switch when the plan was made: tuned and heuristic plans differ
+  bool nondeterministic;  // likewise the switch that admits algorithms with atomics
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
   auto operator<=>(const ConvKey&) const = default;
 };
@@ -201,15 +202,16 @@ struct ConvCandidate {
 };
 
 // The algorithms of the heuristic's ranking `perfs` (best first) that a plan may run, in that
-// order: those that succeeded, are deterministic (unless none is) and whose workspace, asked
-// again with the math type they will run with, fits kMaxWorkspace. Only the first unless the
-// key is tuned. `workspace_of(algo, &bytes)` is the pass's cudnnGet*WorkspaceSize (it reads
+// order: those that succeeded, are deterministic (unless none is, or the key admits
+// non-deterministic ones) and whose workspace, asked again with the math type they will run
+// with, fits kMaxWorkspace. Only the first unless the key is tuned. `workspace_of(algo, &bytes)` is the pass's cudnnGet*WorkspaceSize (it reads
 // the plan's math type, which this sets per candidate).
 template <class Perf, class WorkspaceOf>
 std::vector<ConvCandidate> eligible_algorithms(const ConvKey& key, ConvPlan& plan,
                                                const Perf* perfs, int count,
                                                const WorkspaceOf& workspace_of) {
   for (const bool deterministic_only : {true, false}) {
+    if (deterministic_only && key.nondeterministic) continue;
     std::vector<ConvCandidate> found;
     for (int i = 0; i < count; ++i) {
       const Perf& p = perfs[i];
@@ -361,6 +363,7 @@ PlanCache& plan_cache() {
 ConvKey conv_key(int device, ConvPass pass, DType dtype, const Conv2dGeometry& g) {
   return {.device = device, .pass = pass, .dtype = dtype,
           .tf32 = dtype == DType::F32 && tf32_allowed(), .tuned = conv_autotune_enabled(),
+          .nondeterministic = conv_nondeterministic_allowed(),
           .n = g.n, .c = g.c, .h = g.h, .w = g.w, .o = g.o, .kh = g.kh, .kw = g.kw,
           .sh = g.sh, .sw = g.sw, .ph = g.ph, .pw = g.pw};
 }

@@ -562,7 +562,7 @@ training_stage() {
   local planned=0 precision
   local per_step=(--set train.host_reads=per_step)
   (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 6 ))
-  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 6 ))
+  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 8 ))
   for precision in fp32 fp16 per_step; do
     if (( ${#gpt_args[@]} > 0 )); then
       planned=$(( planned - 1 ))
@@ -605,6 +605,16 @@ training_stage() {
       planned=$(( planned - 1 ))
       MIXPREC_GEMM_AUTOTUNE=1 MIXPREC_CONV_AUTOTUNE=1 train_one "${cnn_label} autotuned" \
         "${precision}" cnn_tuned "${planned}" "${cnn_args[@]}"
+    fi
+  done
+  # The CNN tuned once more among all of cuDNN's algorithms, those that sum with atomics
+  # included (cuda/conv_autotune.h; PyTorch's default): what determinism costs.
+  for precision in fp32 fp16; do
+    if (( ${#cnn_args[@]} > 0 )); then
+      planned=$(( planned - 1 ))
+      MIXPREC_GEMM_AUTOTUNE=1 MIXPREC_CONV_AUTOTUNE=1 MIXPREC_CONV_NONDETERMINISTIC=1 \
+        train_one "${cnn_label} tuned nondet" "${precision}" cnn_nondet "${planned}" \
+        "${cnn_args[@]}"
     fi
   done
   # Last, where the FP16 step's device time goes: short runs with every launch timed.

@@ -68,6 +68,23 @@ void check_tuned_matches_untuned(const Tensor& untuned, const Tensor& tuned, Tol
 #endif
 }
 
+// The CPU's input and weight gradients of one problem, with the magnitudes that scale their
+// tolerances.
+struct CpuBackward {
+  Tensor dx, dx_mag, dw, dw_mag;
+};
+
+CpuBackward cpu_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dDesc& desc) {
+  const DType dtype = x.dtype();
+  CpuBackward r{Tensor::empty(x.shape(), dtype), Tensor::empty(x.shape(), DType::F32),
+                Tensor::empty(w.shape(), dtype), Tensor::empty(w.shape(), DType::F32)};
+  cpu_backend().conv2d_backward_data(dy, w, desc, r.dx);
+  cpu_backend().conv2d_backward_data(abs_of(dy), abs_of(w), desc, r.dx_mag);
+  cpu_backend().conv2d_backward_filter(x, dy, desc, r.dw, nullptr);
+  cpu_backend().conv2d_backward_filter(abs_of(x), abs_of(dy), desc, r.dw_mag, nullptr);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("conv autotune switch follows MIXPREC_CONV_AUTOTUNE and set_conv_autotune", "[cuda]") {
@@ -128,12 +145,8 @@ TEST_CASE("cuda conv2d with autotune on matches the CPU and the heuristic's plan
       cpu_backend().conv2d(x, w, &bias, s.desc, y_cpu);
       const Tensor abs_bias = abs_of(bias);
       cpu_backend().conv2d(abs_of(x), abs_of(w), &abs_bias, s.desc, y_mag);
-      Tensor dx_cpu = Tensor::empty(xs, dtype), dx_mag = Tensor::empty(xs, DType::F32);
-      cpu_backend().conv2d_backward_data(dy, w, s.desc, dx_cpu);
-      cpu_backend().conv2d_backward_data(abs_of(dy), abs_of(w), s.desc, dx_mag);
-      Tensor dw_cpu = Tensor::empty(ws, dtype), dw_mag = Tensor::empty(ws, DType::F32);
-      cpu_backend().conv2d_backward_filter(x, dy, s.desc, dw_cpu, nullptr);
-      cpu_backend().conv2d_backward_filter(abs_of(x), abs_of(dy), s.desc, dw_mag, nullptr);
+      const CpuBackward cpu = cpu_backward(x, w, dy, s.desc);
+      const Tensor &dx_cpu = cpu.dx, &dx_mag = cpu.dx_mag, &dw_cpu = cpu.dw, &dw_mag = cpu.dw_mag;
       const Tolerance y_tol = accumulation_tolerance(dtype, s.c * s.kh * s.kw);
       const Tolerance dx_tol = accumulation_tolerance(dtype, s.o * s.kh * s.kw);
       const Tolerance dw_tol = accumulation_tolerance(dtype, s.n * ys[2] * ys[3]);
@@ -183,4 +196,70 @@ TEST_CASE("cuda conv2d with autotune on matches the CPU and the heuristic's plan
       expect_bits_equal(dw, dw2);
     }
   }
+}
+
+TEST_CASE("conv nondeterministic switch follows MIXPREC_CONV_NONDETERMINISTIC", "[cuda]") {
+  {
+    const EnvironmentScope env("MIXPREC_CONV_NONDETERMINISTIC", "1");
+    CHECK(conv_nondeterministic_switch().from_environment());
+  }
+  {
+    const EnvironmentScope env("MIXPREC_CONV_NONDETERMINISTIC", nullptr);
+    CHECK_FALSE(conv_nondeterministic_switch().from_environment());
+  }
+  {
+    const EnvironmentScope env("MIXPREC_CONV_NONDETERMINISTIC", "yes");
+    const std::string message =
+        error_message([] { conv_nondeterministic_switch().from_environment(); });
+    CHECK_THAT(message, Catch::Contains("MIXPREC_CONV_NONDETERMINISTIC=\"yes\""));
+    CHECK_THAT(message, Catch::Contains("0 / unset (deterministic convolution algorithms only)"));
+  }
+  // Set, it no longer reads the environment, and it is not the autotune switch.
+  const ConvNondeterministicScope on(true);
+  const EnvironmentScope env("MIXPREC_CONV_NONDETERMINISTIC", "yes");
+  CHECK(conv_nondeterministic_allowed());
+  const ConvAutotuneScope tune_off(false);
+  CHECK(conv_nondeterministic_allowed());
+  {
+    const ConvNondeterministicScope off(false);
+    CHECK_FALSE(conv_nondeterministic_allowed());
+  }
+  CHECK(conv_nondeterministic_allowed());
+}
+
+TEST_CASE("cuda conv2d with non-deterministic algorithms admitted tunes among them too and "
+          "still matches the CPU", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(89);
+  const DType dtype = DType::F32;
+  // A problem no other test uses, so each pass's plan is new here.
+  const TunedConv s{2, 3, 9, 14, 5, 3, 3, {1, 1, 1, 1}};
+  const Shape xs{s.n, s.c, s.h, s.w}, ws{s.o, s.c, s.kh, s.kw}, ys = output_of(s);
+  const Tensor x = random_tensor(xs, dtype, rng), w = random_tensor(ws, dtype, rng);
+  const Tensor dy = random_tensor(ys, dtype, rng);
+  const Tensor gx = x.to(gpu()), gw = w.to(gpu()), gdy = dy.to(gpu());
+  const CpuBackward cpu = cpu_backward(x, w, dy, s.desc);
+  const Tensor &dx_cpu = cpu.dx, &dx_mag = cpu.dx_mag, &dw_cpu = cpu.dw, &dw_mag = cpu.dw_mag;
+
+  const ConvNondeterministicScope admitted(true);
+  const ConvAutotuneScope on(true);
+  // Backward data: ALGO_1, ALGO_0 and FFT; backward filter: ALGO_1, ALGO_0, ALGO_3 and FFT
+  // (two each when only deterministic ones are admitted, as the test above shows).
+  Tensor dx = poisoned(xs, dtype);
+  check_timed(timed_by([&] { gpu_backend().conv2d_backward_data(gdy, gw, s.desc, dx); }), 3);
+  expect_close(dx_cpu, dx, accumulation_tolerance(dtype, s.o * s.kh * s.kw),
+               dx_mag.to_float_vector());
+  Tensor dw = poisoned(ws, dtype);
+  check_timed(
+      timed_by([&] { gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw, nullptr); }), 4);
+  expect_close(dw_cpu, dw, accumulation_tolerance(dtype, s.n * ys[2] * ys[3]),
+               dw_mag.to_float_vector());
+  // The plans are keyed by the switch: the same problems with it off are tuned again, among
+  // the deterministic algorithms only.
+  const ConvNondeterministicScope deterministic(false);
+  Tensor dw2 = poisoned(ws, dtype);
+  check_timed(
+      timed_by([&] { gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw2, nullptr); }), 2);
+  expect_close(dw_cpu, dw2, accumulation_tolerance(dtype, s.n * ys[2] * ys[3]),
+               dw_mag.to_float_vector());
 }
