@@ -204,8 +204,9 @@ struct ConvCandidate {
 // The algorithms of the heuristic's ranking `perfs` (best first) that a plan may run, in that
 // order: those that succeeded, are deterministic (unless none is, or the key admits
 // non-deterministic ones) and whose workspace, asked again with the math type they will run
-// with, fits kMaxWorkspace. Only the first unless the key is tuned. `workspace_of(algo, &bytes)` is the pass's cudnnGet*WorkspaceSize (it reads
-// the plan's math type, which this sets per candidate).
+// with, fits kMaxWorkspace. Only the first unless the key is tuned. `workspace_of(algo,
+// &bytes)` is the pass's cudnnGet*WorkspaceSize (it reads the plan's math type, which this
+// sets per candidate).
 template <class Perf, class WorkspaceOf>
 std::vector<ConvCandidate> eligible_algorithms(const ConvKey& key, ConvPlan& plan,
                                                const Perf* perfs, int count,

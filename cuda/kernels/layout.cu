@@ -200,6 +200,40 @@ void with_heads_word(std::initializer_list<const void*> pointers, int64_t batch,
   else go(uint16_t{});
 }
 
+// The widest word (up to 16 bytes) in which a permutation whose innermost output dim is
+// contiguous in x can move whole pieces of that dim's runs: the run's bytes, every other
+// dim's x stride in bytes and both pointers are multiples of it. element_size otherwise.
+size_t permute_word(const PermutePlan& plan, size_t element_size, const void* x, const void* y) {
+  const size_t last = plan.extents.size() - 1;
+  if (plan.xstrides[last] != 1) return element_size;
+  for (const size_t word : {size_t{16}, size_t{8}, size_t{4}}) {
+    if (word <= element_size) break;
+    bool fits = static_cast<size_t>(plan.extents[last]) * element_size % word == 0 &&
+                aligned_to(x, word) && aligned_to(y, word);
+    for (size_t d = 0; d < last && fits; ++d)
+      fits = static_cast<size_t>(plan.xstrides[d]) * element_size % word == 0;
+    if (fits) return word;
+  }
+  return element_size;
+}
+
+// `plan` counted in words of `ratio` elements (permute_word's conditions hold).
+PermutePlan in_words(PermutePlan plan, int64_t ratio) {
+  const size_t last = plan.extents.size() - 1;
+  plan.extents[last] /= ratio;
+  for (size_t d = 0; d < last; ++d) plan.xstrides[d] /= ratio;
+  for (size_t d = last; d-- > 0;) plan.ystrides[d] = plan.ystrides[d + 1] * plan.extents[d + 1];
+  return plan;
+}
+
+template <class Word>
+void launch_permute_words(const PermutePlan& plan, const void* x, void* y, int64_t n,
+                          cudaStream_t stream) {
+  // The largest input offset is below n, so 32-bit indices do whenever n fits.
+  if (fits_32_bits(n)) launch_permute<Word, uint32_t>(plan, x, y, n, stream);
+  else launch_permute<Word, uint64_t>(plan, x, y, n, stream);
+}
+
 }  // namespace
 
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
@@ -208,14 +242,17 @@ void permute(const PermutePlan& plan, size_t element_size, const void* x, void* 
   MIXPREC_CHECK(plan.extents.size() <= static_cast<size_t>(kMaxDims), "permute: the permutation "
                 "needs ", plan.extents.size(), " dimensions after merging, more than the CUDA "
                 "backend's ", kMaxDims, "; reshape the tensor to fewer dimensions");
-  // The largest input offset is below n, so 32-bit indices do whenever n fits.
-  if (element_size == 2) {
-    if (fits_32_bits(n)) launch_permute<uint16_t, uint32_t>(plan, x, y, n, stream);
-    else launch_permute<uint16_t, uint64_t>(plan, x, y, n, stream);
-  } else {
-    MIXPREC_CHECK(element_size == 4, "permute: unsupported element size ", element_size);
-    if (fits_32_bits(n)) launch_permute<uint32_t, uint32_t>(plan, x, y, n, stream);
-    else launch_permute<uint32_t, uint64_t>(plan, x, y, n, stream);
+  MIXPREC_CHECK(element_size == 2 || element_size == 4, "permute: unsupported element size ",
+                element_size);
+  const size_t word = permute_word(plan, element_size, x, y);
+  const int64_t ratio = static_cast<int64_t>(word / element_size);
+  const PermutePlan words = ratio > 1 ? in_words(plan, ratio) : plan;
+  const int64_t count = n / ratio;
+  switch (word) {
+    case 16: launch_permute_words<uint4>(words, x, y, count, stream); break;
+    case 8: launch_permute_words<uint2>(words, x, y, count, stream); break;
+    case 4: launch_permute_words<uint32_t>(words, x, y, count, stream); break;
+    default: launch_permute_words<uint16_t>(words, x, y, count, stream); break;
   }
 }
 

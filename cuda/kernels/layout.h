@@ -15,7 +15,10 @@
 namespace mixprec::kernels {
 
 // y = x permuted by `plan` (core/math/broadcast.h's plan_permute of x's shape): y is
-// contiguous in the plan's order. element_size: 2 or 4 bytes. At most 8 planned dims.
+// contiguous in the plan's order. element_size: 2 or 4 bytes. At most 8 planned dims. When the
+// innermost output dim is contiguous in x (attention's [B, H, T, D] to [B, T, H, D]), its runs
+// move in the widest words, up to 16 bytes, that the run length, the other strides and both
+// pointers allow.
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
              cudaStream_t stream);
 

@@ -14,6 +14,7 @@
 #include "backend_agreement.h"
 #include "core/math/embedding_splits.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels/layout.h"
 
 namespace {
 
@@ -153,11 +154,15 @@ TEST_CASE("cuda permute matches the CPU bit for bit for every dtype", "[cuda]") 
     std::vector<int64_t> perm;
   };
   // A matrix transpose (tiled path), head splits that keep the innermost dim, a full
-  // reversal, extent-1 dims that merge away, and an identity.
+  // reversal, extent-1 dims that merge away, and an identity; head merges whose innermost
+  // runs move in 16-, 8- and 4-byte words (64, 4 and 6 elements: which word depends on the
+  // dtype's size) and one whose outer strides allow only elements (3 elements of 2 bytes).
   const std::vector<Case> cases = {
       {{7, 1023}, {1, 0}},          {{33, 65}, {1, 0}},          {{2, 3, 4, 5}, {0, 2, 1, 3}},
       {{3, 1, 5, 7}, {3, 2, 0, 1}}, {{33, 65, 3}, {2, 0, 1}},    {{4097}, {0}},
-      {{2, 1, 3}, {1, 2, 0}},       {{5, 6, 7, 8}, {0, 1, 3, 2}}, {{1, 1}, {1, 0}}};
+      {{2, 1, 3}, {1, 2, 0}},       {{5, 6, 7, 8}, {0, 1, 3, 2}}, {{1, 1}, {1, 0}},
+      {{2, 6, 17, 64}, {0, 2, 1, 3}}, {{3, 5, 4}, {1, 0, 2}},    {{4, 3, 6}, {1, 0, 2}},
+      {{5, 7, 3}, {1, 0, 2}}};
   for (const Case& c : cases) {
     Shape ys;
     for (int64_t p : c.perm) ys.push_back(c.x[p]);
@@ -172,6 +177,35 @@ TEST_CASE("cuda permute matches the CPU bit for bit for every dtype", "[cuda]") 
       gpu_backend().permute(on_gpu(x), c.perm, actual);
       expect_bits_equal(expected, actual);
     }
+  }
+}
+
+TEST_CASE("cuda permute falls back to narrower words for misaligned pointers", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // Tensors are 256-byte aligned; raw pointers offset by one element reach the narrower words
+  // (a 64-element run of 2-byte elements then moves in 2-byte words, of 4-byte ones in 4).
+  auto& backend = dynamic_cast<CudaBackend&>(gpu_backend());
+  std::mt19937 rng(43);
+  const Shape xs{3, 4, 64};
+  const std::vector<int64_t> perm{1, 0, 2};
+  const PermutePlan plan = plan_permute(xs, perm);
+  const int64_t n = shape_numel(xs);
+  for (DType dtype : {DType::F32, DType::F16}) {
+    INFO(dtype);
+    const size_t esize = dtype_size(dtype);
+    const Tensor x = random_tensor({n + 1}, dtype, rng);
+    Tensor expected = Tensor::empty({4, 3, 64}, dtype);
+    const std::vector<float> values = x.to_float_vector();
+    const Tensor body =
+        Tensor::from_vector(std::vector<float>(values.begin() + 1, values.end()), xs, dtype);
+    cpu_backend().permute(body, perm, expected);
+    const Tensor xg = x.to(gpu());
+    Tensor y = poisoned({n + 1}, dtype);
+    kernels::permute(plan, esize, static_cast<const unsigned char*>(xg.data()) + esize,
+                     static_cast<unsigned char*>(y.data()) + esize, n, backend.stream());
+    const std::vector<uint32_t> e = element_bits(expected), a = element_bits(y);
+    CHECK(a[0] == poison_bits(dtype));  // the element before the range is untouched
+    CHECK(std::vector<uint32_t>(a.begin() + 1, a.end()) == e);
   }
 }
 
