@@ -10,8 +10,10 @@
 
 namespace mixprec {
 
-// Seed and counter offset of a random fill or dropout mask. Element i draws from counter
-// `offset + i`, so every backend produces the same numbers.
+// Seed and counter offset of a random fill or dropout mask. A call of n elements reserves the
+// counters [offset, offset + n): a fill's element i draws from counter offset + i, dropout's
+// from a word of counter offset + i / 4 (core/math/dropout.h), so every backend produces the
+// same numbers.
 struct PhiloxKey {
   uint64_t seed = 0;
   uint64_t offset = 0;

@@ -1,12 +1,12 @@
-// The convolution tuner and the non-deterministic switch (contract in conv_autotune.h; the switch and timing loop are
-// cuda/autotune.cpp's).
+// The convolution tuner and the non-deterministic switch (contract in conv_autotune.h; the
+// switches are cuda/environment_switch.cpp's, the timing loop cuda/autotune.cpp's).
 #include "cuda/conv_autotune.h"
 
 namespace mixprec {
 
 Autotuner& conv_autotuner() {
   static constinit Autotuner tuner("MIXPREC_CONV_AUTOTUNE", "autotune cuDNN convolution algorithms",
-                                   "the heuristic's first deterministic algorithm");
+                                   "the heuristic's first algorithm");
   return tuner;
 }
 

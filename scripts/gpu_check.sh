@@ -525,9 +525,10 @@ train_profiled() {
 # The training stage, within $1 seconds: `mixprec train` of configs/gpt_shakespeare_gpu.yaml
 # (100 steps, 4 evaluation batches) and of configs/cnn_fashion.yaml (200 steps of 512), each
 # in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end, then the
-# per_step FP16 runs, the autotuned FP32 and FP16 runs and the kernel-timed FP16 runs. The runs' summary.json, the end of their output and
-# the kernel tables are gathered into train.json. Sets train_failed
-# when a run failed or ran out of time.
+# per_step FP16 runs, the autotuned FP32 and FP16 runs, the CNN's FP32 and FP16 runs tuned
+# with non-deterministic convolutions admitted, and the kernel-timed FP16 runs. The runs'
+# summary.json, the end of their output and the kernel tables are gathered into train.json.
+# Sets train_failed when a run failed or ran out of time.
 training_stage() {
   local limit="$1"
   train_dir="$(mktemp -d /tmp/mixprec-train.XXXXXX)"

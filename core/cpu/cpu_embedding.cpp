@@ -8,7 +8,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
 #include "core/math/dropout.h"
-#include "core/math/embedding_splits.h"
+#include "core/math/embedding_parts.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -28,7 +28,7 @@ void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kDropoutChunk, count = std::min(kDropoutChunk, n - begin);
     uint8_t keep[kDropoutChunk];
-    fill_dropout_keep(key.seed, key.offset + static_cast<uint64_t>(begin), count, p, keep);
+    fill_dropout_keep(key, static_cast<uint64_t>(begin), count, p, keep);
     for (int64_t i = 0; i < count; ++i) {
       y[begin + i] = from_float<T>(dropout_value(to_float(x[begin + i]), keep[i] != 0, scale));
     }
@@ -36,7 +36,7 @@ void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
 }
 
 // Every vocabulary row sums the dy rows of its positions in increasing position order, in
-// FP32 parts (core/math/embedding_splits.h), and is rounded once: no atomics, so the result
+// FP32 parts (core/math/embedding_parts.h), and is rounded once: no atomics, so the result
 // is the same for any thread count, and the CUDA backend's.
 template <class T>
 void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* dweight,
@@ -48,7 +48,7 @@ void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* 
   std::vector<int64_t> order(static_cast<size_t>(count));
   std::vector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < count; ++i) order[next[ids[i]]++] = i;
-  const int64_t splits = embedding_backward_splits(count, vocab, dim);
+  const int64_t parts = embedding_backward_parts(count, vocab, dim);
 
 #pragma omp parallel if (vocab * dim + count * dim > kParallelWork)
   {
@@ -57,14 +57,14 @@ void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* 
     for (int64_t v = 0; v < vocab; ++v) {
       const int64_t length = start[v + 1] - start[v];
       std::fill(total.begin(), total.end(), 0.0f);
-      for (int64_t s = 0; s < splits; ++s) {
+      for (int64_t s = 0; s < parts; ++s) {
         std::fill(part.begin(), part.end(), 0.0f);
-        const int64_t end = start[v] + embedding_split_begin(length, s + 1, splits);
-        for (int64_t k = start[v] + embedding_split_begin(length, s, splits); k < end; ++k) {
+        const int64_t end = start[v] + embedding_part_begin(length, s + 1, parts);
+        for (int64_t k = start[v] + embedding_part_begin(length, s, parts); k < end; ++k) {
           const T* row = dy + order[k] * dim;
           for (int64_t j = 0; j < dim; ++j) part[j] += to_float(row[j]);
         }
-        if (splits == 1) {
+        if (parts == 1) {
           total.swap(part);
         } else {
           for (int64_t j = 0; j < dim; ++j) total[j] += part[j];

@@ -102,10 +102,10 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
       if (p > 0.0f) {
         // Dropout in separate loops that the compiler vectorises, Philox included; the masked
         // columns need no draw when their probability is +0.
-        const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
         const int64_t drawn = masked_y == 0.0f ? live : cols;
-        fill_dropout_keep(key.seed, first, drawn, p, keep.data());
-        for (int64_t j = 0; j < drawn; ++j) kept[j] = dropout_value(yr[j], keep[j] != 0, drop_scale);
+        fill_dropout_keep(key, static_cast<uint64_t>(r * cols), drawn, p, keep.data());
+        for (int64_t j = 0; j < drawn; ++j)
+          kept[j] = dropout_value(yr[j], keep[j] != 0, drop_scale);
         std::fill(kept.begin() + drawn, kept.end(), 0.0f);
         out = kept.data();
       }
@@ -132,8 +132,7 @@ void attention_softmax_backward_rows(const float* probs, const float* dprobs, fl
       const float* gr = dprobs + r * cols;
       if (p > 0.0f) {
         // The loops of the separate dropout, which the compiler vectorises, Philox included.
-        const uint64_t first = key.offset + static_cast<uint64_t>(r * cols);
-        fill_dropout_keep(key.seed, first, cols, p, keep.data());
+        fill_dropout_keep(key, static_cast<uint64_t>(r * cols), cols, p, keep.data());
         for (int64_t j = 0; j < cols; ++j) dy[j] = dropout_value(gr[j], keep[j] != 0, drop_scale);
       } else {
         std::copy(gr, gr + cols, dy.begin());

@@ -1,9 +1,10 @@
-// Per-element math of dropout, shared by the CPU and CUDA backends. Element i of a call
-// keyed (seed, offset) has the counter c = offset + i and draws word c % 4 of the Philox block
-// c / 4: one Philox evaluation gives the draws of four consecutive counters, and a
-// (seed, offset) key still fixes the mask on every backend and for any thread count; the
-// backward replays the same key. Distinct counters never share a word, so calls whose
-// counter ranges do not overlap draw independent masks, whatever their alignment.
+// Per-element math of dropout, shared by the CPU and CUDA backends. Element i of a call keyed
+// (seed, offset) draws word i % 4 of the Philox block at counter offset + i / 4: one Philox
+// evaluation gives the draws of four consecutive elements, and the key fixes the mask on
+// every backend and for any thread count; the backward replays the same key. A call of n
+// elements reserves the counters [offset, offset + n) of its Generator and evaluates only
+// blocks inside them (the first ceil(n / 4)), so no two calls of a Generator, random fills
+// included, share a block: their draws are independent.
 #pragma once
 
 #include <cstdint>
@@ -19,47 +20,54 @@ MIXPREC_HD bool dropout_keep_word(uint32_t word, float p) {
   return !(static_cast<float>(word >> 8) * (1.0f / 16777216.0f) < p);
 }
 
-// True when the element of counter `counter` survives: one Philox evaluation, for code that
-// visits counters one at a time. Loops over consecutive counters use DropoutDraws or
-// fill_dropout_keep, which evaluate Philox once per block of four.
-MIXPREC_HD bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
-  return dropout_keep_word(philox4x32(seed, counter >> 2).v[counter & 3u], p);
+// The Philox block of element `index` of a call keyed `key`.
+MIXPREC_HD uint64_t dropout_block(const PhiloxKey& key, uint64_t index) {
+  return key.offset + (index >> 2);
 }
 
-// The last Philox block a thread evaluated: asking for counters in increasing order (or any
+// True when element `index` of a call keyed `key` survives: one Philox evaluation, for code
+// that visits elements one at a time. Loops over consecutive elements use DropoutDraws or
+// fill_dropout_keep, which evaluate Philox once per block of four.
+MIXPREC_HD bool dropout_keep(const PhiloxKey& key, uint64_t index, float p) {
+  return dropout_keep_word(philox4x32(key.seed, dropout_block(key, index)).v[index & 3u], p);
+}
+
+// The last Philox block a thread evaluated: asking for elements in increasing order (or any
 // order that stays within a block for four asks) costs one evaluation per block.
 struct DropoutDraws {
   uint64_t block = ~uint64_t{0};
   Philox4 words{};
-  MIXPREC_HD bool keep(uint64_t seed, uint64_t counter, float p) {
-    if ((counter >> 2) != block) {
-      block = counter >> 2;
-      words = philox4x32(seed, block);
+  MIXPREC_HD bool keep(const PhiloxKey& key, uint64_t index, float p) {
+    const uint64_t wanted = dropout_block(key, index);
+    if (wanted != block) {
+      block = wanted;
+      words = philox4x32(key.seed, block);
     }
-    return dropout_keep_word(words.v[counter & 3u], p);
+    return dropout_keep_word(words.v[index & 3u], p);
   }
 };
 
-// keep[i] = dropout_keep(seed, first + i, p) for i < n, one Philox evaluation per block of
-// four; the loop over whole blocks has no branches, so a host compiler vectorises it.
-MIXPREC_HD void fill_dropout_keep(uint64_t seed, uint64_t first, int64_t n, float p,
+// keep[i] = dropout_keep(key, first + i, p) for i < n: one Philox evaluation per block of
+// four, the elements before the first block boundary and after the last one through a
+// DropoutDraws. The loop over whole blocks has no branches, so a host compiler vectorises it.
+MIXPREC_HD void fill_dropout_keep(const PhiloxKey& key, uint64_t first, int64_t n, float p,
                                   uint8_t* keep) {
+  DropoutDraws edge;
   int64_t i = 0;
-  // Up to the first counter that starts a block.
   for (; i < n && ((first + static_cast<uint64_t>(i)) & 3u) != 0; ++i) {
-    keep[i] = dropout_keep(seed, first + static_cast<uint64_t>(i), p);
+    keep[i] = edge.keep(key, first + static_cast<uint64_t>(i), p);
   }
-  const uint64_t block0 = (first + static_cast<uint64_t>(i)) >> 2;
+  const uint64_t block0 = dropout_block(key, first + static_cast<uint64_t>(i));
   const int64_t blocks = (n - i) / 4;
   uint8_t* out = keep + i;
   for (int64_t b = 0; b < blocks; ++b) {
-    const Philox4 r = philox4x32(seed, block0 + static_cast<uint64_t>(b));
+    const Philox4 r = philox4x32(key.seed, block0 + static_cast<uint64_t>(b));
     out[4 * b] = dropout_keep_word(r.v[0], p);
     out[4 * b + 1] = dropout_keep_word(r.v[1], p);
     out[4 * b + 2] = dropout_keep_word(r.v[2], p);
     out[4 * b + 3] = dropout_keep_word(r.v[3], p);
   }
-  for (i += 4 * blocks; i < n; ++i) keep[i] = dropout_keep(seed, first + static_cast<uint64_t>(i), p);
+  for (i += 4 * blocks; i < n; ++i) keep[i] = edge.keep(key, first + static_cast<uint64_t>(i), p);
 }
 
 // 1 / (1 - p), for p in [0, 1): survivors are scaled so that the expected value is unchanged.

@@ -6,22 +6,20 @@
 namespace mixprec::kernels {
 namespace {
 
-// A thread per Philox block of counters (core/math/dropout.h): one evaluation gives the keep
-// decisions of its four elements, the first and last blocks holding fewer when the key's
-// offset is not a multiple of 4. Loads are not packed: the kernel is bound by Philox.
+// A thread per Philox block (core/math/dropout.h): one evaluation gives the keep decisions of
+// its four elements 4b .. 4b + 3, the last block holding fewer when n is not a multiple of 4.
+// Loads are not packed: the kernel is bound by Philox.
 template <class T>
 __global__ void __launch_bounds__(kThreads) dropout_kernel(const T* x, float p, float scale,
                                                           PhiloxKey key, T* y, int64_t n,
                                                           int64_t blocks) {
-  const uint64_t first_block = key.offset >> 2;
-  const int64_t head = static_cast<int64_t>(key.offset & 3u);  // counters before element 0
   const int64_t stride = thread_stride();
   for (int64_t b = first_thread(); b < blocks; b += stride) {
-    const Philox4 r = philox4x32(key.seed, first_block + static_cast<uint64_t>(b));
+    const Philox4 r = philox4x32(key.seed, dropout_block(key, static_cast<uint64_t>(4 * b)));
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const int64_t i = 4 * b + w - head;
-      if (i >= 0 && i < n) {
+      const int64_t i = 4 * b + w;
+      if (i < n) {
         y[i] = from_float<T>(dropout_value(to_float(x[i]), dropout_keep_word(r.v[w], p), scale));
       }
     }
@@ -35,8 +33,7 @@ void dropout(DType dtype, const void* x, float p, PhiloxKey key, void* y, int64_
   if (n <= 0) return;
   // The scale is computed once on the host, as the CPU backend does.
   const float scale = dropout_scale(p);
-  const int64_t blocks = static_cast<int64_t>(((key.offset + static_cast<uint64_t>(n) - 1) >> 2) -
-                                              (key.offset >> 2)) + 1;
+  const int64_t blocks = (n + 3) / 4;
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "dropout", [&] {
     MIXPREC_LAUNCH(grid_for(blocks), kThreads, stream, dropout_kernel)(
         static_cast<const scalar_t*>(x), p, scale, key, static_cast<scalar_t*>(y), n, blocks);

@@ -1,7 +1,7 @@
-// Dropout on the CUDA backend: element i keeps its value when the Philox draw for counter
-// key.offset + i is at least p (core/math/dropout.h), so the mask is the CPU backend's for
-// the same key and the backward replays it with the same call on dy. Internal to cuda/;
-// asynchronous on `stream`; nothing is launched for n == 0.
+// Dropout on the CUDA backend: element i keeps its value when its Philox draw (word i % 4 of
+// the block at counter key.offset + i / 4, core/math/dropout.h) is at least p, so the mask is
+// the CPU backend's for the same key and the backward replays it with the same call on dy.
+// Internal to cuda/; asynchronous on `stream`; nothing is launched for n == 0.
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,7 @@
 #endif
 
 #include "core/error.h"
-#include "core/math/embedding_splits.h"
+#include "core/math/embedding_parts.h"
 #include "cuda/kernels/common.cuh"
 
 namespace mixprec::kernels {
@@ -30,7 +30,7 @@ int key_bits(int64_t vocab) {
 struct Layout {
   size_t sorted_ids, positions, sorted_positions, starts, partials, sort_temp, sort_temp_bytes,
       total;
-  int64_t splits;
+  int64_t parts;
 };
 
 Layout layout_for(int64_t count, int64_t vocab, int64_t dim) {
@@ -46,8 +46,8 @@ Layout layout_for(int64_t count, int64_t vocab, int64_t dim) {
   l.sorted_positions = l.positions + round_up(ints);
   l.starts = l.sorted_positions + round_up(ints);
   l.partials = l.starts + round_up(static_cast<size_t>(vocab + 1) * sizeof(int32_t));
-  l.splits = embedding_backward_splits(count, vocab, dim);
-  const size_t partial_floats = l.splits > 1 ? static_cast<size_t>(l.splits * vocab * dim) : 0;
+  l.parts = embedding_backward_parts(count, vocab, dim);
+  const size_t partial_floats = l.parts > 1 ? static_cast<size_t>(l.parts * vocab * dim) : 0;
   l.sort_temp = l.partials + round_up(partial_floats * sizeof(float));
   l.sort_temp_bytes = sort_bytes;
   l.total = l.sort_temp + round_up(sort_bytes);
@@ -75,27 +75,27 @@ __global__ void __launch_bounds__(kThreads) run_starts_kernel(const uint32_t* so
   }
 }
 
-// One thread per part s and element (v, j) of dweight (core/math/embedding_splits.h):
+// One thread per part s and element (v, j) of dweight (core/math/embedding_parts.h):
 // consecutive threads take consecutive columns, so the dy rows are read coalesced. With one
 // part the sum is dweight's value; otherwise it goes to partials[s][v][j].
 template <class T>
 __global__ void __launch_bounds__(kThreads) gather_sum_kernel(const int32_t* starts,
                                                              const int32_t* positions,
                                                              const T* dy, T* dweight,
-                                                             float* partials, int64_t splits,
+                                                             float* partials, int64_t parts,
                                                              int64_t vocab, int64_t dim) {
   const int64_t table = vocab * dim;
-  const int64_t n = splits * table;
+  const int64_t n = parts * table;
   const int64_t stride = thread_stride();
   for (int64_t i = first_thread(); i < n; i += stride) {
     const int64_t s = i / table, e = i % table;
     const int64_t v = e / dim, j = e % dim;
     const int64_t run = starts[v], length = starts[v + 1] - run;
-    const int64_t end = run + embedding_split_begin(length, s + 1, splits);
+    const int64_t end = run + embedding_part_begin(length, s + 1, parts);
     float acc = 0.0f;
-    for (int64_t k = run + embedding_split_begin(length, s, splits); k < end; ++k)
+    for (int64_t k = run + embedding_part_begin(length, s, parts); k < end; ++k)
       acc += to_float(dy[static_cast<int64_t>(positions[k]) * dim + j]);
-    if (splits == 1) dweight[e] = from_float<T>(acc);
+    if (parts == 1) dweight[e] = from_float<T>(acc);
     else partials[i] = acc;
   }
 }
@@ -103,12 +103,12 @@ __global__ void __launch_bounds__(kThreads) gather_sum_kernel(const int32_t* sta
 // dweight[v][j] = the parts' sums added from 0 in part order, rounded once.
 template <class T>
 __global__ void __launch_bounds__(kThreads) parts_total_kernel(const float* partials,
-                                                              int64_t splits, int64_t table,
+                                                              int64_t parts, int64_t table,
                                                               T* dweight) {
   const int64_t stride = thread_stride();
   for (int64_t e = first_thread(); e < table; e += stride) {
     float total = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) total += partials[s * table + e];
+    for (int64_t s = 0; s < parts; ++s) total += partials[s * table + e];
     dweight[e] = from_float<T>(total);
   }
 }
@@ -149,12 +149,12 @@ void embedding_backward(DType dtype, const int32_t* ids, int64_t count, const vo
   CUDA_CHECK_LAST();
   MIXPREC_CUDA_DISPATCH_FLOATING(dtype, "embedding_backward", [&] {
     auto* out = static_cast<scalar_t*>(dweight);
-    MIXPREC_LAUNCH(grid_for(l.splits * vocab * dim), kThreads, stream, gather_sum_kernel)(starts,
-        sorted_positions, static_cast<const scalar_t*>(dy), out, partials, l.splits, vocab, dim);
+    MIXPREC_LAUNCH(grid_for(l.parts * vocab * dim), kThreads, stream, gather_sum_kernel)(starts,
+        sorted_positions, static_cast<const scalar_t*>(dy), out, partials, l.parts, vocab, dim);
     CUDA_CHECK_LAST();
-    if (l.splits > 1) {
+    if (l.parts > 1) {
       MIXPREC_LAUNCH(grid_for(vocab * dim), kThreads, stream, parts_total_kernel)(partials,
-          l.splits, vocab * dim, out);
+          l.parts, vocab * dim, out);
       CUDA_CHECK_LAST();
     }
   });

@@ -71,25 +71,10 @@ __global__ void __launch_bounds__(kThreads) transpose_kernel(const Word* x, Word
   }
 }
 
+// The tiled transpose of a plan whose innermost output dim is strided in x.
 template <class Word, class Index>
-void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
-                    cudaStream_t stream) {
-  const size_t ndim = plan.extents.size();
-  const size_t last = ndim - 1;
-  const auto* px = static_cast<const Word*>(x);
-  auto* py = static_cast<Word*>(y);
-  if (plan.xstrides[last] == 1) {
-    PermuteArgs<Index> a;
-    a.ndim = static_cast<int>(ndim);
-    for (size_t d = 0; d < ndim; ++d) {
-      a.extents[d] = static_cast<Index>(plan.extents[d]);
-      a.xstrides[d] = static_cast<Index>(plan.xstrides[d]);
-    }
-    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, permute_kernel<Word, Index>)(px, py,
-        static_cast<Index>(n), a);
-    CUDA_CHECK_LAST();
-    return;
-  }
+void launch_transpose(const PermutePlan& plan, const Word* px, Word* py, cudaStream_t stream) {
+  const size_t last = plan.extents.size() - 1;
   size_t j = 0;
   while (plan.xstrides[j] != 1) ++j;
   TransposeArgs<Index> a;
@@ -113,6 +98,35 @@ void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
   MIXPREC_LAUNCH(blocks, kThreads, stream, transpose_kernel<Word, Index>)(px, py,
       static_cast<Index>(tasks), a);
   CUDA_CHECK_LAST();
+}
+
+template <class Word, class Index>
+void launch_permute(const PermutePlan& plan, const void* x, void* y, int64_t n,
+                    cudaStream_t stream) {
+  const size_t ndim = plan.extents.size();
+  const size_t last = ndim - 1;
+  const auto* px = static_cast<const Word*>(x);
+  auto* py = static_cast<Word*>(y);
+  if (plan.xstrides[last] == 1) {
+    PermuteArgs<Index> a;
+    a.ndim = static_cast<int>(ndim);
+    for (size_t d = 0; d < ndim; ++d) {
+      a.extents[d] = static_cast<Index>(plan.extents[d]);
+      a.xstrides[d] = static_cast<Index>(plan.xstrides[d]);
+    }
+    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, permute_kernel<Word, Index>)(px, py,
+        static_cast<Index>(n), a);
+    CUDA_CHECK_LAST();
+    return;
+  }
+  // Words wider than an element move only runs contiguous in x, which the walk above takes,
+  // so the transpose (and its shared tile) exists for element-sized words only.
+  if constexpr (sizeof(Word) <= 4) {
+    launch_transpose<Word, Index>(plan, px, py, stream);
+  } else {
+    MIXPREC_FAIL("permute: ", sizeof(Word), "-byte words need the innermost output dim "
+                 "contiguous in x");
+  }
 }
 
 template <class Word>
@@ -200,24 +214,7 @@ void with_heads_word(std::initializer_list<const void*> pointers, int64_t batch,
   else go(uint16_t{});
 }
 
-// The widest word (up to 16 bytes) in which a permutation whose innermost output dim is
-// contiguous in x can move whole pieces of that dim's runs: the run's bytes, every other
-// dim's x stride in bytes and both pointers are multiples of it. element_size otherwise.
-size_t permute_word(const PermutePlan& plan, size_t element_size, const void* x, const void* y) {
-  const size_t last = plan.extents.size() - 1;
-  if (plan.xstrides[last] != 1) return element_size;
-  for (const size_t word : {size_t{16}, size_t{8}, size_t{4}}) {
-    if (word <= element_size) break;
-    bool fits = static_cast<size_t>(plan.extents[last]) * element_size % word == 0 &&
-                aligned_to(x, word) && aligned_to(y, word);
-    for (size_t d = 0; d < last && fits; ++d)
-      fits = static_cast<size_t>(plan.xstrides[d]) * element_size % word == 0;
-    if (fits) return word;
-  }
-  return element_size;
-}
-
-// `plan` counted in words of `ratio` elements (permute_word's conditions hold).
+// `plan` counted in words of `ratio` elements (permute_word_bytes's conditions hold).
 PermutePlan in_words(PermutePlan plan, int64_t ratio) {
   const size_t last = plan.extents.size() - 1;
   plan.extents[last] /= ratio;
@@ -236,6 +233,21 @@ void launch_permute_words(const PermutePlan& plan, const void* x, void* y, int64
 
 }  // namespace
 
+size_t permute_word_bytes(const PermutePlan& plan, size_t element_size, const void* x,
+                          const void* y) {
+  const size_t last = plan.extents.size() - 1;
+  if (plan.xstrides[last] != 1) return element_size;
+  for (const size_t word : {size_t{16}, size_t{8}, size_t{4}}) {
+    if (word <= element_size) break;
+    bool fits = static_cast<size_t>(plan.extents[last]) * element_size % word == 0 &&
+                aligned_to(x, word) && aligned_to(y, word);
+    for (size_t d = 0; d < last && fits; ++d)
+      fits = static_cast<size_t>(plan.xstrides[d]) * element_size % word == 0;
+    if (fits) return word;
+  }
+  return element_size;
+}
+
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
              cudaStream_t stream) {
   if (n <= 0) return;
@@ -244,7 +256,7 @@ void permute(const PermutePlan& plan, size_t element_size, const void* x, void* 
                 "backend's ", kMaxDims, "; reshape the tensor to fewer dimensions");
   MIXPREC_CHECK(element_size == 2 || element_size == 4, "permute: unsupported element size ",
                 element_size);
-  const size_t word = permute_word(plan, element_size, x, y);
+  const size_t word = permute_word_bytes(plan, element_size, x, y);
   const int64_t ratio = static_cast<int64_t>(word / element_size);
   const PermutePlan words = ratio > 1 ? in_words(plan, ratio) : plan;
   const int64_t count = n / ratio;

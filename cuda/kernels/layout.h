@@ -22,6 +22,12 @@ namespace mixprec::kernels {
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
              cudaStream_t stream);
 
+// The word, in bytes, that permute moves `plan` in between x and y: the widest of 16, 8 and 4
+// that the run of the innermost output dim (when it is contiguous in x), every other dim's x
+// stride and both pointers are multiples of; element_size otherwise.
+size_t permute_word_bytes(const PermutePlan& plan, size_t element_size, const void* x,
+                          const void* y);
+
 // For r < rows: copies `row_bytes` bytes from src + index(r) * src_pitch to dst + r * dst_pitch,
 // where index(r) = row_ids[r] when row_ids is not null, else r. Moves the widest words (up
 // to 16 bytes) that the pitches, the row length and both pointers allow.

@@ -53,7 +53,7 @@ struct RowDropout {
   __device__ __forceinline__ bool keep(DropoutDraws& draws, int64_t r, int64_t cols,
                                        int64_t j) const {
     if (p == 0.0f) return true;
-    return draws.keep(key.seed, key.offset + static_cast<uint64_t>(r * cols + j), p);
+    return draws.keep(key, static_cast<uint64_t>(r * cols + j), p);
   }
   // v dropped out by a keep() decision.
   __device__ __forceinline__ float apply(float v, bool kept) const {

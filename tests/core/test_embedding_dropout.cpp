@@ -6,6 +6,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/backend.h"
 #include "core/math/dropout.h"
+#include "core/math/embedding_parts.h"
 #include "gradcheck.h"
 
 namespace mixprec {
@@ -86,6 +87,38 @@ TEST_CASE("embedding gradient matches finite differences", "[nn][embedding]") {
   Tensor w = random_tensor({7, 3}, 5).set_requires_grad(true);
   gradcheck("embedding", [&](const std::vector<Tensor>& in) { return ops::embedding(in[0], ids); },
             {w});
+}
+
+TEST_CASE("embedding backward cuts each row's positions into parts that cover it in order",
+          "[nn][embedding]") {
+  // About one part per four positions of an average row, capped at kEmbeddingMaxParts and by
+  // the partial sums' bound; one part for anything degenerate.
+  CHECK(embedding_backward_parts(16384, 65, 384) == 63);
+  CHECK(embedding_backward_parts(16384, 256, 384) == 16);
+  CHECK(embedding_backward_parts(1 << 20, 3, 8) == kEmbeddingMaxParts);
+  CHECK(embedding_backward_parts(1 << 20, 1000, 50000) == 1);  // the partials would not fit
+  CHECK(embedding_backward_parts(7, 5, 3) == 1);
+  CHECK(embedding_backward_parts(0, 5, 3) == 1);
+  CHECK(embedding_backward_parts(100, 0, 3) == 1);
+  for (int64_t count : {1, 5, 4097, 20000}) {
+    for (int64_t vocab : {1, 3, 65}) {
+      const int64_t parts = embedding_backward_parts(count, vocab, 24);
+      REQUIRE(parts >= 1);
+      REQUIRE(parts * vocab * 24 <= kEmbeddingMaxPartialFloats);
+      // Every run length, shorter than the part count included: consecutive parts, from 0
+      // to the run's end, never going back.
+      for (int64_t length : {int64_t{0}, int64_t{1}, parts - 1, parts, parts + 1, count}) {
+        if (length < 0) continue;
+        INFO("count " << count << " vocab " << vocab << " length " << length);
+        REQUIRE(embedding_part_begin(length, 0, parts) == 0);
+        REQUIRE(embedding_part_begin(length, parts, parts) == length);
+        for (int64_t s = 0; s < parts; ++s) {
+          REQUIRE(embedding_part_begin(length, s, parts) <=
+                  embedding_part_begin(length, s + 1, parts));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("embedding rejects bad input", "[nn][embedding]") {
@@ -173,39 +206,52 @@ TEST_CASE("dropout backward applies the forward mask", "[nn][dropout]") {
             {x});
 }
 
-TEST_CASE("dropout keeps element i by word c % 4 of the Philox block c / 4, c = offset + i",
+TEST_CASE("dropout keeps element i by word i % 4 of the Philox block at offset + i / 4",
           "[nn][dropout]") {
   const uint64_t seed = 0x5EEDull;
   const float p = 0.5f;
   // The rule itself, from the Philox words.
-  const auto expected_keep = [&](uint64_t c) {
-    const uint32_t word = philox4x32(seed, c / 4).v[c % 4];
+  const auto expected_keep = [&](uint64_t offset, uint64_t i) {
+    const uint32_t word = philox4x32(seed, offset + i / 4).v[i % 4];
     return static_cast<float>(word >> 8) / 16777216.0f >= p;
   };
-  for (uint64_t offset : {0ull, 1ull, 2ull, 3ull, 4ull, 4097ull}) {
+  for (uint64_t offset : {0ull, 1ull, 2ull, 3ull, 4097ull}) {
     for (int64_t n : {1, 3, 4, 5, 8, 9, 4099, 9000}) {
       INFO("offset " << offset << " n " << n);
-      std::vector<uint8_t> keep(static_cast<size_t>(n), 2);
-      fill_dropout_keep(seed, offset, n, p, keep.data());
+      const PhiloxKey key{seed, offset};
       const Tensor x = Tensor::ones({n}, DType::F32);
       Tensor y = Tensor::empty({n}, DType::F32);
-      backend_for(kCPU).dropout(x, p, PhiloxKey{seed, offset}, y);
+      backend_for(kCPU).dropout(x, p, key, y);
       int64_t kept = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const uint64_t c = offset + static_cast<uint64_t>(i);
-        const bool rule = expected_keep(c);
-        REQUIRE(static_cast<bool>(keep[static_cast<size_t>(i)]) == rule);
-        REQUIRE(dropout_keep(seed, c, p) == rule);
+        const bool rule = expected_keep(offset, static_cast<uint64_t>(i));
+        REQUIRE(dropout_keep(key, static_cast<uint64_t>(i), p) == rule);
         REQUIRE((y.get(i) != 0.0) == rule);
         kept += rule ? 1 : 0;
       }
       if (n >= 4099) CHECK(std::abs(static_cast<double>(kept) / n - 0.5) < 0.05);
+      // A run that starts inside a block (a row of attention's scores) keeps the same rule.
+      for (uint64_t first : {0ull, 1ull, 2ull, 3ull}) {
+        if (static_cast<int64_t>(first) >= n) continue;
+        std::vector<uint8_t> keep(static_cast<size_t>(n), 2);
+        fill_dropout_keep(key, first, n - static_cast<int64_t>(first), p, keep.data());
+        for (int64_t i = 0; i + static_cast<int64_t>(first) < n; ++i) {
+          REQUIRE(static_cast<bool>(keep[static_cast<size_t>(i)]) ==
+                  expected_keep(offset, first + static_cast<uint64_t>(i)));
+        }
+      }
     }
   }
+  // The blocks stay inside the counters the call reserved: a mask of n elements at offset k
+  // never evaluates a block at or beyond k + n, where the next call's draws begin.
+  CHECK(dropout_block(PhiloxKey{seed, 10}, 0) == 10);
+  CHECK(dropout_block(PhiloxKey{seed, 10}, 4) == 11);
+  for (uint64_t n = 1; n < 40; ++n) CHECK(dropout_block(PhiloxKey{seed, 10}, n - 1) < 10 + n);
   // A thread's cache of its last block gives the same decisions in any order of asking.
   DropoutDraws draws;
-  for (uint64_t c : {9ull, 8ull, 11ull, 3ull, 10ull, 9ull, 400ull, 2ull}) {
-    CHECK(draws.keep(seed, c, p) == expected_keep(c));
+  const PhiloxKey key{seed, 7};
+  for (uint64_t i : {9ull, 8ull, 11ull, 3ull, 10ull, 9ull, 400ull, 2ull}) {
+    CHECK(draws.keep(key, i, p) == expected_keep(7, i));
   }
 }
 

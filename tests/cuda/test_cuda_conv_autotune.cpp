@@ -1,9 +1,10 @@
 // The convolution autotuner (cuda/conv_autotune.h): its switch and environment variable, and
 // tuned convolutions through the backend against the CPU and against the heuristic's plan.
 // The emulated heuristic offers three deterministic forward algorithms, and for each backward
-// pass two deterministic ones beside non-deterministic ones, which must never be timed. On the
-// emulated backend every algorithm computes the same sum, so tuned and untuned results agree
-// bit for bit there; on a GPU they agree within the accumulation tolerance.
+// pass two deterministic ones beside non-deterministic ones, which are never timed unless
+// the non-deterministic switch admits them (the last tests). On the emulated backend every
+// algorithm computes the same sum, so tuned and untuned results agree bit for bit there; on
+// a GPU they agree within the accumulation tolerance.
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -74,7 +75,8 @@ struct CpuBackward {
   Tensor dx, dx_mag, dw, dw_mag;
 };
 
-CpuBackward cpu_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dDesc& desc) {
+CpuBackward cpu_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                         const Conv2dDesc& desc) {
   const DType dtype = x.dtype();
   CpuBackward r{Tensor::empty(x.shape(), dtype), Tensor::empty(x.shape(), DType::F32),
                 Tensor::empty(w.shape(), dtype), Tensor::empty(w.shape(), DType::F32)};

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend_agreement.h"
-#include "core/math/embedding_splits.h"
+#include "core/math/embedding_parts.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/layout.h"
 
@@ -178,6 +178,28 @@ TEST_CASE("cuda permute matches the CPU bit for bit for every dtype", "[cuda]") 
       expect_bits_equal(expected, actual);
     }
   }
+}
+
+TEST_CASE("cuda permute chooses the widest word its run, strides and pointers allow", "[cuda]") {
+  // Host-side choice only: no device needed. Pointers are fake addresses of known alignment.
+  const auto at = [](uintptr_t address) { return reinterpret_cast<const void*>(address); };
+  const void* aligned = at(4096);
+  const PermutePlan heads = plan_permute({2, 6, 17, 64}, {0, 2, 1, 3});  // runs of 64
+  CHECK(kernels::permute_word_bytes(heads, 2, aligned, aligned) == 16);
+  CHECK(kernels::permute_word_bytes(heads, 4, aligned, aligned) == 16);
+  CHECK(kernels::permute_word_bytes(heads, 2, at(4096 + 8), aligned) == 8);
+  CHECK(kernels::permute_word_bytes(heads, 2, aligned, at(4096 + 2)) == 2);
+  CHECK(kernels::permute_word_bytes(heads, 4, at(4096 + 4), aligned) == 4);
+  // Runs of 4 and 6 elements; of 3 two-byte elements (6 bytes, no word wider than one).
+  CHECK(kernels::permute_word_bytes(plan_permute({3, 5, 4}, {1, 0, 2}), 2, aligned, aligned) == 8);
+  CHECK(kernels::permute_word_bytes(plan_permute({4, 3, 6}, {1, 0, 2}), 2, aligned, aligned) == 4);
+  CHECK(kernels::permute_word_bytes(plan_permute({4, 3, 6}, {1, 0, 2}), 4, aligned, aligned) == 8);
+  CHECK(kernels::permute_word_bytes(plan_permute({5, 7, 3}, {1, 0, 2}), 2, aligned, aligned) == 2);
+  // A transpose: the innermost output dim is strided in x, so elements.
+  CHECK(kernels::permute_word_bytes(plan_permute({64, 64}, {1, 0}), 2, aligned, aligned) == 2);
+  // The identity merges into one contiguous run.
+  CHECK(kernels::permute_word_bytes(plan_permute({4097}, {0}), 4, aligned, aligned) == 4);
+  CHECK(kernels::permute_word_bytes(plan_permute({4096}, {0}), 4, aligned, aligned) == 16);
 }
 
 TEST_CASE("cuda permute falls back to narrower words for misaligned pointers", "[cuda]") {
@@ -497,21 +519,27 @@ TEST_CASE("cuda embedding_backward sums repeated ids in the CPU's order, bit for
   std::mt19937 rng(50);
   struct Case {
     int64_t count, vocab, dim;
+    bool in_parts;  // whether each row is summed in more than one part
+    bool skewed;    // every third position holds id 1
   };
   // One id; repeats with unused rows (which must be zeroed); many repeats of few ids, whose
-  // rows are summed in parts (core/math/embedding_splits.h); a long row; a character
+  // rows are summed in parts (core/math/embedding_parts.h); a long row; a character
   // corpus's skew, where one id holds a third of the positions.
-  const std::vector<Case> cases = {{1, 5, 7},    {37, 11, 8},    {4097, 50, 7}, {300, 3, 33},
-                                   {9, 4, 4097}, {64, 1000, 1}, {20000, 65, 24}};
+  const std::vector<Case> cases = {
+      {1, 5, 7, false, false},    {37, 11, 8, false, false},    {4097, 50, 7, true, false},
+      {300, 3, 33, true, false},  {9, 4, 4097, false, false},   {64, 1000, 1, false, false},
+      {20000, 65, 24, true, true}};
   for (const Case& c : cases) {
+    const int64_t parts = embedding_backward_parts(c.count, c.vocab, c.dim);
+    CHECK((parts > 1) == c.in_parts);
     for (DType dtype : kFloatingTypes) {
       INFO(dtype << " " << c.count << " ids into [" << c.vocab << ", " << c.dim << "], "
-                 << embedding_backward_splits(c.count, c.vocab, c.dim) << " parts per row");
+                 << parts << " parts per row");
       std::vector<int32_t> id_values = random_ids(c.count, c.vocab, rng);
       // Keep the last row unused when there is more than one.
       for (int32_t& id : id_values)
         if (c.vocab > 1 && id == c.vocab - 1) id = 0;
-      if (c.vocab == 65) {
+      if (c.skewed) {
         for (size_t i = 0; i < id_values.size(); i += 3) id_values[i] = 1;
       }
       const Tensor ids = Tensor::from_ints(id_values, {c.count});
@@ -545,7 +573,14 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same key", "[cuda]") {
     for (DType dtype : kFloatingTypes) {
       for (int64_t n : kOddSizes) {
         INFO(dtype << " [" << n << "] p " << p);
+        // Any offset: the thread per Philox block starts at element 0 whatever it is.
+        const PhiloxKey even{key.seed, 4096};
+        Tensor expected_even = Tensor::empty({n}, dtype);
+        Tensor actual_even = poisoned({n}, dtype);
         const Tensor x = random_tensor({n}, dtype, rng);
+        cpu_backend().dropout(x, p, even, expected_even);
+        gpu_backend().dropout(on_gpu(x), p, even, actual_even);
+        expect_bits_equal(expected_even, actual_even);
         Tensor expected = Tensor::empty({n}, dtype);
         cpu_backend().dropout(x, p, key, expected);
         Tensor actual = poisoned({n}, dtype);
