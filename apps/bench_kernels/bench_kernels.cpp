@@ -1,11 +1,15 @@
 // Kernel micro-benchmarks of the CPU backend: the GEMM against plain Eigen (the FP32 path maps
 // tensors straight into Eigen, so the two should run at the same rate), the FP16/BF16 GEMM
-// (widen, FP32 product, round once), an im2col convolution of a small-CNN layer shape, and
-// causal attention's softmax fused and composed.
+// (widen, FP32 product, round once), an im2col convolution of a small-CNN layer shape,
+// causal attention's softmax fused and composed, and dropout's keep decisions one Philox
+// evaluation per element against one per four.
 //
 //   mixprec_bench_kernels --benchmark_filter=1024 --benchmark_repetitions=5
 //                         --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
 
 // GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
 // _mm512_undefined_ps placeholders inside its own intrinsics), a known false positive.
@@ -17,6 +21,7 @@
 #include "apps/bench_kernels/attention_softmax_pass.h"
 #include "core/backend.h"
 #include "core/generator.h"
+#include "core/math/dropout.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
 
@@ -101,8 +106,34 @@ void BM_AttentionSoftmax(benchmark::State& state, bool fused) {
   }
 }
 
+// Dropout's keep decisions for 1M consecutive elements (core/math/dropout.h): one Philox
+// evaluation per element through dropout_keep, as a loop visiting elements one at a time
+// pays, against fill_dropout_keep's one evaluation per block of four.
+void BM_DropoutMask(benchmark::State& state, bool blocks) {
+  constexpr int64_t kElements = int64_t{1} << 20;
+  std::vector<uint8_t> keep(static_cast<size_t>(kElements));
+  const PhiloxKey key{11, 0};
+  for (auto _ : state) {
+    if (blocks) {
+      fill_dropout_keep(key, 0, kElements, 0.2f, keep.data());
+    } else {
+      for (int64_t i = 0; i < kElements; ++i)
+        keep[static_cast<size_t>(i)] = dropout_keep(key, static_cast<uint64_t>(i), 0.2f);
+    }
+    benchmark::DoNotOptimize(keep.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_DropoutMask, per_element, false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DropoutMask, blocks_of_four, true)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_AttentionSoftmax, fused, true)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionSoftmax, composed, false)
     ->UseRealTime()
