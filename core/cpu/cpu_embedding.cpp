@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/backend_checks.h"
+#include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -17,7 +18,7 @@ namespace {
 using cpu::kParallelWork;
 
 // Elements per task: whole Philox blocks (a multiple of 4), each evaluated once, whose keep
-// decisions fit a buffer on the stack.
+// decisions and FP32 values fit buffers on the stack.
 constexpr int64_t kDropoutChunk = 4096;
 
 template <class T>
@@ -28,10 +29,12 @@ void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kDropoutChunk, count = std::min(kDropoutChunk, n - begin);
     uint8_t keep[kDropoutChunk];
+    float values[kDropoutChunk];
     fill_dropout_keep(key, static_cast<uint64_t>(begin), count, p, keep);
-    for (int64_t i = 0; i < count; ++i) {
-      y[begin + i] = from_float<T>(dropout_value(to_float(x[begin + i]), keep[i] != 0, scale));
-    }
+    // 16-bit data widens and rounds back through the bulk converters (core/convert.h).
+    const float* in = cpu::load_f32(x + begin, values, count);
+    for (int64_t i = 0; i < count; ++i) values[i] = dropout_value(in[i], keep[i] != 0, scale);
+    cpu::store_f32(values, y + begin, count);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/backend_checks.h"
+#include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
@@ -109,15 +110,15 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
         std::fill(kept.begin() + drawn, kept.end(), 0.0f);
         out = kept.data();
       }
-      T* op = operand + r * cols;
-      for (int64_t j = 0; j < cols; ++j) op[j] = from_float<T>(out[j]);
+      // Rounded by the vectorised bulk converter (core/convert.h: from_float's bits).
+      cpu::store_f32(out, operand + r * cols, cols);
     }
   }
 }
 
 // attention_softmax_backward over `rows` rows: softmax_backward_rows with dy the dropped-out
-// dprobs, formed once per element into a row buffer (one Philox evaluation per four) and stored as
-// the separate dropout would store it.
+// dprobs, formed once per element into a row buffer (one Philox evaluation per four) and
+// stored as the separate dropout would store it.
 template <class T>
 void attention_softmax_backward_rows(const float* probs, const float* dprobs, float p,
                                      PhiloxKey key, T* ds, int64_t rows, int64_t cols) {
@@ -140,8 +141,10 @@ void attention_softmax_backward_rows(const float* probs, const float* dprobs, fl
       double dot = 0.0;
       for (int64_t j = 0; j < cols; ++j) dot += softmax_backward_term(yr[j], dy[j], false);
       const float row_dot = static_cast<float>(dot);
+      // The row's results replace dy element by element, then round in one bulk conversion.
       for (int64_t j = 0; j < cols; ++j)
-        ds[r * cols + j] = from_float<T>(softmax_backward_value(yr[j], dy[j], row_dot, false));
+        dy[j] = softmax_backward_value(yr[j], dy[j], row_dot, false);
+      cpu::store_f32(dy.data(), ds + r * cols, cols);
     }
   }
 }
