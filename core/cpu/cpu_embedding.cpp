@@ -67,11 +67,8 @@ void embedding_backward_rows(const int32_t* ids, int64_t count, const T* dy, T* 
           const T* row = dy + order[k] * dim;
           for (int64_t j = 0; j < dim; ++j) part[j] += to_float(row[j]);
         }
-        if (parts == 1) {
-          total.swap(part);
-        } else {
-          for (int64_t j = 0; j < dim; ++j) total[j] += part[j];
-        }
+        // With one part, 0 + part is the part itself (a sum from +0 is never -0).
+        for (int64_t j = 0; j < dim; ++j) total[j] += part[j];
       }
       T* out = dweight + v * dim;
       for (int64_t j = 0; j < dim; ++j) out[j] = from_float<T>(total[j]);

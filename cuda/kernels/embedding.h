@@ -5,7 +5,7 @@
 // No float atomics: the positions are sorted by id with a stable radix sort (so each id keeps
 // its positions in increasing order); each element (v, j) of dweight is the sum of dy[position][j]
 // over v's positions in that order, in FP32 parts summed by one thread each and then added in
-// part order (core/math/embedding_splits.h), rounded once. That is the CPU backend's order, so
+// part order (core/math/embedding_parts.h), rounded once. That is the CPU backend's order, so
 // both backends give the same bits on every run.
 #pragma once
 

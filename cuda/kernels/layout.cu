@@ -1,6 +1,7 @@
 #include "cuda/kernels/layout.h"
 
 #include <initializer_list>
+#include <numeric>
 
 #include "core/error.h"
 #include "cuda/kernels/common.cuh"
@@ -193,25 +194,40 @@ __global__ void __launch_bounds__(kThreads) merge_heads_kernel(const Word* q, co
   }
 }
 
+// The widest of 16, 8 and 4 bytes that every size in `sizes` is a multiple of and every
+// pointer is aligned to; `narrowest` when none is.
+size_t widest_word(std::initializer_list<size_t> sizes,
+                   std::initializer_list<const void*> pointers, size_t narrowest) {
+  for (const size_t word : {size_t{16}, size_t{8}, size_t{4}}) {
+    if (word <= narrowest) break;
+    bool fits = true;
+    for (const size_t size : sizes) fits = fits && size % word == 0;
+    for (const void* p : pointers) fits = fits && aligned_to(p, word);
+    if (fits) return word;
+  }
+  return narrowest;
+}
+
+// Calls launch(Word{}) with the unsigned word type of `bytes` (16, 8, 4 or 2).
+template <class Launch>
+void with_word(size_t bytes, const Launch& launch) {
+  switch (bytes) {
+    case 16: launch(uint4{}); break;
+    case 8: launch(uint2{}); break;
+    case 4: launch(uint32_t{}); break;
+    default: launch(uint16_t{}); break;
+  }
+}
+
 // Calls launch(Word{}, index, words) with the widest word (up to 16 bytes) that the row
 // length and every pointer allow.
 template <class Launch>
 void with_heads_word(std::initializer_list<const void*> pointers, int64_t batch, int64_t time,
                      int64_t heads, size_t row_bytes, const Launch& launch) {
-  const auto fits = [&](size_t word) {
-    if (row_bytes % word != 0) return false;
-    for (const void* p : pointers)
-      if (!aligned_to(p, word)) return false;
-    return true;
-  };
-  const auto go = [&](auto word) {
+  with_word(widest_word({row_bytes}, pointers, 2), [&](auto word) {
     const int64_t row_words = static_cast<int64_t>(row_bytes / sizeof(word));
     launch(word, HeadsIndex{time, heads, row_words}, batch * time * heads * row_words);
-  };
-  if (fits(16)) go(uint4{});
-  else if (fits(8)) go(uint2{});
-  else if (fits(4)) go(uint32_t{});
-  else go(uint16_t{});
+  });
 }
 
 // `plan` counted in words of `ratio` elements (permute_word_bytes's conditions hold).
@@ -237,15 +253,11 @@ size_t permute_word_bytes(const PermutePlan& plan, size_t element_size, const vo
                           const void* y) {
   const size_t last = plan.extents.size() - 1;
   if (plan.xstrides[last] != 1) return element_size;
-  for (const size_t word : {size_t{16}, size_t{8}, size_t{4}}) {
-    if (word <= element_size) break;
-    bool fits = static_cast<size_t>(plan.extents[last]) * element_size % word == 0 &&
-                aligned_to(x, word) && aligned_to(y, word);
-    for (size_t d = 0; d < last && fits; ++d)
-      fits = static_cast<size_t>(plan.xstrides[d]) * element_size % word == 0;
-    if (fits) return word;
-  }
-  return element_size;
+  // A word divides the run and every outer stride exactly when it divides their gcd.
+  size_t common = static_cast<size_t>(plan.extents[last]) * element_size;
+  for (size_t d = 0; d < last; ++d)
+    common = std::gcd(common, static_cast<size_t>(plan.xstrides[d]) * element_size);
+  return widest_word({common}, {x, y}, element_size);
 }
 
 void permute(const PermutePlan& plan, size_t element_size, const void* x, void* y, int64_t n,
@@ -260,29 +272,16 @@ void permute(const PermutePlan& plan, size_t element_size, const void* x, void* 
   const int64_t ratio = static_cast<int64_t>(word / element_size);
   const PermutePlan words = ratio > 1 ? in_words(plan, ratio) : plan;
   const int64_t count = n / ratio;
-  switch (word) {
-    case 16: launch_permute_words<uint4>(words, x, y, count, stream); break;
-    case 8: launch_permute_words<uint2>(words, x, y, count, stream); break;
-    case 4: launch_permute_words<uint32_t>(words, x, y, count, stream); break;
-    default: launch_permute_words<uint16_t>(words, x, y, count, stream); break;
-  }
+  with_word(word, [&](auto w) { launch_permute_words<decltype(w)>(words, x, y, count, stream); });
 }
 
 void copy_rows(const void* src, size_t src_pitch, const int32_t* row_ids, void* dst,
                size_t dst_pitch, size_t row_bytes, int64_t rows, cudaStream_t stream) {
   if (rows <= 0 || row_bytes == 0) return;
-  const auto fits = [&](size_t word) {
-    return src_pitch % word == 0 && dst_pitch % word == 0 && row_bytes % word == 0 &&
-           aligned_to(src, word) && aligned_to(dst, word);
-  };
-  const auto launch = [&](auto word) {
+  with_word(widest_word({src_pitch, dst_pitch, row_bytes}, {src, dst}, 2), [&](auto word) {
     launch_copy_rows<decltype(word)>(src, src_pitch, row_ids, dst, dst_pitch, row_bytes, rows,
                                      stream);
-  };
-  if (fits(16)) launch(uint4{});
-  else if (fits(8)) launch(uint2{});
-  else if (fits(4)) launch(uint32_t{});
-  else launch(uint16_t{});
+  });
 }
 
 void split_heads(const void* qkv, void* const (&parts)[3], int64_t batch, int64_t time,
