@@ -41,6 +41,13 @@ struct GemmDesc {
   float beta = 0.0f;
 };
 
+// What a linear layer's GEMM does to each FP32 sum s = alpha * (op(A) @ op(B))[i, j] before
+// its one rounding into C (Backend::gemm_epilogue).
+enum class GemmEpilogue {
+  Bias,      // C[i, j] = round(s + bias[j])
+  BiasGelu,  // pre[i, j] = round(s + bias[j]), C[i, j] = round(gelu_tanh(s + bias[j]))
+};
+
 // 2-D convolution of NCHW input with OIHW weights (groups = 1, dilation = 1).
 struct Conv2dDesc {
   int64_t stride_h = 1, stride_w = 1;
@@ -124,6 +131,14 @@ class Backend {
   // Any other combination (F32 inputs into a 16-bit C, F16 with BF16, I32) throws naming the
   // dtypes.
   virtual void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+  // One product of batch 1 with beta 0 and the epilogue fused (GemmEpilogue states the values
+  // stored): a, b, bias ([n]) and c share one floating dtype; bias is read as FP32 and added
+  // before the one rounding. BiasGelu also stores the biased sum into *pre_gelu (m x n, c's
+  // dtype, what gelu's backward reads) and applies gelu_tanh (core/math/elementwise.h) to the
+  // unrounded sum, as cuBLASLt's GELU_AUX_BIAS epilogue does; Bias takes pre_gelu == nullptr.
+  virtual void gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
+                             const Tensor& b, const Tensor& bias, Tensor& c,
+                             Tensor* pre_gelu) = 0;
 
   // ---- neural-network primitives ---------------------------------------------------------
   // Softmax (or log-softmax) over the last dim, FP32 math, y in x's dtype.

@@ -35,6 +35,7 @@
 #include "cuda/gemm_plan.h"
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/elementwise.h"
+#include "cuda/kernels/gemm_epilogue.h"
 
 namespace mixprec {
 namespace {
@@ -68,6 +69,16 @@ uint32_t alignment(const void* base, int64_t batch, int64_t stride, size_t eleme
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
+constexpr int kNoEpilogue = -1;
+
+cublasLtEpilogue_t cublaslt_epilogue(int epilogue) {
+  switch (static_cast<GemmEpilogue>(epilogue)) {
+    case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::BiasGelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  }
+  MIXPREC_FAIL("gemm_epilogue: unknown epilogue ", epilogue);
+}
+
 struct GemmKey {
   int device;
   DType ab, c;
@@ -76,6 +87,10 @@ struct GemmKey {
   bool trans_a, trans_b, tf32, tuned;
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
+  // The fused epilogue (kNoEpilogue for a plain product) and the alignments of its bias and
+  // pre-GELU pointers, which cuBLASLt's heuristic reads from the descriptor.
+  int epilogue = kNoEpilogue;
+  uint32_t align_bias = 0, align_pre = 0;
   auto operator<=>(const GemmKey&) const = default;
 };
 
@@ -172,6 +187,17 @@ struct GemmPlan {
         lt_c(cuda_type(key.c), mapping.c, mapping.batch) {
     desc.set(CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(mapping.a.transpose));
     desc.set(CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(mapping.b.transpose));
+    if (key.epilogue == kNoEpilogue) return;
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(cublaslt_epilogue(key.epilogue)));
+    // Column-major D is n x m: the bias runs down its rows, the pre-GELU matrix is laid out as D.
+    if (static_cast<GemmEpilogue>(key.epilogue) == GemmEpilogue::BiasGelu)
+      desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mapping.c.ld);
+  }
+
+  // The epilogue's pointers of the coming call (the descriptor holds them).
+  void point_epilogue(const void* bias, void* pre_gelu) {
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    if (pre_gelu != nullptr) desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre_gelu);
   }
 
   LtGemmMapping mapping;
@@ -179,7 +205,12 @@ struct GemmPlan {
   MatrixLayout lt_a, lt_b, lt_c;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  // False when cuBLASLt offers no algorithm for the fused epilogue; the call then takes the
+  // separate epilogue kernel (a plain product without one is an error instead).
+  bool available = true;
   std::string label;  // the problem, as the kernel profile names its calls
+  // Serialises the epilogue's pointer setting with the matmul that reads them.
+  std::mutex call_mutex;
 };
 
 std::string problem_str(const GemmKey& k) {
@@ -187,6 +218,11 @@ std::string problem_str(const GemmKey& k) {
                   std::to_string(k.k) + " (batch " + std::to_string(k.batch) + ", trans_a " +
                   (k.trans_a ? "1" : "0") + ", trans_b " + (k.trans_b ? "1" : "0") + ")";
   return s;
+}
+
+std::string epilogue_str(int epilogue) {
+  if (epilogue == kNoEpilogue) return "";
+  return static_cast<GemmEpilogue>(epilogue) == GemmEpilogue::Bias ? " +bias" : " +bias+gelu";
 }
 
 // What tuning a new plan needs of the call that first meets its problem: the row-major
@@ -228,6 +264,10 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
     for (int i = 0; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS) valid.push_back(results[i]);
   }
+  if (valid.empty() && key.epilogue != kNoEpilogue) {
+    plan.available = false;
+    return;
+  }
   MIXPREC_CHECK(!valid.empty(), problem_str(key), ": cuBLASLt has no algorithm for ", key.ab,
                 " operands into ", key.c, " with operand alignments ", key.align_a, "/",
                 key.align_b, "/", key.align_c, " bytes (status ", cublasGetStatusName(status),
@@ -258,14 +298,18 @@ class PlanCache {
  public:
   // `call` is used only when the plan is new (and tuned). Tuning happens under the lock, so
   // that two threads meeting a new problem at once do not both time it.
-  const GemmPlan& get(cublasLtHandle_t handle, const GemmKey& key, const TuningCall& call) {
+  // An epilogue plan's pointers are those of `call`'s epilogue when it is new.
+  GemmPlan& get(cublasLtHandle_t handle, const GemmKey& key, const TuningCall& call,
+                const void* bias = nullptr, void* pre_gelu = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::unique_ptr<GemmPlan>& slot = plans_[key];
     if (!slot) {
       auto plan = std::make_unique<GemmPlan>(key);
+      if (key.epilogue != kNoEpilogue) plan->point_epilogue(bias, pre_gelu);
       choose_algorithm(handle, key, *plan, call);
       plan->label = "cublasLtMatmul " + problem_str(key) + " " +
-                    std::string(dtype_name(key.ab)) + "->" + std::string(dtype_name(key.c));
+                    std::string(dtype_name(key.ab)) + "->" + std::string(dtype_name(key.c)) +
+                    epilogue_str(key.epilogue);
       slot = std::move(plan);
     }
     return *slot;
@@ -281,6 +325,51 @@ class PlanCache {
 PlanCache& plan_cache() {
   static PlanCache* cache = new PlanCache;
   return *cache;
+}
+
+// The plan key of a product on these operands (without epilogue).
+GemmKey gemm_key(int device, const GemmDesc& desc, const Tensor& a, const Tensor& b,
+                 const Tensor& c) {
+  const size_t ab_size = dtype_size(a.dtype()), c_size = dtype_size(c.dtype());
+  return GemmKey{.device = device,
+                 .ab = a.dtype(),
+                 .c = c.dtype(),
+                 .trans_a = desc.trans_a,
+                 .trans_b = desc.trans_b,
+                 .tf32 = a.dtype() == DType::F32 && tf32_allowed(),
+                 .tuned = gemm_autotune_enabled(),
+                 .m = desc.m,
+                 .n = desc.n,
+                 .k = desc.k,
+                 .batch = desc.batch,
+                 .stride_a = desc.batch > 1 ? desc.stride_a : 0,
+                 .stride_b = desc.batch > 1 ? desc.stride_b : 0,
+                 .stride_c = desc.batch > 1 ? desc.stride_c : 0,
+                 .align_a = alignment(a.data(), desc.batch, desc.stride_a, ab_size),
+                 .align_b = alignment(b.data(), desc.batch, desc.stride_b, ab_size),
+                 .align_c = alignment(c.data(), desc.batch, desc.stride_c, c_size)};
+}
+
+// What one cuBLASLt call needs besides its plan and operands.
+struct MatmulContext {
+  cublasLtHandle_t handle;
+  cudaStream_t stream;
+  CachingAllocator& allocator;
+};
+
+// D = C: the plan's matmul on the row-major operands, in place on C. `site` names the
+// backend primitive in the kernel profile.
+void run_matmul(const MatmulContext& ctx, const GemmPlan& plan, const GemmDesc& desc,
+                const Tensor& a, const Tensor& b, Tensor& c, const char* site) {
+  const float alpha = desc.alpha, beta = desc.beta;
+  Scratch workspace(ctx.allocator, plan.workspace);
+  const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
+  const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
+  const ProfiledLaunch timed(plan.label.c_str(), site, ctx.stream);
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
+                              lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
+                              c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),
+                              plan.workspace, ctx.stream));
 }
 
 }  // namespace
@@ -310,36 +399,38 @@ void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, T
     return;
   }
 
-  const size_t ab_size = dtype_size(a.dtype());
-  const GemmKey key{.device = device_index_,
-                    .ab = a.dtype(),
-                    .c = c.dtype(),
-                    .trans_a = desc.trans_a,
-                    .trans_b = desc.trans_b,
-                    .tf32 = a.dtype() == DType::F32 && tf32_allowed(),
-                    .tuned = gemm_autotune_enabled(),
-                    .m = desc.m,
-                    .n = desc.n,
-                    .k = desc.k,
-                    .batch = desc.batch,
-                    .stride_a = desc.batch > 1 ? desc.stride_a : 0,
-                    .stride_b = desc.batch > 1 ? desc.stride_b : 0,
-                    .stride_c = desc.batch > 1 ? desc.stride_c : 0,
-                    .align_a = alignment(a.data(), desc.batch, desc.stride_a, ab_size),
-                    .align_b = alignment(b.data(), desc.batch, desc.stride_b, ab_size),
-                    .align_c = alignment(c.data(), desc.batch, desc.stride_c, c_size)};
-  cublasLtHandle_t handle = cublaslt_handle();
-  const float alpha = desc.alpha, beta = desc.beta;
-  const TuningCall call{a.data(), b.data(), c.data(), alpha, beta, stream_, allocator_};
-  const GemmPlan& plan = plan_cache().get(handle, key, call);
-  Scratch workspace(allocator_, plan.workspace);
-  const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
-  const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
-  const ProfiledLaunch timed(plan.label.c_str(), __PRETTY_FUNCTION__, stream_);
-  CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
-                              lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
-                              c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),
-                              plan.workspace, stream_));
+  const MatmulContext ctx{cublaslt_handle(), stream_, allocator_};
+  const GemmKey key = gemm_key(device_index_, desc, a, b, c);
+  const TuningCall call{a.data(), b.data(), c.data(), desc.alpha, desc.beta, stream_, allocator_};
+  run_matmul(ctx, plan_cache().get(ctx.handle, key, call), desc, a, b, c, __PRETTY_FUNCTION__);
+}
+
+void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
+                                const Tensor& b, const Tensor& bias, Tensor& c,
+                                Tensor* pre_gelu) {
+  backend_checks::gemm_epilogue(device(), desc, epilogue, a, b, bias, c, pre_gelu);
+  if (desc.m == 0 || desc.n == 0) return;
+  use_device();
+  void* const pre = pre_gelu != nullptr ? pre_gelu->data() : nullptr;
+  if (desc.k > 0) {
+    const MatmulContext ctx{cublaslt_handle(), stream_, allocator_};
+    GemmKey key = gemm_key(device_index_, desc, a, b, c);
+    key.epilogue = static_cast<int>(epilogue);
+    key.align_bias = alignment(bias.data(), 1, 0, 0);
+    key.align_pre = pre != nullptr ? alignment(pre, 1, 0, 0) : 0;
+    const TuningCall call{a.data(), b.data(), c.data(), desc.alpha, 0.0f, stream_, allocator_};
+    GemmPlan& plan = plan_cache().get(ctx.handle, key, call, bias.data(), pre);
+    if (plan.available) {
+      const std::lock_guard<std::mutex> lock(plan.call_mutex);
+      plan.point_epilogue(bias.data(), pre);
+      return run_matmul(ctx, plan, desc, a, b, c, __PRETTY_FUNCTION__);
+    }
+  }
+  // No fused form: the FP32 sums (in C itself when it is F32), then the epilogue kernel.
+  Tensor sums = c.dtype() == DType::F32 ? c : Tensor::empty({desc.m, desc.n}, DType::F32, device());
+  gemm(desc, a, b, sums);
+  kernels::gemm_epilogue(c.dtype(), sums.data_as<float>(), bias.data(), c.data(), pre, desc.m,
+                         desc.n, stream_);
 }
 
 }  // namespace mixprec

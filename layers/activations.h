@@ -28,8 +28,17 @@ class ReLU : public Module {
 // into torch matches exactly with approximate='tanh'.
 class GELU : public Module {
  public:
+  // applied_before: the Linear before this one already applies the gelu (Linear::fuse_gelu),
+  // so forward passes x through unchanged, keeping the module's place, as ReLU does.
+  explicit GELU(bool applied_before = false) : applied_before_(applied_before) {}
   Tensor forward(const Tensor& x) override;
-  std::string describe() const override { return "GELU(approximate='tanh')"; }
+  std::string describe() const override {
+    return applied_before_ ? "GELU(approximate='tanh') (fused into the linear before it)"
+                           : "GELU(approximate='tanh')";
+  }
+
+ private:
+  bool applied_before_;
 };
 
 }  // namespace mixprec

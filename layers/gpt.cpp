@@ -73,7 +73,7 @@ GPT::GPT(const GptSpec& spec, Generator& init, std::shared_ptr<Generator> dropou
   h_ = transformer->register_module("h", std::make_shared<Sequential>());
   for (int64_t i = 0; i < spec.n_layer; ++i)
     h_->append(std::make_shared<Block>(c, spec.n_head, spec.bias, spec.dropout, dropout_gen, init,
-                                       device));
+                                       device, spec.fuse_linear_gelu));
   ln_f_ = transformer->register_module("ln_f", std::make_shared<LayerNorm>(c, spec.bias, device));
   if (spec.tie_weights) {
     // nanoGPT assigns lm_head.weight to wte.weight; the first name registered is the one that

@@ -31,13 +31,20 @@ Linear::Linear(const Parameter& weight) {
   weight_ = weight;
 }
 
+void Linear::fuse_gelu() {
+  MIXPREC_CHECK(bias_.defined(), "Linear: fuse_gelu needs the bias (", describe(), ")");
+  fused_gelu_ = true;
+}
+
 Tensor Linear::forward(const Tensor& x) {
+  if (fused_gelu_) return ops::linear_gelu(x, weight_.working(), bias_.working());
   return ops::linear(x, weight_.working(), bias_.defined() ? bias_.working() : Tensor());
 }
 
 std::string Linear::describe() const {
   return detail::concat("Linear(in_features=", in_features_, ", out_features=", out_features_,
-                        ", bias=", bias_.defined() ? "true" : "false", ")");
+                        ", bias=", bias_.defined() ? "true" : "false", ")",
+                        fused_gelu_ ? " + GELU (fused)" : "");
 }
 
 }  // namespace mixprec

@@ -23,6 +23,10 @@ class Linear : public Module {
   // `weight` must be 2-D [out_features, in_features].
   explicit Linear(const Parameter& weight);
 
+  // Makes forward return gelu of the output, in one op (ops::linear_gelu), for a GELU module
+  // that follows this one and passes its input through (GELU(true)). Requires the bias.
+  void fuse_gelu();
+
   // x [..., in_features] in the working dtype -> [..., out_features].
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
@@ -35,6 +39,7 @@ class Linear : public Module {
  private:
   int64_t in_features_ = 0, out_features_ = 0;
   Parameter weight_, bias_;
+  bool fused_gelu_ = false;
 };
 
 }  // namespace mixprec

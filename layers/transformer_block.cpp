@@ -8,10 +8,12 @@
 namespace mixprec {
 
 Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,
-         Generator& init, Device device)
+         Generator& init, Device device, bool fuse_gelu)
     : n_embd_(n_embd) {
   c_fc_ = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias, init, device));
-  gelu_ = register_module("gelu", std::make_shared<GELU>());
+  const bool fused = fuse_gelu && bias;
+  if (fused) c_fc_->fuse_gelu();
+  gelu_ = register_module("gelu", std::make_shared<GELU>(fused));
   c_proj_ =
       register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, init, device));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout, std::move(dropout_gen)));
@@ -24,14 +26,16 @@ Tensor Mlp::forward(const Tensor& x) {
 std::string Mlp::describe() const { return detail::concat("MLP(n_embd=", n_embd_, ")"); }
 
 Block::Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
-             std::shared_ptr<Generator> dropout_gen, Generator& init, Device device)
+             std::shared_ptr<Generator> dropout_gen, Generator& init, Device device,
+             bool fuse_gelu)
     : n_embd_(n_embd), n_head_(n_head) {
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(n_embd, bias, device));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(
                                       n_embd, n_head, bias, dropout, dropout_gen, init, device));
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(n_embd, bias, device));
   mlp_ = register_module("mlp",
-                         std::make_shared<Mlp>(n_embd, bias, dropout, dropout_gen, init, device));
+                         std::make_shared<Mlp>(n_embd, bias, dropout, dropout_gen, init, device,
+                                                 fuse_gelu));
 }
 
 Tensor Block::forward(const Tensor& x) {

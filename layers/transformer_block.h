@@ -18,11 +18,12 @@ namespace mixprec {
 
 // x -> c_fc Linear(C, 4C, bias) -> gelu -> c_proj Linear(4C, C, bias) -> dropout.
 // The GELU is the tanh form (see GELU in layers/activations.h); nanoGPT's nn.GELU() is the
-// erf form.
+// erf form. fuse_gelu (with bias): c_fc applies the gelu in its GEMM (Linear::fuse_gelu) and
+// the gelu module passes its input through.
 class Mlp : public Module {
  public:
   Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,
-      Generator& init, Device device = kCPU);
+      Generator& init, Device device = kCPU, bool fuse_gelu = false);
   // x [..., n_embd] -> [..., n_embd].
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
@@ -41,8 +42,10 @@ class Mlp : public Module {
 //   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
 class Block : public Module {
  public:
+  // fuse_gelu: the MLP's, see Mlp.
   Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
-        std::shared_ptr<Generator> dropout_gen, Generator& init, Device device = kCPU);
+        std::shared_ptr<Generator> dropout_gen, Generator& init, Device device = kCPU,
+        bool fuse_gelu = false);
   // x [B, T, n_embd] -> [B, T, n_embd].
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;

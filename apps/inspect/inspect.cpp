@@ -103,10 +103,12 @@ nlohmann::json run_inspect(const InspectOptions& options, std::ostream& log) {
 
   // The FP32 shadow: the same architecture built again (its parameters stay F32), given the
   // trained masters and buffers, with its own copy of the dropout stream. Unfused, so that a
-  // batchnorm's own output gradient is observed rather than that of the relu after it.
+  // batchnorm's (or c_fc's) own output gradient is observed rather than that of the relu (or
+  // gelu) after it.
   Generator init(s.config.train.seed);
   TrainConfig shadow_config = s.config;
   shadow_config.model.cnn.fuse_batchnorm_relu = false;
+  shadow_config.model.gpt.fuse_linear_gelu = false;
   const std::shared_ptr<Module> shadow =
       make_model(shadow_config, s.data->num_classes(), init,
                  std::make_shared<Generator>(*s.dropout_gen), s.device);

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 #include "core/backend_checks.h"
 #include "core/cpu/blocks.h"
@@ -22,6 +24,7 @@
 #include "core/cpu/tile_gemm.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/math/elementwise.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -172,17 +175,27 @@ void gemm_float(const GemmDesc& d, const float* a, const float* b, float* c) {
   });
 }
 
-// F16/BF16 (T): A and B are widened once (a broadcast operand only once for the whole batch).
-// An F32 C is then gemm_float's; a 16-bit C block is computed in an FP32 buffer and rounded
-// once on store.
+// A and B of a 16-bit product in FP32, widened into scratch slots 0 and 1 (a broadcast
+// operand only once for the whole batch).
+struct WidenedOperands {
+  const float* a;
+  const float* b;
+};
+
 template <class T>
-void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+WidenedOperands widen_operands(const GemmDesc& d, const Tensor& a, const Tensor& b) {
   const int64_t span_a = span(d.batch, d.stride_a, d.m * d.k);
   const int64_t span_b = span(d.batch, d.stride_b, d.k * d.n);
-  const float* a32 =
-      cpu::load_f32_parallel(static_cast<const T*>(a.data()), cpu::scratch(0, span_a), span_a);
-  const float* b32 =
-      cpu::load_f32_parallel(static_cast<const T*>(b.data()), cpu::scratch(1, span_b), span_b);
+  return {
+      cpu::load_f32_parallel(static_cast<const T*>(a.data()), cpu::scratch(0, span_a), span_a),
+      cpu::load_f32_parallel(static_cast<const T*>(b.data()), cpu::scratch(1, span_b), span_b)};
+}
+
+// F16/BF16 (T): an F32 C is gemm_float's on the widened operands; a 16-bit C block is
+// computed in an FP32 buffer and rounded once on store.
+template <class T>
+void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+  const auto [a32, b32] = widen_operands<T>(d, a, b);
   if (c.dtype() == DType::F32) return gemm_float(d, a32, b32, c.data_as<float>());
   T* const c16 = static_cast<T*>(c.data());
   const int64_t mn = d.m * d.n;
@@ -203,7 +216,64 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   });
 }
 
+// The epilogue of a linear layer's product on its FP32 sums `sums` (m x n, alpha applied):
+// the bias added to every row, then the stores of GemmEpilogue. `sums` may be C's own memory
+// when C is F32; it is overwritten.
+template <class T>
+void finish_epilogue(float* sums, int64_t m, int64_t n, const T* bias, T* c, T* pre_gelu) {
+  std::vector<float> buffer(static_cast<size_t>(n));
+  const float* bias32 = cpu::load_f32(bias, buffer.data(), n);
+  const int64_t mn = m * n;
+  const auto add_bias = [&](int64_t row) {
+    float* r = sums + row * n;
+    for (int64_t j = 0; j < n; ++j) r[j] += bias32[j];
+  };
+  if (mn >= cpu::kParallelWorkCheap) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; ++i) add_bias(i);
+  } else {
+    for (int64_t i = 0; i < m; ++i) add_bias(i);
+  }
+  if (pre_gelu == nullptr) return cpu::store_f32_parallel(sums, c, mn);
+  cpu::store_f32_parallel(sums, pre_gelu, mn);
+#pragma omp parallel for schedule(static) if (mn >= cpu::kParallelWorkCostly)
+  for (int64_t i = 0; i < mn; ++i) sums[i] = gelu_tanh(sums[i]);
+  cpu::store_f32_parallel(sums, c, mn);
+}
+
+template <class T>
+void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& bias,
+                         Tensor& c, Tensor* pre_gelu) {
+  T* const c_data = static_cast<T*>(c.data());
+  T* const pre = pre_gelu ? static_cast<T*>(pre_gelu->data()) : nullptr;
+  const T* const bias_data = static_cast<const T*>(bias.data());
+  if constexpr (std::is_same_v<T, float>) {
+    gemm_float(d, a.data_as<float>(), b.data_as<float>(), c_data);
+    return finish_epilogue(c_data, d.m, d.n, bias_data, c_data, pre);
+  } else {
+    // The sums in FP32 (rounded nowhere), in the scratch slot that widen_operands leaves free.
+    const auto [a32, b32] = widen_operands<T>(d, a, b);
+    float* sums = cpu::scratch(3, d.m * d.n);
+    gemm_float(d, a32, b32, sums);
+    finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
+  }
+}
+
 }  // namespace
+
+void CpuBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
+                               const Tensor& b, const Tensor& bias, Tensor& c,
+                               Tensor* pre_gelu) {
+  backend_checks::gemm_epilogue(kCPU, desc, epilogue, a, b, bias, c, pre_gelu);
+  if (desc.m == 0 || desc.n == 0) return;
+  switch (a.dtype()) {
+    case DType::F32: return gemm_epilogue_typed<float>(desc, a, b, bias, c, pre_gelu);
+    case DType::F16: return gemm_epilogue_typed<half>(desc, a, b, bias, c, pre_gelu);
+    case DType::BF16: return gemm_epilogue_typed<bfloat16>(desc, a, b, bias, c, pre_gelu);
+    default:
+      MIXPREC_FAIL("gemm_epilogue: unsupported dtype ", a.dtype(), " on the CPU backend");
+  }
+}
 
 void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
   backend_checks::gemm(kCPU, desc, a, b, c);

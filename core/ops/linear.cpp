@@ -1,9 +1,10 @@
 // linear: y = x @ W^T + b over the last dim of x, as GEMMs on the flattened rows of x
-// (X is M x in, M = product of the leading dims).
+// (X is M x in, M = product of the leading dims); linear_gelu: gelu(linear(x)) in one GEMM.
 //
-// The bias enters the GEMM as its C operand (y = b broadcast over the rows, exact since y has
-// b's dtype, then y += X W^T with beta = 1), so y is rounded once, as a GEMM with a bias
-// epilogue does; its gradient is G summed over the rows with FP32 accumulation (sum_to).
+// The bias is the GEMM's epilogue (Backend::gemm_epilogue): added to the FP32 sums before
+// y's one rounding. linear_gelu's epilogue also applies gelu to the unrounded sum and keeps
+// that sum, rounded once, for gelu's backward, which then feeds linear's. The bias gradient
+// is G summed over the rows with FP32 accumulation (sum_to).
 #include "core/autograd/record.h"
 #include "core/backend.h"
 #include "core/ops/checks.h"
@@ -20,11 +21,18 @@ void run_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 
 struct LinearBackward final : Node {
   Tensor x, weight;
+  Tensor pre_gelu;  // linear_gelu's: the biased sums that gelu was applied to
   int64_t rows = 0;
-  std::string name() const override { return "linear"; }
+  std::string name() const override { return pre_gelu.defined() ? "linear_gelu" : "linear"; }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
-    const Tensor& g = grads[0];
+    Tensor g = grads[0];
+    if (pre_gelu.defined()) {
+      Tensor g_pre = Tensor::empty(pre_gelu.shape(), pre_gelu.dtype(), pre_gelu.device());
+      // gelu's derivative reads only its input, which stands in for the unused output too.
+      backend_for(g.device()).unary_backward(UnaryOp::Gelu, pre_gelu, pre_gelu, g, g_pre);
+      g = g_pre;
+    }
     const int64_t out = weight.size(0), in = weight.size(1);
     Tensor gx, gw, gb;
     if (next_edges[0].valid()) {
@@ -45,43 +53,63 @@ struct LinearBackward final : Node {
   void release_saved() override {
     x = Tensor();
     weight = Tensor();
+    pre_gelu = Tensor();
   }
 };
 
-}  // namespace
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_floating("linear", x);
-  check_floating("linear", weight);
-  if (bias.defined()) check_floating("linear", bias);
-  check_same_dtype_device("linear", {&x, &weight, &bias});
-  MIXPREC_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, got ", describe(x));
-  MIXPREC_CHECK(weight.dim() == 2, "linear: weight must be 2-D [out, in], got ", describe(weight));
+Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      bool gelu) {
+  check_floating(op, x);
+  check_floating(op, weight);
+  if (bias.defined()) check_floating(op, bias);
+  check_same_dtype_device(op, {&x, &weight, &bias});
+  MIXPREC_CHECK(!gelu || bias.defined(), op, ": needs a bias (use gelu(linear(x, weight)) "
+                "for a layer without one)");
+  MIXPREC_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, got ", describe(x));
+  MIXPREC_CHECK(weight.dim() == 2, op, ": weight must be 2-D [out, in], got ", describe(weight));
   const int64_t out = weight.size(0), in = weight.size(1);
-  MIXPREC_CHECK(x.size(-1) == in, "linear: input ", describe(x), " has ", x.size(-1),
+  MIXPREC_CHECK(x.size(-1) == in, op, ": input ", describe(x), " has ", x.size(-1),
                 " features in its last dim, but weight ", describe(weight), " expects ", in);
-  MIXPREC_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out), "linear: bias ",
+  MIXPREC_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out), op, ": bias ",
                 describe(bias), " must be [", out, "] to match weight ", describe(weight));
 
   const int64_t rows = x.numel() / in;
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  float beta = 0.0f;
-  if (bias.defined()) {
-    backend_for(y.device()).expand(bias, y, 1.0f);
-    beta = 1.0f;
+  Tensor pre_gelu;
+  if (!bias.defined()) {
+    run_gemm(false, true, rows, out, in, 0.0f, x, weight, y);
+  } else if (!gelu) {
+    backend_for(y.device())
+        .gemm_epilogue(gemm_desc(false, true, rows, out, in), GemmEpilogue::Bias, x, weight, bias,
+                       y, nullptr);
+  } else {
+    pre_gelu = Tensor::empty(out_shape, x.dtype(), x.device());
+    backend_for(y.device())
+        .gemm_epilogue(gemm_desc(false, true, rows, out, in), GemmEpilogue::BiasGelu, x, weight,
+                       bias, y, &pre_gelu);
   }
-  run_gemm(false, true, rows, out, in, beta, x, weight, y);
 
   if (auto node = make_node<LinearBackward>({&x, &weight, &bias})) {
     node->x = save_for_backward(*node, x);
     node->weight = save_for_backward(*node, weight);
+    if (gelu) node->pre_gelu = save_for_backward(*node, pre_gelu);
     node->rows = rows;
     attach_output(node, y);
   }
-  check_forward("linear", y);
+  check_forward(op, y);
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_forward("linear", x, weight, bias, false);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_forward("linear_gelu", x, weight, bias, true);
 }
 
 }  // namespace mixprec::ops

@@ -63,6 +63,10 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fa
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x [..., in], weight [out, in], bias [out] (may be undefined) -> [..., out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias)) as one op: gelu (tanh form) is applied to the FP32 sums
+// before their one rounding, so the result can differ from the composed ops, which round the
+// linear's output first, by one rounding of the output's dtype. bias is required.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- convolution and pooling (NCHW) ----------------------------------------------------------
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),

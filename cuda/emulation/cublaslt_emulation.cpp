@@ -5,6 +5,10 @@
 //   STRIDED_BATCH_OFFSET elements apart, alpha and beta host floats (scale type 32F), FP32
 //   accumulation (inputs first rounded to TF32 under CUBLAS_COMPUTE_32F_FAST_TF32), one
 //   rounding to D's type, and C not read when beta is 0.
+// Two epilogues, for batch 1 with D of A's type: CUBLASLT_EPILOGUE_BIAS adds bias[row] (D's
+// type, one per row of D) before the rounding, and CUBLASLT_EPILOGUE_GELU_AUX_BIAS also writes
+// that biased sum, rounded to D's type, to the aux matrix and stores GELU (tanh form) of the
+// unrounded sum in D. Setting any other epilogue is CUBLAS_STATUS_NOT_SUPPORTED.
 // Only the attributes the backend sets are accepted; any other is CUBLAS_STATUS_NOT_SUPPORTED,
 // so that new use of the library is emulated on purpose rather than ignored. Shapes, types
 // and leading dimensions are checked as the library documents them, so a layout the backend
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/math/elementwise.h"
 #include "cuda/emulation/runtime_emulation.h"
 #include "cuda/emulation/tf32.h"
 
@@ -38,6 +43,10 @@ struct MatmulDesc {
   cudaDataType_t scale;
   int32_t trans_a = CUBLAS_OP_N;
   int32_t trans_b = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 
 struct Layout {
@@ -123,6 +132,15 @@ cublasStatus_t validate(const MatmulDesc* desc, const Layout* a, const Layout* b
   if (a->batch != c->batch || b->batch != c->batch || d->batch != c->batch ||
       d->stride != c->stride)
     return CUBLAS_STATUS_INVALID_VALUE;
+  // The epilogues only as the backend uses them: one matrix, and D (so the bias and aux,
+  // whose type defaults to D's) of A's type; any other use is refused rather than guessed at.
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (d->type != a->type || c->batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+    if (desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        (desc->aux == nullptr || desc->aux_ld < m || desc->aux_ld % 8 != 0))
+      return CUBLAS_STATUS_INVALID_VALUE;
+  }
   out = {m, n, k, c->batch};
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -162,6 +180,21 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA: return read_value(buf, bytes, d->trans_a);
     case CUBLASLT_MATMUL_DESC_TRANSB: return read_value(buf, bytes, d->trans_b);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      // Refused here rather than at the matmul, so that a descriptor never holds an
+      // epilogue the emulation cannot compute.
+      uint32_t epilogue = 0;
+      const cublasStatus_t status = read_value(buf, bytes, epilogue);
+      if (status != CUBLAS_STATUS_SUCCESS) return status;
+      if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_BIAS &&
+          epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+      d->epilogue = epilogue;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read_value(buf, bytes, d->bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return read_value(buf, bytes, d->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return read_value(buf, bytes, d->aux_ld);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
@@ -273,6 +306,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
   const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
   const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
   const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const bool bias = desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const auto operand = [&](const Layout* l, const void* base, int64_t offset, int64_t index) {
     const float v = load(l->type, base, offset + index);
     return tf32 ? to_tf32(v) : v;
@@ -297,6 +332,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
         const int64_t at = oc + i + j * lc->ld;
         float value = alpha_v * acc;
         if (beta_v != 0.0f) value += beta_v * load(lc->type, c, at);
+        // Epilogues run with batch 1 only (validate), so row i of the bias and aux's
+        // (i, j) need no batch offset. GELU takes the sum before its one rounding.
+        if (bias) value += load(lc->type, desc->bias, i);
+        if (gelu) {
+          store(lc->type, desc->aux, i + j * desc->aux_ld, value);
+          value = mixprec::gelu_tanh(value);
+        }
         store(lc->type, d, at, value);
       }
     }

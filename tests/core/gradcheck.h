@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -28,6 +29,15 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.f,
                             DType dtype = DType::F32) {
   Generator gen(seed);
   return Tensor::uniform(shape, gen, low, high, dtype);
+}
+
+// The bits of each element of a CPU tensor, zero-extended to 32 bits.
+inline std::vector<uint32_t> bits_of(const Tensor& t) {
+  const size_t esize = dtype_size(t.dtype());
+  std::vector<uint32_t> bits(static_cast<size_t>(t.numel()), 0);
+  const auto* p = static_cast<const unsigned char*>(t.data());
+  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&bits[i], p + i * esize, esize);
+  return bits;
 }
 
 // |got - expected| in units of `allowed`. Non-finite values must match exactly (the same

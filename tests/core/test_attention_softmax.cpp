@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "gradcheck.h"
 
 namespace mixprec {
 namespace {
@@ -37,13 +38,7 @@ Tensor poisoned(const Shape& shape, DType dtype) {
   return t;
 }
 
-std::vector<uint32_t> bits_of(const Tensor& t) {
-  const size_t esize = dtype_size(t.dtype());
-  std::vector<uint32_t> bits(static_cast<size_t>(t.numel()), 0);
-  const auto* p = static_cast<const unsigned char*>(t.data());
-  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&bits[i], p + i * esize, esize);
-  return bits;
-}
+using mixprec::testing::bits_of;
 
 void require_same_bits(const Tensor& expected, const Tensor& actual) {
   REQUIRE(expected.dtype() == actual.dtype());

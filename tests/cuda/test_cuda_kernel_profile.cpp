@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/ops/gemm_desc.h"
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/fill.h"
 #include "tests/cuda/backend_agreement.h"
@@ -118,6 +119,37 @@ TEST_CASE("a profiled launch still reports a stale CUDA error at its check", "[c
   kernels::fill_f32(static_cast<float*>(out.data()), 2.0f, 4, nullptr);
   CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(4, 2.0f));
   CHECK(all_calls() >= 1);
+}
+
+TEST_CASE("the kernel profile shows which form a GEMM epilogue took", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(7);
+  const Tensor x = random_tensor({8, 16}, DType::F16, rng).to(gpu());
+  const auto kernels_of = [&](int64_t n) {
+    const Tensor w = random_tensor({n, 16}, DType::F16, rng).to(gpu());
+    const Tensor bias = random_tensor({n}, DType::F16, rng).to(gpu());
+    Tensor y = Tensor::empty({8, n}, DType::F16, gpu());
+    Tensor pre = Tensor::empty({8, n}, DType::F16, gpu());
+    const ProfilingScope profiling;
+    gpu_backend().gemm_epilogue(ops::gemm_desc(false, true, 8, n, 16), GemmEpilogue::BiasGelu, x,
+                                w, bias, y, &pre);
+    std::string names;
+    for (const KernelProfileRow& row : kernel_profile()) names += row.kernel + "\n";
+    return names;
+  };
+  // Rows of 24: cuBLASLt's GELU_AUX_BIAS epilogue, in the one matmul.
+  const std::string fused = kernels_of(24);
+  INFO(fused);
+  CHECK(fused.find("cublasLtMatmul gemm 8x24x16") != std::string::npos);
+  CHECK(fused.find("+bias+gelu") != std::string::npos);
+  CHECK(fused.find("gemm_epilogue_kernel") == std::string::npos);
+  // Rows of 13 cannot hold cuBLASLt's pre-GELU matrix (its leading dimension must be a
+  // multiple of 8): a plain product into FP32, then the epilogue kernel.
+  const std::string separate = kernels_of(13);
+  INFO(separate);
+  CHECK(separate.find("F16->F32\n") != std::string::npos);
+  CHECK(separate.find("+bias") == std::string::npos);
+  CHECK(separate.find("gemm_epilogue_kernel") != std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,100 @@
+// The GEMM epilogues (bias; bias + GELU with the pre-GELU sums kept), CUDA against the CPU
+// backend: through cuBLASLt's fused BIAS / GELU_AUX_BIAS epilogues where it offers them, and
+// through the separate epilogue kernel where it does not (a GELU output whose row length is
+// not a multiple of 8 cannot have cuBLASLt's pre-GELU matrix). GPU outputs are poisoned first.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "backend_agreement.h"
+#include "core/ops/gemm_desc.h"
+#include "core/ops/ops.h"
+#include "gemm_magnitude.h"
+
+namespace {
+
+using namespace mixprec;
+using namespace mixprec::cuda_test;
+
+struct EpilogueCase {
+  int64_t m, n, k;
+};
+
+// n = 24: every epilogue fused; n = 13 and 1: GELU through the separate kernel.
+constexpr EpilogueCase kCases[] = {{37, 24, 29}, {37, 13, 29}, {1, 1, 1}, {300, 64, 96}};
+
+// What was summed into each output: the product's terms and the bias. GELU's slope stays
+// below 1.13, so its output's error is measured against the same magnitude.
+std::vector<float> epilogue_magnitude(const GemmDesc& d, const Tensor& x, const Tensor& w,
+                                      const Tensor& bias) {
+  std::vector<float> mag = gemm_magnitude(d, x, w, Tensor::zeros({d.m, d.n}));
+  const std::vector<float> b = bias.to_float_vector();
+  for (int64_t i = 0; i < d.m; ++i)
+    for (int64_t j = 0; j < d.n; ++j)
+      mag[static_cast<size_t>(i * d.n + j)] = 1.13f * (mag[static_cast<size_t>(i * d.n + j)] +
+                                                       std::fabs(b[static_cast<size_t>(j)]));
+  return mag;
+}
+
+TEST_CASE("cuda gemm_epilogue stores the CPU's bias and bias+GELU results", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  for (DType dtype : kFloatingTypes) {
+    for (const EpilogueCase& s : kCases) {
+      for (GemmEpilogue epilogue : {GemmEpilogue::Bias, GemmEpilogue::BiasGelu}) {
+        const bool gelu = epilogue == GemmEpilogue::BiasGelu;
+        INFO(dtype_name(dtype) << " " << s.m << "x" << s.n << "x" << s.k
+                               << (gelu ? " bias+gelu" : " bias"));
+        const GemmDesc d = ops::gemm_desc(false, true, s.m, s.n, s.k);
+        const Tensor x = random_tensor({s.m, s.k}, dtype, rng);
+        const Tensor w = random_tensor({s.n, s.k}, dtype, rng);
+        const Tensor bias = random_tensor({s.n}, dtype, rng);
+
+        Tensor expected = Tensor::empty({s.m, s.n}, dtype);
+        Tensor expected_pre = Tensor::empty({s.m, s.n}, dtype);
+        cpu_backend().gemm_epilogue(d, epilogue, x, w, bias, expected,
+                                    gelu ? &expected_pre : nullptr);
+        Tensor actual = poisoned({s.m, s.n}, dtype);
+        Tensor actual_pre = poisoned({s.m, s.n}, dtype);
+        gpu_backend().gemm_epilogue(d, epilogue, x.to(gpu()), w.to(gpu()), bias.to(gpu()), actual,
+                                    gelu ? &actual_pre : nullptr);
+
+        const Tolerance tol = accumulation_tolerance(dtype, s.k);
+        const std::vector<float> mag = epilogue_magnitude(d, x, w, bias);
+        expect_close(expected, actual, tol, mag);
+        if (gelu) expect_close(expected_pre, actual_pre, tol, mag);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda linear_gelu matches the CPU forward and backward", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(42);
+  for (DType dtype : kFloatingTypes) {
+    INFO(dtype_name(dtype));
+    const Tensor x = random_tensor({4, 6, 32}, dtype, rng);
+    const Tensor w = random_tensor({48, 32}, dtype, rng);
+    const Tensor b = random_tensor({48}, dtype, rng);
+    const Tensor g = random_tensor({4, 6, 48}, dtype, rng);
+    std::vector<Tensor> results[2];
+    for (Device device : {kCPU, gpu()}) {
+      Tensor xd = x.to(device).set_requires_grad(true);
+      Tensor wd = w.to(device).set_requires_grad(true);
+      Tensor bd = b.to(device).set_requires_grad(true);
+      const Tensor y = ops::linear_gelu(xd, wd, bd);
+      y.backward(g.to(device));
+      results[device == kCPU ? 0 : 1] = {y, xd.grad(), wd.grad(), bd.grad()};
+    }
+    // The gradients sum over 24 rows or 48 outputs and pass through gelu's slope.
+    const Tolerance tol = accumulation_tolerance(dtype, 48);
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      INFO("output " << i);
+      expect_close(results[0][i], results[1][i].to(kCPU),
+                   {tol.rtol * 8.0, tol.atol * 8.0});
+    }
+  }
+}
+
+}  // namespace
