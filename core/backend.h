@@ -45,8 +45,12 @@ struct GemmDesc {
 // its one rounding into C (Backend::gemm_epilogue).
 enum class GemmEpilogue {
   Bias,      // C[i, j] = round(s + bias[j])
+  Gelu,      // pre[i, j] = round(s), C[i, j] = round(gelu_tanh(s))
   BiasGelu,  // pre[i, j] = round(s + bias[j]), C[i, j] = round(gelu_tanh(s + bias[j]))
 };
+
+inline bool epilogue_has_bias(GemmEpilogue e) { return e != GemmEpilogue::Gelu; }
+inline bool epilogue_has_gelu(GemmEpilogue e) { return e != GemmEpilogue::Bias; }
 
 // 2-D convolution of NCHW input with OIHW weights (groups = 1, dilation = 1).
 struct Conv2dDesc {
@@ -132,12 +136,13 @@ class Backend {
   // dtypes.
   virtual void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) = 0;
   // One product of batch 1 with beta 0 and the epilogue fused (GemmEpilogue states the values
-  // stored): a, b, bias ([n]) and c share one floating dtype; bias is read as FP32 and added
-  // before the one rounding. BiasGelu also stores the biased sum into *pre_gelu (m x n, c's
-  // dtype, what gelu's backward reads) and applies gelu_tanh (core/math/elementwise.h) to the
-  // unrounded sum, as cuBLASLt's GELU_AUX_BIAS epilogue does; Bias takes pre_gelu == nullptr.
+  // stored): a, b, bias ([n], given exactly for the epilogues with a bias) and c share one
+  // floating dtype; the bias is read as FP32 and added before the one rounding. The GELU
+  // epilogues also store the (biased) sum into *pre_gelu (m x n, c's dtype, what gelu's
+  // backward reads) and apply gelu_tanh (core/math/elementwise.h) to the unrounded sum, as
+  // cuBLASLt's GELU_AUX(_BIAS) epilogues do; Bias takes pre_gelu == nullptr.
   virtual void gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
-                             const Tensor& b, const Tensor& bias, Tensor& c,
+                             const Tensor& b, const Tensor* bias, Tensor& c,
                              Tensor* pre_gelu) = 0;
 
   // ---- neural-network primitives ---------------------------------------------------------

@@ -314,16 +314,18 @@ void gemm(Device device, const GemmDesc& d, const Tensor& a, const Tensor& b, co
 }
 
 void gemm_epilogue(Device device, const GemmDesc& d, GemmEpilogue epilogue, const Tensor& a,
-                   const Tensor& b, const Tensor& bias, const Tensor& c, const Tensor* pre_gelu) {
+                   const Tensor& b, const Tensor* bias, const Tensor& c, const Tensor* pre_gelu) {
   constexpr const char* kOp = "gemm_epilogue";
-  all_on_device(kOp, device, {{"bias", &bias}, {"pre_gelu", pre_gelu}});
+  all_on_device(kOp, device, {{"bias", bias}, {"pre_gelu", pre_gelu}});
   gemm(device, d, a, b, c);
-  same_dtype(kOp, {&a, &c, &bias, pre_gelu});
+  same_dtype(kOp, {&a, &c, bias, pre_gelu});
   MIXPREC_CHECK(d.batch == 1 && d.beta == 0.0f, kOp, ": takes one product (batch ", d.batch,
                 ") with beta 0 (got ", d.beta, ")");
-  MIXPREC_CHECK(bias.dim() == 1 && bias.size(0) == d.n, kOp, ": bias ", describe(bias),
-                " must be [", d.n, "], one value per column of C");
-  const bool gelu = epilogue == GemmEpilogue::BiasGelu;
+  MIXPREC_CHECK(epilogue_has_bias(epilogue) == (bias != nullptr), kOp, ": the bias is ",
+                bias ? "only for the epilogues with a bias" : "required by this epilogue");
+  MIXPREC_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == d.n), kOp, ": bias ",
+                describe(*bias), " must be [", d.n, "], one value per column of C");
+  const bool gelu = epilogue_has_gelu(epilogue);
   MIXPREC_CHECK(gelu == (pre_gelu != nullptr), kOp, ": pre_gelu is ",
                 gelu ? "required by the gelu epilogue" : "only for the gelu epilogue");
   MIXPREC_CHECK(!gelu || pre_gelu->numel() >= d.m * d.n, kOp, ": pre_gelu ",

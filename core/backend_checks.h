@@ -92,10 +92,10 @@ Heads heads(const char* op, Device device, const Tensor& qkv, const Tensor& q, c
 // (cuBLASLt's 32-bit batch count, cuDNN's int extents) are the backend's to check.
 void gemm(Device device, const GemmDesc& desc, const Tensor& a, const Tensor& b, const Tensor& c);
 // gemm's checks, then those of Backend::gemm_epilogue's contract: batch 1, beta 0, one dtype
-// for a, b, c, bias (and pre_gelu), bias [n], pre_gelu given exactly for BiasGelu with at
-// least m * n elements.
+// for a, b, c, bias and pre_gelu, bias [n] given exactly for the epilogues with a bias,
+// pre_gelu given exactly for those with GELU and with at least m * n elements.
 void gemm_epilogue(Device device, const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
-                   const Tensor& b, const Tensor& bias, const Tensor& c, const Tensor* pre_gelu);
+                   const Tensor& b, const Tensor* bias, const Tensor& c, const Tensor* pre_gelu);
 Conv2dGeometry conv2d(Device device, const Tensor& x, const Tensor& w, const Tensor* bias,
                       const Conv2dDesc& desc, const Tensor& y);
 Conv2dGeometry conv2d_backward_data(Device device, const Tensor& dy, const Tensor& w,

@@ -74,6 +74,7 @@ constexpr int kNoEpilogue = -1;
 cublasLtEpilogue_t cublaslt_epilogue(int epilogue) {
   switch (static_cast<GemmEpilogue>(epilogue)) {
     case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::Gelu: return CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmEpilogue::BiasGelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   }
   MIXPREC_FAIL("gemm_epilogue: unknown epilogue ", epilogue);
@@ -190,13 +191,14 @@ struct GemmPlan {
     if (key.epilogue == kNoEpilogue) return;
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(cublaslt_epilogue(key.epilogue)));
     // Column-major D is n x m: the bias runs down its rows, the pre-GELU matrix is laid out as D.
-    if (static_cast<GemmEpilogue>(key.epilogue) == GemmEpilogue::BiasGelu)
+    if (epilogue_has_gelu(static_cast<GemmEpilogue>(key.epilogue)))
       desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mapping.c.ld);
   }
 
-  // The epilogue's pointers of the coming call (the descriptor holds them).
+  // The epilogue's pointers of the coming call (the descriptor holds them); null ones are
+  // those the epilogue does not have.
   void point_epilogue(const void* bias, void* pre_gelu) {
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    if (bias != nullptr) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     if (pre_gelu != nullptr) desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre_gelu);
   }
 
@@ -221,8 +223,12 @@ std::string problem_str(const GemmKey& k) {
 }
 
 std::string epilogue_str(int epilogue) {
-  if (epilogue == kNoEpilogue) return "";
-  return static_cast<GemmEpilogue>(epilogue) == GemmEpilogue::Bias ? " +bias" : " +bias+gelu";
+  switch (static_cast<GemmEpilogue>(epilogue)) {
+    case GemmEpilogue::Bias: return " +bias";
+    case GemmEpilogue::Gelu: return " +gelu";
+    case GemmEpilogue::BiasGelu: return " +bias+gelu";
+  }
+  return "";
 }
 
 // What tuning a new plan needs of the call that first meets its problem: the row-major
@@ -406,30 +412,31 @@ void CudaBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, T
 }
 
 void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
-                                const Tensor& b, const Tensor& bias, Tensor& c,
+                                const Tensor& b, const Tensor* bias, Tensor& c,
                                 Tensor* pre_gelu) {
   backend_checks::gemm_epilogue(device(), desc, epilogue, a, b, bias, c, pre_gelu);
   if (desc.m == 0 || desc.n == 0) return;
   use_device();
+  const void* const bias_data = bias != nullptr ? bias->data() : nullptr;
   void* const pre = pre_gelu != nullptr ? pre_gelu->data() : nullptr;
   if (desc.k > 0) {
     const MatmulContext ctx{cublaslt_handle(), stream_, allocator_};
     GemmKey key = gemm_key(device_index_, desc, a, b, c);
     key.epilogue = static_cast<int>(epilogue);
-    key.align_bias = alignment(bias.data(), 1, 0, 0);
+    key.align_bias = bias_data != nullptr ? alignment(bias_data, 1, 0, 0) : 0;
     key.align_pre = pre != nullptr ? alignment(pre, 1, 0, 0) : 0;
     const TuningCall call{a.data(), b.data(), c.data(), desc.alpha, 0.0f, stream_, allocator_};
-    GemmPlan& plan = plan_cache().get(ctx.handle, key, call, bias.data(), pre);
+    GemmPlan& plan = plan_cache().get(ctx.handle, key, call, bias_data, pre);
     if (plan.available) {
       const std::lock_guard<std::mutex> lock(plan.call_mutex);
-      plan.point_epilogue(bias.data(), pre);
+      plan.point_epilogue(bias_data, pre);
       return run_matmul(ctx, plan, desc, a, b, c, __PRETTY_FUNCTION__);
     }
   }
   // No fused form: the FP32 sums (in C itself when it is F32), then the epilogue kernel.
   Tensor sums = c.dtype() == DType::F32 ? c : Tensor::empty({desc.m, desc.n}, DType::F32, device());
   gemm(desc, a, b, sums);
-  kernels::gemm_epilogue(c.dtype(), sums.data_as<float>(), bias.data(), c.data(), pre, desc.m,
+  kernels::gemm_epilogue(c.dtype(), sums.data_as<float>(), bias_data, c.data(), pre, desc.m,
                          desc.n, stream_);
 }
 

@@ -31,14 +31,12 @@ Linear::Linear(const Parameter& weight) {
   weight_ = weight;
 }
 
-void Linear::fuse_gelu() {
-  MIXPREC_CHECK(bias_.defined(), "Linear: fuse_gelu needs the bias (", describe(), ")");
-  fused_gelu_ = true;
-}
+void Linear::fuse_gelu() { fused_gelu_ = true; }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (fused_gelu_) return ops::linear_gelu(x, weight_.working(), bias_.working());
-  return ops::linear(x, weight_.working(), bias_.defined() ? bias_.working() : Tensor());
+  const Tensor bias = bias_.defined() ? bias_.working() : Tensor();
+  return fused_gelu_ ? ops::linear_gelu(x, weight_.working(), bias)
+                     : ops::linear(x, weight_.working(), bias);
 }
 
 std::string Linear::describe() const {

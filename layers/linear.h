@@ -24,7 +24,7 @@ class Linear : public Module {
   explicit Linear(const Parameter& weight);
 
   // Makes forward return gelu of the output, in one op (ops::linear_gelu), for a GELU module
-  // that follows this one and passes its input through (GELU(true)). Requires the bias.
+  // that follows this one and passes its input through (GELU(true)).
   void fuse_gelu();
 
   // x [..., in_features] in the working dtype -> [..., out_features].

@@ -11,9 +11,8 @@ Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> d
          Generator& init, Device device, bool fuse_gelu)
     : n_embd_(n_embd) {
   c_fc_ = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias, init, device));
-  const bool fused = fuse_gelu && bias;
-  if (fused) c_fc_->fuse_gelu();
-  gelu_ = register_module("gelu", std::make_shared<GELU>(fused));
+  if (fuse_gelu) c_fc_->fuse_gelu();
+  gelu_ = register_module("gelu", std::make_shared<GELU>(fuse_gelu));
   c_proj_ =
       register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, init, device));
   dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout, std::move(dropout_gen)));

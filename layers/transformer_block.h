@@ -18,8 +18,8 @@ namespace mixprec {
 
 // x -> c_fc Linear(C, 4C, bias) -> gelu -> c_proj Linear(4C, C, bias) -> dropout.
 // The GELU is the tanh form (see GELU in layers/activations.h); nanoGPT's nn.GELU() is the
-// erf form. fuse_gelu (with bias): c_fc applies the gelu in its GEMM (Linear::fuse_gelu) and
-// the gelu module passes its input through.
+// erf form. fuse_gelu: c_fc applies the gelu in its GEMM (Linear::fuse_gelu) and the gelu
+// module passes its input through.
 class Mlp : public Module {
  public:
   Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,

@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
   // cpu_gemm.cpp
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
   void gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
-                     const Tensor& b, const Tensor& bias, Tensor& c, Tensor* pre_gelu) override;
+                     const Tensor& b, const Tensor* bias, Tensor& c, Tensor* pre_gelu) override;
 
   // cpu_conv.cpp, cpu_pool.cpp
   void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dDesc& desc,

@@ -216,24 +216,30 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   });
 }
 
-// The epilogue of a linear layer's product on its FP32 sums `sums` (m x n, alpha applied):
-// the bias added to every row, then the stores of GemmEpilogue. `sums` may be C's own memory
-// when C is F32; it is overwritten.
+// Adds bias[j] to every row of the m x n FP32 sums.
 template <class T>
-void finish_epilogue(float* sums, int64_t m, int64_t n, const T* bias, T* c, T* pre_gelu) {
+void add_bias_rows(float* sums, int64_t m, int64_t n, const T* bias) {
   std::vector<float> buffer(static_cast<size_t>(n));
   const float* bias32 = cpu::load_f32(bias, buffer.data(), n);
-  const int64_t mn = m * n;
   const auto add_bias = [&](int64_t row) {
     float* r = sums + row * n;
     for (int64_t j = 0; j < n; ++j) r[j] += bias32[j];
   };
-  if (mn >= cpu::kParallelWorkCheap) {
+  if (m * n >= cpu::kParallelWorkCheap) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < m; ++i) add_bias(i);
   } else {
     for (int64_t i = 0; i < m; ++i) add_bias(i);
   }
+}
+
+// The epilogue of a linear layer's product on its FP32 sums `sums` (m x n, alpha applied):
+// the bias (when not null) added to every row, then the stores of GemmEpilogue. `sums` may
+// be C's own memory when C is F32; it is overwritten.
+template <class T>
+void finish_epilogue(float* sums, int64_t m, int64_t n, const T* bias, T* c, T* pre_gelu) {
+  if (bias != nullptr) add_bias_rows(sums, m, n, bias);
+  const int64_t mn = m * n;
   if (pre_gelu == nullptr) return cpu::store_f32_parallel(sums, c, mn);
   cpu::store_f32_parallel(sums, pre_gelu, mn);
 #pragma omp parallel for schedule(static) if (mn >= cpu::kParallelWorkCostly)
@@ -242,11 +248,11 @@ void finish_epilogue(float* sums, int64_t m, int64_t n, const T* bias, T* c, T* 
 }
 
 template <class T>
-void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& bias,
+void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor* bias,
                          Tensor& c, Tensor* pre_gelu) {
   T* const c_data = static_cast<T*>(c.data());
   T* const pre = pre_gelu ? static_cast<T*>(pre_gelu->data()) : nullptr;
-  const T* const bias_data = static_cast<const T*>(bias.data());
+  const T* const bias_data = bias ? static_cast<const T*>(bias->data()) : nullptr;
   if constexpr (std::is_same_v<T, float>) {
     gemm_float(d, a.data_as<float>(), b.data_as<float>(), c_data);
     return finish_epilogue(c_data, d.m, d.n, bias_data, c_data, pre);
@@ -262,7 +268,7 @@ void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, co
 }  // namespace
 
 void CpuBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
-                               const Tensor& b, const Tensor& bias, Tensor& c,
+                               const Tensor& b, const Tensor* bias, Tensor& c,
                                Tensor* pre_gelu) {
   backend_checks::gemm_epilogue(kCPU, desc, epilogue, a, b, bias, c, pre_gelu);
   if (desc.m == 0 || desc.n == 0) return;

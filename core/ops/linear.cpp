@@ -63,8 +63,6 @@ Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, con
   check_floating(op, weight);
   if (bias.defined()) check_floating(op, bias);
   check_same_dtype_device(op, {&x, &weight, &bias});
-  MIXPREC_CHECK(!gelu || bias.defined(), op, ": needs a bias (use gelu(linear(x, weight)) "
-                "for a layer without one)");
   MIXPREC_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, got ", describe(x));
   MIXPREC_CHECK(weight.dim() == 2, op, ": weight must be 2-D [out, in], got ", describe(weight));
   const int64_t out = weight.size(0), in = weight.size(1);
@@ -78,17 +76,16 @@ Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, con
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   Tensor pre_gelu;
-  if (!bias.defined()) {
+  if (!gelu && !bias.defined()) {
     run_gemm(false, true, rows, out, in, 0.0f, x, weight, y);
-  } else if (!gelu) {
-    backend_for(y.device())
-        .gemm_epilogue(gemm_desc(false, true, rows, out, in), GemmEpilogue::Bias, x, weight, bias,
-                       y, nullptr);
   } else {
-    pre_gelu = Tensor::empty(out_shape, x.dtype(), x.device());
+    const GemmEpilogue epilogue = !gelu                ? GemmEpilogue::Bias
+                                  : bias.defined() ? GemmEpilogue::BiasGelu
+                                                   : GemmEpilogue::Gelu;
+    if (gelu) pre_gelu = Tensor::empty(out_shape, x.dtype(), x.device());
     backend_for(y.device())
-        .gemm_epilogue(gemm_desc(false, true, rows, out, in), GemmEpilogue::BiasGelu, x, weight,
-                       bias, y, &pre_gelu);
+        .gemm_epilogue(gemm_desc(false, true, rows, out, in), epilogue, x, weight,
+                       bias.defined() ? &bias : nullptr, y, gelu ? &pre_gelu : nullptr);
   }
 
   if (auto node = make_node<LinearBackward>({&x, &weight, &bias})) {

@@ -65,8 +65,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 // gelu(linear(x, weight, bias)) as one op: gelu (tanh form) is applied to the FP32 sums
 // before their one rounding, so the result can differ from the composed ops, which round the
-// linear's output first, by one rounding of the output's dtype. bias is required.
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// linear's output first, by one rounding of the output's dtype. bias may be undefined.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- convolution and pooling (NCHW) ----------------------------------------------------------
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),

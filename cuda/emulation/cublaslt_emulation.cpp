@@ -5,10 +5,11 @@
 //   STRIDED_BATCH_OFFSET elements apart, alpha and beta host floats (scale type 32F), FP32
 //   accumulation (inputs first rounded to TF32 under CUBLAS_COMPUTE_32F_FAST_TF32), one
 //   rounding to D's type, and C not read when beta is 0.
-// Two epilogues, for batch 1 with D of A's type: CUBLASLT_EPILOGUE_BIAS adds bias[row] (D's
-// type, one per row of D) before the rounding, and CUBLASLT_EPILOGUE_GELU_AUX_BIAS also writes
-// that biased sum, rounded to D's type, to the aux matrix and stores GELU (tanh form) of the
-// unrounded sum in D. Setting any other epilogue is CUBLAS_STATUS_NOT_SUPPORTED.
+// Three epilogues, for batch 1 with D of A's type: CUBLASLT_EPILOGUE_BIAS adds bias[row] (D's
+// type, one per row of D) before the rounding; CUBLASLT_EPILOGUE_GELU_AUX writes the sum,
+// rounded to D's type, to the aux matrix and stores GELU (tanh form) of the unrounded sum in
+// D; CUBLASLT_EPILOGUE_GELU_AUX_BIAS does both, GELU and aux taking the biased sum. Setting
+// any other epilogue is CUBLAS_STATUS_NOT_SUPPORTED.
 // Only the attributes the backend sets are accepted; any other is CUBLAS_STATUS_NOT_SUPPORTED,
 // so that new use of the library is emulated on purpose rather than ignored. Shapes, types
 // and leading dimensions are checked as the library documents them, so a layout the backend
@@ -136,8 +137,9 @@ cublasStatus_t validate(const MatmulDesc* desc, const Layout* a, const Layout* b
   // whose type defaults to D's) of A's type; any other use is refused rather than guessed at.
   if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     if (d->type != a->type || c->batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (desc->bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-    if (desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+    if (desc->epilogue != CUBLASLT_EPILOGUE_GELU_AUX && desc->bias == nullptr)
+      return CUBLAS_STATUS_INVALID_VALUE;
+    if (desc->epilogue != CUBLASLT_EPILOGUE_BIAS &&
         (desc->aux == nullptr || desc->aux_ld < m || desc->aux_ld % 8 != 0))
       return CUBLAS_STATUS_INVALID_VALUE;
   }
@@ -187,7 +189,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       const cublasStatus_t status = read_value(buf, bytes, epilogue);
       if (status != CUBLAS_STATUS_SUCCESS) return status;
       if (epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogue != CUBLASLT_EPILOGUE_BIAS &&
-          epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+          epilogue != CUBLASLT_EPILOGUE_GELU_AUX && epilogue != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;
       d->epilogue = epilogue;
       return CUBLAS_STATUS_SUCCESS;
@@ -306,8 +308,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
   const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
   const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
   const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  const bool bias = desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT;
-  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const auto operand = [&](const Layout* l, const void* base, int64_t offset, int64_t index) {
     const float v = load(l->type, base, offset + index);
     return tf32 ? to_tf32(v) : v;

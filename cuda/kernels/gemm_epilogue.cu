@@ -14,7 +14,7 @@ __global__ void __launch_bounds__(kThreads) gemm_epilogue_kernel(const float* su
                                                                 int64_t cols) {
   const int64_t stride = thread_stride();
   for (int64_t i = first_thread(); i < n; i += stride) {
-    const float s = sums[i] + to_float(bias[i % cols]);
+    const float s = bias != nullptr ? sums[i] + to_float(bias[i % cols]) : sums[i];
     if (pre_gelu == nullptr) {
       c[i] = from_float<T>(s);
     } else {

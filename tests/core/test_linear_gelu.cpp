@@ -54,28 +54,32 @@ TEST_CASE("gemm_epilogue: Bias stores round(sum + bias) in every dtype", "[gemm]
     const Tensor w = random_tensor({kN, kK}, 2, -2.f, 2.f, dtype);
     const Tensor bias = random_tensor({kN}, 3, -4.f, 4.f, dtype);
     Tensor c = Tensor::full({kM, kN}, 7.0f, dtype);  // beta 0: never read
-    cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, bias, c, nullptr);
+    cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, nullptr);
     CHECK(bits_of(c) == bits_of(rounded(biased_sums(x, w, bias), dtype)));
   }
 }
 
-TEST_CASE("gemm_epilogue: BiasGelu keeps the biased sum and applies gelu before rounding",
-          "[gemm][epilogue]") {
+TEST_CASE("gemm_epilogue: the GELU epilogues keep the (biased) sum and apply gelu before "
+          "rounding", "[gemm][epilogue]") {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    INFO(dtype_name(dtype));
-    const Tensor x = random_tensor({kM, kK}, 4, -1.f, 1.f, dtype);
-    const Tensor w = random_tensor({kN, kK}, 5, -1.f, 1.f, dtype);
-    const Tensor bias = random_tensor({kN}, 6, -1.f, 1.f, dtype);
-    Tensor c = Tensor::full({kM, kN}, 7.0f, dtype);
-    Tensor pre = Tensor::full({kM, kN}, 7.0f, dtype);
-    cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, bias, c, &pre);
-    const std::vector<float> sums = biased_sums(x, w, bias);
-    CHECK(bits_of(pre) == bits_of(rounded(sums, dtype)));
-    CHECK(bits_of(c) == bits_of(rounded(gelu_of(sums), dtype)));
-    if (dtype != DType::F32) {
-      // The one rounding is observable: gelu of the stored (rounded) sums differs somewhere.
-      const std::vector<float> twice = gelu_of(pre.to_float_vector());
-      CHECK(bits_of(c) != bits_of(rounded(twice, dtype)));
+    for (bool with_bias : {true, false}) {
+      INFO(dtype_name(dtype) << (with_bias ? " with bias" : " without bias"));
+      const Tensor x = random_tensor({kM, kK}, 4, -1.f, 1.f, dtype);
+      const Tensor w = random_tensor({kN, kK}, 5, -1.f, 1.f, dtype);
+      const Tensor bias = random_tensor({kN}, 6, -1.f, 1.f, dtype);
+      Tensor c = Tensor::full({kM, kN}, 7.0f, dtype);
+      Tensor pre = Tensor::full({kM, kN}, 7.0f, dtype);
+      cpu().gemm_epilogue(linear_desc(), with_bias ? GemmEpilogue::BiasGelu : GemmEpilogue::Gelu,
+                          x, w, with_bias ? &bias : nullptr, c, &pre);
+      const std::vector<float> sums =
+          biased_sums(x, w, with_bias ? bias : Tensor::zeros({kN}, dtype));
+      CHECK(bits_of(pre) == bits_of(rounded(sums, dtype)));
+      CHECK(bits_of(c) == bits_of(rounded(gelu_of(sums), dtype)));
+      if (dtype != DType::F32) {
+        // The one rounding is observable: gelu of the stored (rounded) sums differs somewhere.
+        const std::vector<float> twice = gelu_of(pre.to_float_vector());
+        CHECK(bits_of(c) != bits_of(rounded(twice, dtype)));
+      }
     }
   }
 }
@@ -90,32 +94,39 @@ TEST_CASE("gemm_epilogue: refuses what its contract excludes", "[gemm][epilogue]
   batched.batch = 2;
   batched.stride_c = kM * kN;
   Tensor big_c = Tensor::zeros({2, kM, kN});
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(batched, GemmEpilogue::Bias, x, w, bias, big_c, nullptr),
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(batched, GemmEpilogue::Bias, x, w, &bias, big_c, nullptr),
                     Catch::Contains("gemm_epilogue") && Catch::Contains("batch 2"));
   GemmDesc accumulating = linear_desc();
   accumulating.beta = 1.0f;
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(accumulating, GemmEpilogue::Bias, x, w, bias, c, nullptr),
+      cpu().gemm_epilogue(accumulating, GemmEpilogue::Bias, x, w, &bias, c, nullptr),
       Catch::Contains("beta 0"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w,
-                                        Tensor::zeros({kN + 1}), c, nullptr),
+  const Tensor long_bias = Tensor::zeros({kN + 1});
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &long_bias, c,
+                                        nullptr),
                     Catch::Contains("bias") && Catch::Contains("F32[14]") &&
                         Catch::Contains("[13]"));
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, bias, c, nullptr),
+      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, nullptr),
       Catch::Contains("pre_gelu is required"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, bias, c, &pre),
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, &pre),
                     Catch::Contains("pre_gelu is only for the gelu epilogue"));
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, nullptr, c,
+                                        nullptr),
+                    Catch::Contains("the bias is required"));
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Gelu, x, w, &bias, c, &pre),
+                    Catch::Contains("the bias is only for the epilogues with a bias"));
   Tensor small_pre = Tensor::zeros({kM, kN - 1});
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, bias, c, &small_pre),
+      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, &small_pre),
       Catch::Contains("too small"));
   Tensor pre16 = Tensor::zeros({kM, kN}, DType::F16);
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, bias, c, &pre16),
+      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, &pre16),
       Catch::Contains("dtype mismatch"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w,
-                                        bias.to(DType::BF16), c, nullptr),
+  const Tensor bias16 = bias.to(DType::BF16);
+  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias16, c,
+                                        nullptr),
                     Catch::Contains("dtype mismatch"));
 }
 
@@ -125,16 +136,20 @@ TEST_CASE("linear_gelu: in FP32 the same bits as gelu(linear), forward and backw
   const Tensor w0 = random_tensor({40, 24}, 12);
   const Tensor b0 = random_tensor({40}, 13);
   const Tensor g = random_tensor({3, 5, 40}, 14);
-  std::vector<std::vector<uint32_t>> results[2];
-  for (int fused = 0; fused < 2; ++fused) {
-    Tensor x = x0.clone().set_requires_grad(true);
-    Tensor w = w0.clone().set_requires_grad(true);
-    Tensor b = b0.clone().set_requires_grad(true);
-    const Tensor y = fused ? ops::linear_gelu(x, w, b) : ops::gelu(ops::linear(x, w, b));
-    y.backward(g);
-    for (const Tensor& t : {y, x.grad(), w.grad(), b.grad()}) results[fused].push_back(bits_of(t));
+  for (bool with_bias : {true, false}) {
+    INFO((with_bias ? "with bias" : "without bias"));
+    std::vector<std::vector<uint32_t>> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor x = x0.clone().set_requires_grad(true);
+      Tensor w = w0.clone().set_requires_grad(true);
+      Tensor b = with_bias ? b0.clone().set_requires_grad(true) : Tensor();
+      const Tensor y = fused ? ops::linear_gelu(x, w, b) : ops::gelu(ops::linear(x, w, b));
+      y.backward(g);
+      for (const Tensor& t : {y, x.grad(), w.grad()}) results[fused].push_back(bits_of(t));
+      if (with_bias) results[fused].push_back(bits_of(b.grad()));
+    }
+    CHECK(results[1] == results[0]);
   }
-  CHECK(results[1] == results[0]);
 }
 
 TEST_CASE("linear_gelu: gradients match finite differences", "[gemm][epilogue]") {
@@ -145,6 +160,10 @@ TEST_CASE("linear_gelu: gradients match finite differences", "[gemm][epilogue]")
   Tensor w = random_tensor({4, 5}, 22).set_requires_grad(true);
   Tensor b = random_tensor({4}, 23).set_requires_grad(true);
   gradcheck("linear_gelu", f, {x, w, b});
+  const auto f_nobias = [](const std::vector<Tensor>& in) {
+    return ops::linear_gelu(in[0], in[1]);
+  };
+  gradcheck("linear_gelu without bias", f_nobias, {x, w});
 }
 
 TEST_CASE("linear_gelu: FP16/BF16 forward and backward", "[gemm][epilogue]") {
@@ -162,15 +181,15 @@ TEST_CASE("linear_gelu: FP16/BF16 forward and backward", "[gemm][epilogue]") {
   }
 }
 
-TEST_CASE("linear_gelu: needs a bias, and names itself in bad-input errors", "[gemm][epilogue]") {
+TEST_CASE("linear_gelu: bad inputs name the op", "[gemm][epilogue]") {
   const Tensor x = Tensor::zeros({2, 5});
   const Tensor w = Tensor::zeros({3, 5});
-  CHECK_THROWS_WITH(ops::linear_gelu(x, w, Tensor()),
-                    Catch::Contains("linear_gelu") && Catch::Contains("needs a bias"));
   CHECK_THROWS_WITH(ops::linear_gelu(x, Tensor::zeros({3, 4}), Tensor::zeros({3})),
                     Catch::Contains("linear_gelu") && Catch::Contains("F32[3, 4]"));
   CHECK_THROWS_WITH(ops::linear_gelu(x, w, Tensor::zeros({4})),
                     Catch::Contains("linear_gelu") && Catch::Contains("must be [3]"));
+  CHECK_THROWS_WITH(ops::linear_gelu(x, w.to(DType::F16)),
+                    Catch::Contains("linear_gelu") && Catch::Contains("F16[3, 5]"));
 }
 
 }  // namespace

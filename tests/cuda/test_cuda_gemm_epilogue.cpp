@@ -1,5 +1,6 @@
-// The GEMM epilogues (bias; bias + GELU with the pre-GELU sums kept), CUDA against the CPU
-// backend: through cuBLASLt's fused BIAS / GELU_AUX_BIAS epilogues where it offers them, and
+// The GEMM epilogues (bias; GELU with or without bias, the pre-GELU sums kept), CUDA against
+// the CPU backend: through cuBLASLt's fused BIAS / GELU_AUX(_BIAS) epilogues where it offers
+// them, and
 // through the separate epilogue kernel where it does not (a GELU output whose row length is
 // not a multiple of 8 cannot have cuBLASLt's pre-GELU matrix). GPU outputs are poisoned first.
 #include <cmath>
@@ -42,22 +43,25 @@ TEST_CASE("cuda gemm_epilogue stores the CPU's bias and bias+GELU results", "[cu
   std::mt19937 rng(41);
   for (DType dtype : kFloatingTypes) {
     for (const EpilogueCase& s : kCases) {
-      for (GemmEpilogue epilogue : {GemmEpilogue::Bias, GemmEpilogue::BiasGelu}) {
-        const bool gelu = epilogue == GemmEpilogue::BiasGelu;
-        INFO(dtype_name(dtype) << " " << s.m << "x" << s.n << "x" << s.k
-                               << (gelu ? " bias+gelu" : " bias"));
+      for (GemmEpilogue epilogue :
+           {GemmEpilogue::Bias, GemmEpilogue::Gelu, GemmEpilogue::BiasGelu}) {
+        const bool gelu = epilogue_has_gelu(epilogue), with_bias = epilogue_has_bias(epilogue);
+        INFO(dtype_name(dtype) << " " << s.m << "x" << s.n << "x" << s.k << " epilogue "
+                               << static_cast<int>(epilogue));
         const GemmDesc d = ops::gemm_desc(false, true, s.m, s.n, s.k);
         const Tensor x = random_tensor({s.m, s.k}, dtype, rng);
         const Tensor w = random_tensor({s.n, s.k}, dtype, rng);
-        const Tensor bias = random_tensor({s.n}, dtype, rng);
+        const Tensor bias = with_bias ? random_tensor({s.n}, dtype, rng) : Tensor::zeros({s.n}, dtype);
+        const Tensor gpu_bias = bias.to(gpu());
 
         Tensor expected = Tensor::empty({s.m, s.n}, dtype);
         Tensor expected_pre = Tensor::empty({s.m, s.n}, dtype);
-        cpu_backend().gemm_epilogue(d, epilogue, x, w, bias, expected,
+        cpu_backend().gemm_epilogue(d, epilogue, x, w, with_bias ? &bias : nullptr, expected,
                                     gelu ? &expected_pre : nullptr);
         Tensor actual = poisoned({s.m, s.n}, dtype);
         Tensor actual_pre = poisoned({s.m, s.n}, dtype);
-        gpu_backend().gemm_epilogue(d, epilogue, x.to(gpu()), w.to(gpu()), bias.to(gpu()), actual,
+        gpu_backend().gemm_epilogue(d, epilogue, x.to(gpu()), w.to(gpu()),
+                                    with_bias ? &gpu_bias : nullptr, actual,
                                     gelu ? &actual_pre : nullptr);
 
         const Tolerance tol = accumulation_tolerance(dtype, s.k);
@@ -80,12 +84,17 @@ TEST_CASE("cuda linear_gelu matches the CPU forward and backward", "[cuda]") {
     const Tensor g = random_tensor({4, 6, 48}, dtype, rng);
     std::vector<Tensor> results[2];
     for (Device device : {kCPU, gpu()}) {
-      Tensor xd = x.to(device).set_requires_grad(true);
-      Tensor wd = w.to(device).set_requires_grad(true);
-      Tensor bd = b.to(device).set_requires_grad(true);
+      // Fresh leaves on each device (to() on the tensor's own device returns the tensor itself).
+      Tensor xd = x.clone().to(device).set_requires_grad(true);
+      Tensor wd = w.clone().to(device).set_requires_grad(true);
+      Tensor bd = b.clone().to(device).set_requires_grad(true);
       const Tensor y = ops::linear_gelu(xd, wd, bd);
       y.backward(g.to(device));
-      results[device == kCPU ? 0 : 1] = {y, xd.grad(), wd.grad(), bd.grad()};
+      // And without a bias (cuBLASLt's GELU_AUX epilogue).
+      Tensor xn = x.clone().to(device).set_requires_grad(true);
+      const Tensor yn = ops::linear_gelu(xn, wd.detach());
+      yn.backward(g.to(device));
+      results[device == kCPU ? 0 : 1] = {y, xd.grad(), wd.grad(), bd.grad(), yn, xn.grad()};
     }
     // The gradients sum over 24 rows or 48 outputs and pass through gelu's slope.
     const Tolerance tol = accumulation_tolerance(dtype, 48);

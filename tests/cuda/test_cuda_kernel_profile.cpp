@@ -132,7 +132,7 @@ TEST_CASE("the kernel profile shows which form a GEMM epilogue took", "[cuda]") 
     Tensor pre = Tensor::empty({8, n}, DType::F16, gpu());
     const ProfilingScope profiling;
     gpu_backend().gemm_epilogue(ops::gemm_desc(false, true, 8, n, 16), GemmEpilogue::BiasGelu, x,
-                                w, bias, y, &pre);
+                                w, &bias, y, &pre);
     std::string names;
     for (const KernelProfileRow& row : kernel_profile()) names += row.kernel + "\n";
     return names;

@@ -1,8 +1,8 @@
 // The emulated cuBLASLt epilogues (cuda/emulation/cublaslt_emulation.cpp) against cuBLASLt's
 // documented semantics, on column-major D of m rows: CUBLASLT_EPILOGUE_BIAS adds bias[row] to
 // every column; CUBLASLT_EPILOGUE_GELU_AUX_BIAS also writes the biased sum, rounded to D's
-// type, at aux[i + j * aux_ld] and stores GELU of the unrounded sum in D; DEFAULT adds no
-// bias; and each refused descriptor gets the status the emulation documents, from the
+// type, at aux[i + j * aux_ld] and stores GELU of the unrounded sum in D; GELU_AUX does so
+// without a bias; DEFAULT adds no bias; and each refused descriptor gets the status the emulation documents, from the
 // heuristic and the matmul alike. The data are dyadic, so every FP32 product and sum is
 // exact and the references below need no tolerance. The emulated device memory is host
 // memory, so the data live in host vectors.
@@ -250,6 +250,28 @@ TEST_CASE("emulated cuBLASLt GELU_AUX_BIAS epilogue stores the biased sum in aux
   }
 }
 
+TEST_CASE("emulated cuBLASLt GELU_AUX epilogue stores the sum in aux and GELU in D, no bias",
+          "[cuda_emulation]") {
+  const std::vector<float> a = operand_a(), b = operand_b();
+  const std::vector<float> sum = biased_sum(a, b, std::vector<float>(kM, 0.0f));
+  const std::vector<float> bias = bias_vector();
+  std::vector<float> d(kM * kN, kNaN), aux(8 * kN, kNaN);
+  Matmul mm(CUDA_R_32F, kM, kN, kK);
+  REQUIRE(mm.epilogue(CUBLASLT_EPILOGUE_GELU_AUX) == CUBLAS_STATUS_SUCCESS);
+  mm.aux(aux.data(), 8);
+  REQUIRE(mm.heuristic() == CUBLAS_STATUS_SUCCESS);  // no bias pointer needed
+  mm.bias(bias.data());                               // and one set is not read
+  REQUIRE(mm.run(a.data(), b.data(), d.data()) == CUBLAS_STATUS_SUCCESS);
+  for (int64_t j = 0; j < kN; ++j)
+    for (int64_t i = 0; i < kM; ++i) {
+      INFO("row " << i << ", column " << j);
+      CHECK(aux[i + j * 8] == sum[i + j * kM]);
+      CHECK(d[i + j * kM] == mixprec::gelu_tanh(sum[i + j * kM]));
+    }
+  mm.aux(nullptr, 8);
+  CHECK(mm.heuristic() == CUBLAS_STATUS_INVALID_VALUE);
+}
+
 TEST_CASE("emulated cuBLASLt refuses epilogues without their pointers or a valid aux_ld",
           "[cuda_emulation]") {
   const std::vector<float> a = operand_a(), b = operand_b(), bias = bias_vector();
@@ -319,8 +341,7 @@ TEST_CASE("emulated cuBLASLt refuses the epilogues and epilogue uses the backend
     Matmul mm(CUDA_R_32F, kM, kN, kK);
     mm.bias(bias.data());
     for (uint32_t e : {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU,
-                       CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
-                       CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB}) {
+                       CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB}) {
       INFO("epilogue " << e);
       CHECK(mm.epilogue(e) == CUBLAS_STATUS_NOT_SUPPORTED);
     }

@@ -334,27 +334,29 @@ TEST_CASE("GPT runs forward and backward in F32, F16 and BF16 with F32 parameter
 
 TEST_CASE("GPT's fused c_fc + gelu gives the unfused model's FP32 logits and gradients",
           "[layers][gpt][epilogue]") {
-  GptSpec unfused_spec = tiny_spec();
-  unfused_spec.fuse_linear_gelu = false;
-  auto fused = build(tiny_spec(), 21);
-  auto unfused = build(unfused_spec, 21);
   Generator init(3);
   const auto gen = std::make_shared<Generator>(4);
-  CHECK_THAT(Mlp(8, true, 0.0, gen, init, kCPU, true).c_fc()->describe(),
-             Contains("+ GELU (fused)"));
-  CHECK_THAT(Mlp(8, true, 0.0, gen, init, kCPU, false).c_fc()->describe(), !Contains("fused"));
-  // Without a bias there is no epilogue to fuse into; the request is ignored.
-  CHECK_THAT(Mlp(8, false, 0.0, gen, init, kCPU, true).c_fc()->describe(), !Contains("fused"));
-  const Tensor ids = ids_tensor(random_ids(16, 11, 22), 2, 8);
-  const std::vector<int32_t> targets = random_ids(16, 11, 23);
-  const Tensor a = (*fused)(ids), b = (*unfused)(ids);
-  CHECK(same_values(a, b));
-  lm_loss(a, targets).backward();
-  lm_loss(b, targets).backward();
-  const auto pa = fused->named_parameters(), pb = unfused->named_parameters();
-  REQUIRE(pa.size() == pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    CAPTURE(pa[i].first);
-    CHECK(same_values(pa[i].second.grad(), pb[i].second.grad()));
+  for (bool bias : {true, false}) {
+    CAPTURE(bias);
+    CHECK_THAT(Mlp(8, bias, 0.0, gen, init, kCPU, true).c_fc()->describe(),
+               Contains("+ GELU (fused)"));
+    CHECK_THAT(Mlp(8, bias, 0.0, gen, init, kCPU, false).c_fc()->describe(), !Contains("fused"));
+
+    GptSpec unfused_spec = tiny_spec(bias);
+    unfused_spec.fuse_linear_gelu = false;
+    auto fused = build(tiny_spec(bias), 21);
+    auto unfused = build(unfused_spec, 21);
+    const Tensor ids = ids_tensor(random_ids(16, 11, 22), 2, 8);
+    const std::vector<int32_t> targets = random_ids(16, 11, 23);
+    const Tensor a = (*fused)(ids), b = (*unfused)(ids);
+    CHECK(same_values(a, b));
+    lm_loss(a, targets).backward();
+    lm_loss(b, targets).backward();
+    const auto pa = fused->named_parameters(), pb = unfused->named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(pa[i].first);
+      CHECK(same_values(pa[i].second.grad(), pb[i].second.grad()));
+    }
   }
 }
