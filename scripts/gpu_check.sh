@@ -334,6 +334,8 @@ rows = [
     ("amp + AdamW tail, GPT, FP16", "BM_CudaAmpStep/manual_time", "us/step"),
     ("attn softmax fwd+bwd (GPT), fused", "BM_CudaAttentionSoftmax/fused/manual_time", "us/layer"),
     ("attn softmax fwd+bwd, composed", "BM_CudaAttentionSoftmax/composed/manual_time", "us/layer"),
+    ("c_fc+gelu fwd+bwd (GPT), fused", "BM_CudaLinearGelu/fused/manual_time", "us/layer"),
+    ("c_fc+gelu fwd+bwd, composed", "BM_CudaLinearGelu/composed/manual_time", "us/layer"),
 ]
 for label, name, unit in rows:
     run = runs.get(name)

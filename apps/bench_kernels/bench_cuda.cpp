@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "apps/bench_kernels/attention_softmax_pass.h"
+#include "apps/bench_kernels/linear_gelu_pass.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/math_mode.h"
@@ -283,8 +284,33 @@ void BM_CudaAttentionSoftmax(benchmark::State& state, bool fused) {
   });
 }
 
+// One layer's MLP c_fc + gelu of the GPU GPT (rows 64 x 256, 384 -> 1536, no bias, FP16),
+// forward and backward, fused (cuBLASLt's GELU_AUX epilogue) or composed. us/layer is one
+// forward plus one backward.
+void BM_CudaLinearGelu(benchmark::State& state, bool fused) {
+  guarded(state, [&] {
+    CudaBackend* backend = cuda_backend_or_skip(state);
+    if (backend == nullptr) return;
+    const Device device = cuda_device(0);
+    Generator gen(6);
+    bench::LinearGeluPass pass(
+        Tensor::uniform({16384, 384}, gen, -1.f, 1.f, DType::F16, device),
+        Tensor::uniform({1536, 384}, gen, -0.05f, 0.05f, DType::F16, device),
+        Tensor::uniform({16384, 1536}, gen, -1.f, 1.f, DType::F16, device));
+    const double seconds = run_timed(state, *backend, [&](int64_t) { pass.run(fused); });
+    if (state.iterations() > 0) {
+      state.counters["us/layer"] =
+          benchmark::Counter(seconds * 1e6 / static_cast<double>(state.iterations()));
+    }
+  });
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_CudaLinearGelu, fused, true)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaLinearGelu, composed, false)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CudaAttentionSoftmax, fused, true)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CudaAttentionSoftmax, composed, false)
     ->UseManualTime()

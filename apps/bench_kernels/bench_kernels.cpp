@@ -1,8 +1,9 @@
 // Kernel micro-benchmarks of the CPU backend: the GEMM against plain Eigen (the FP32 path maps
 // tensors straight into Eigen, so the two should run at the same rate), the FP16/BF16 GEMM
 // (widen, FP32 product, round once), an im2col convolution of a small-CNN layer shape,
-// causal attention's softmax fused and composed, and dropout's keep decisions one Philox
-// evaluation per element against one per four.
+// causal attention's softmax fused and composed, an MLP's c_fc + gelu fused into the GEMM's
+// epilogue and composed, and dropout's keep decisions one Philox evaluation per element
+// against one per four.
 //
 //   mixprec_bench_kernels --benchmark_filter=1024 --benchmark_repetitions=5
 //                         --benchmark_report_aggregates_only=true
@@ -19,6 +20,7 @@
 #pragma GCC diagnostic pop
 
 #include "apps/bench_kernels/attention_softmax_pass.h"
+#include "apps/bench_kernels/linear_gelu_pass.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/math/dropout.h"
@@ -106,6 +108,19 @@ void BM_AttentionSoftmax(benchmark::State& state, bool fused) {
   }
 }
 
+// The CPU GPT config's MLP c_fc + gelu at batch 8 (rows 8 x 256, 128 -> 512, no bias, FP16),
+// forward and backward, fused (linear_gelu) or composed (gelu(linear)).
+void BM_LinearGelu(benchmark::State& state, bool fused) {
+  Generator gen(4);
+  bench::LinearGeluPass pass(Tensor::uniform({2048, 128}, gen, -1.f, 1.f, DType::F16),
+                             Tensor::uniform({512, 128}, gen, -0.1f, 0.1f, DType::F16),
+                             Tensor::uniform({2048, 512}, gen, -1.f, 1.f, DType::F16));
+  for (auto _ : state) {
+    pass.run(fused);
+    benchmark::ClobberMemory();
+  }
+}
+
 // Dropout's keep decisions for 1M consecutive elements (core/math/dropout.h): one Philox
 // evaluation per element through dropout_keep, as a loop visiting elements one at a time
 // pays, against fill_dropout_keep's one evaluation per block of four.
@@ -138,6 +153,8 @@ BENCHMARK_CAPTURE(BM_AttentionSoftmax, fused, true)->UseRealTime()->Unit(benchma
 BENCHMARK_CAPTURE(BM_AttentionSoftmax, composed, false)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearGelu, fused, true)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearGelu, composed, false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenGemm)
     ->Arg(256)
     ->Arg(512)

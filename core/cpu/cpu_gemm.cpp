@@ -216,35 +216,30 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   });
 }
 
-// Adds bias[j] to every row of the m x n FP32 sums.
-template <class T>
-void add_bias_rows(float* sums, int64_t m, int64_t n, const T* bias) {
-  std::vector<float> buffer(static_cast<size_t>(n));
-  const float* bias32 = cpu::load_f32(bias, buffer.data(), n);
-  const auto add_bias = [&](int64_t row) {
-    float* r = sums + row * n;
-    for (int64_t j = 0; j < n; ++j) r[j] += bias32[j];
-  };
-  if (m * n >= cpu::kParallelWorkCheap) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < m; ++i) add_bias(i);
-  } else {
-    for (int64_t i = 0; i < m; ++i) add_bias(i);
-  }
-}
-
 // The epilogue of a linear layer's product on its FP32 sums `sums` (m x n, alpha applied):
 // the bias (when not null) added to every row, then the stores of GemmEpilogue. `sums` may
-// be C's own memory when C is F32; it is overwritten.
+// be C's own memory when C is F32; it is overwritten. Row by row, so that each row's passes
+// (bias, pre-GELU store, gelu, store) stay in cache.
 template <class T>
 void finish_epilogue(float* sums, int64_t m, int64_t n, const T* bias, T* c, T* pre_gelu) {
-  if (bias != nullptr) add_bias_rows(sums, m, n, bias);
-  const int64_t mn = m * n;
-  if (pre_gelu == nullptr) return cpu::store_f32_parallel(sums, c, mn);
-  cpu::store_f32_parallel(sums, pre_gelu, mn);
-#pragma omp parallel for schedule(static) if (mn >= cpu::kParallelWorkCostly)
-  for (int64_t i = 0; i < mn; ++i) sums[i] = gelu_tanh(sums[i]);
-  cpu::store_f32_parallel(sums, c, mn);
+  std::vector<float> buffer(bias != nullptr ? static_cast<size_t>(n) : 0);
+  const float* bias32 = bias != nullptr ? cpu::load_f32(bias, buffer.data(), n) : nullptr;
+  const auto finish_row = [&](int64_t row) {
+    float* r = sums + row * n;
+    if (bias32 != nullptr)
+      for (int64_t j = 0; j < n; ++j) r[j] += bias32[j];
+    if (pre_gelu != nullptr) {
+      cpu::store_f32(r, pre_gelu + row * n, n);
+      for (int64_t j = 0; j < n; ++j) r[j] = gelu_tanh(r[j]);
+    }
+    cpu::store_f32(r, c + row * n, n);
+  };
+  if (m * n >= cpu::kParallelWorkCostly) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; ++i) finish_row(i);
+  } else {
+    for (int64_t i = 0; i < m; ++i) finish_row(i);
+  }
 }
 
 template <class T>
