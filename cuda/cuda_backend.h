@@ -96,9 +96,9 @@ class CudaBackend final : public Backend {
 
   // ---- GEMM and neural-network primitives ------------------------------------------------------
   void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) override;
-  // The fused cuBLASLt epilogue (BIAS, GELU_AUX, GELU_AUX_BIAS) where cuBLASLt offers an
-  // algorithm for it; otherwise the product into FP32 and kernels::gemm_epilogue, with the
-  // same stores.
+  // The fused cuBLASLt epilogue (BIAS; GELU_AUX and GELU_AUX_BIAS for 16-bit outputs with
+  // rows a multiple of 8 long) where cuBLASLt offers an algorithm for it; otherwise the
+  // product into FP32 and kernels::gemm_epilogue, with the same stores (cuda_gemm.cpp).
   void gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, const Tensor& a,
                      const Tensor& b, const Tensor* bias, Tensor& c, Tensor* pre_gelu) override;
   void softmax(const Tensor& x, Tensor& y, bool log) override;

@@ -18,10 +18,20 @@
 // heuristic's candidates timed on that first call. An algorithm's workspace (at most
 // kMaxWorkspace) comes from the backend's caching allocator for the duration of the call, so
 // after warm-up no call reaches cudaMalloc.
+//
+// A linear layer's epilogue (gemm_epilogue) is a plan of its own, keyed also by the epilogue
+// and the alignments of its bias and pre-GELU pointers (the heuristic reads them from the
+// descriptor, which holds the pointers; each call sets its own under the plan's mutex). The
+// GELU forms are fused only for 16-bit outputs whose rows are a multiple of 8 elements long
+// (the pre-GELU matrix's leading dimension must be): cuBLASLt's GELU is its own, not
+// gelu_tanh, which a 16-bit rounding hides but an FP32 result would not. Everything else, and
+// any epilogue cuBLASLt offers no algorithm for, is the product into FP32 followed by
+// kernels::gemm_epilogue, with the stores of core/backend.h exactly.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,15 +79,13 @@ uint32_t alignment(const void* base, int64_t batch, int64_t stride, size_t eleme
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
-constexpr int kNoEpilogue = -1;
-
-cublasLtEpilogue_t cublaslt_epilogue(int epilogue) {
-  switch (static_cast<GemmEpilogue>(epilogue)) {
+cublasLtEpilogue_t cublaslt_epilogue(GemmEpilogue epilogue) {
+  switch (epilogue) {
     case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
     case GemmEpilogue::Gelu: return CUBLASLT_EPILOGUE_GELU_AUX;
     case GemmEpilogue::BiasGelu: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   }
-  MIXPREC_FAIL("gemm_epilogue: unknown epilogue ", epilogue);
+  MIXPREC_FAIL("gemm_epilogue: unknown epilogue ", static_cast<int>(epilogue));
 }
 
 struct GemmKey {
@@ -88,9 +96,9 @@ struct GemmKey {
   bool trans_a, trans_b, tf32, tuned;
   int64_t m, n, k, batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
-  // The fused epilogue (kNoEpilogue for a plain product) and the alignments of its bias and
+  // The fused epilogue (none for a plain product) and the alignments of its bias and
   // pre-GELU pointers, which cuBLASLt's heuristic reads from the descriptor.
-  int epilogue = kNoEpilogue;
+  std::optional<GemmEpilogue> epilogue = std::nullopt;
   uint32_t align_bias = 0, align_pre = 0;
   auto operator<=>(const GemmKey&) const = default;
 };
@@ -188,10 +196,11 @@ struct GemmPlan {
         lt_c(cuda_type(key.c), mapping.c, mapping.batch) {
     desc.set(CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(mapping.a.transpose));
     desc.set(CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(mapping.b.transpose));
-    if (key.epilogue == kNoEpilogue) return;
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(cublaslt_epilogue(key.epilogue)));
+    if (!key.epilogue) return;
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE,
+             static_cast<uint32_t>(cublaslt_epilogue(*key.epilogue)));
     // Column-major D is n x m: the bias runs down its rows, the pre-GELU matrix is laid out as D.
-    if (epilogue_has_gelu(static_cast<GemmEpilogue>(key.epilogue)))
+    if (epilogue_has_gelu(*key.epilogue))
       desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mapping.c.ld);
   }
 
@@ -222,13 +231,14 @@ std::string problem_str(const GemmKey& k) {
   return s;
 }
 
-std::string epilogue_str(int epilogue) {
-  switch (static_cast<GemmEpilogue>(epilogue)) {
+std::string epilogue_str(std::optional<GemmEpilogue> epilogue) {
+  if (!epilogue) return "";
+  switch (*epilogue) {
     case GemmEpilogue::Bias: return " +bias";
     case GemmEpilogue::Gelu: return " +gelu";
     case GemmEpilogue::BiasGelu: return " +bias+gelu";
   }
-  return "";
+  MIXPREC_FAIL("gemm_epilogue: unknown epilogue ", static_cast<int>(*epilogue));
 }
 
 // What tuning a new plan needs of the call that first meets its problem: the row-major
@@ -270,7 +280,7 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
     for (int i = 0; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS) valid.push_back(results[i]);
   }
-  if (valid.empty() && key.epilogue != kNoEpilogue) {
+  if (valid.empty() && key.epilogue) {
     plan.available = false;
     return;
   }
@@ -311,7 +321,7 @@ class PlanCache {
     std::unique_ptr<GemmPlan>& slot = plans_[key];
     if (!slot) {
       auto plan = std::make_unique<GemmPlan>(key);
-      if (key.epilogue != kNoEpilogue) plan->point_epilogue(bias, pre_gelu);
+      if (key.epilogue) plan->point_epilogue(bias, pre_gelu);
       choose_algorithm(handle, key, *plan, call);
       plan->label = "cublasLtMatmul " + problem_str(key) + " " +
                     std::string(dtype_name(key.ab)) + "->" + std::string(dtype_name(key.c)) +
@@ -419,10 +429,13 @@ void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, con
   use_device();
   const void* const bias_data = bias != nullptr ? bias->data() : nullptr;
   void* const pre = pre_gelu != nullptr ? pre_gelu->data() : nullptr;
-  if (desc.k > 0) {
+  // cuBLASLt's own GELU only where a 16-bit rounding hides it, and only for rows that can be
+  // the pre-GELU matrix's leading dimension (see the file comment).
+  const bool gelu_fusable = c.dtype() != DType::F32 && desc.n % 8 == 0;
+  if (desc.k > 0 && (!epilogue_has_gelu(epilogue) || gelu_fusable)) {
     const MatmulContext ctx{cublaslt_handle(), stream_, allocator_};
     GemmKey key = gemm_key(device_index_, desc, a, b, c);
-    key.epilogue = static_cast<int>(epilogue);
+    key.epilogue = epilogue;
     key.align_bias = bias_data != nullptr ? alignment(bias_data, 1, 0, 0) : 0;
     key.align_pre = pre != nullptr ? alignment(pre, 1, 0, 0) : 0;
     const TuningCall call{a.data(), b.data(), c.data(), desc.alpha, 0.0f, stream_, allocator_};

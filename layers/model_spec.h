@@ -41,9 +41,10 @@ struct GptSpec {
   double dropout = 0.0;
   bool bias = true;
   bool tie_weights = false;
-  // Each MLP's c_fc and the gelu after it run as one GEMM with a bias+GELU epilogue
-  // (Linear::fuse_gelu); one rounding fewer in 16-bit dtypes, the same numbers in FP32. Not a
-  // config key; mixprec inspect turns it off so that c_fc's own output can be observed.
+  // Each MLP's c_fc and the gelu after it run as one GEMM with a (bias+)GELU epilogue
+  // (Linear::fuse_gelu): one rounding fewer in 16-bit dtypes; in FP32 the same bits on the
+  // CPU. Not a config key; mixprec inspect turns it off so that c_fc's own output can be
+  // observed.
   bool fuse_linear_gelu = true;
 };
 

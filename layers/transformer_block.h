@@ -23,7 +23,7 @@ namespace mixprec {
 class Mlp : public Module {
  public:
   Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> dropout_gen,
-      Generator& init, Device device = kCPU, bool fuse_gelu = false);
+      Generator& init, Device device = kCPU, bool fuse_gelu = true);
   // x [..., n_embd] -> [..., n_embd].
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
@@ -45,7 +45,7 @@ class Block : public Module {
   // fuse_gelu: the MLP's, see Mlp.
   Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
         std::shared_ptr<Generator> dropout_gen, Generator& init, Device device = kCPU,
-        bool fuse_gelu = false);
+        bool fuse_gelu = true);
   // x [B, T, n_embd] -> [B, T, n_embd].
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;

@@ -1,7 +1,7 @@
 // An MLP's first layer and its gelu, forward then backward through autograd, for the
 // benchmarks of both backends: fused, one ops::linear_gelu (the GEMM's GELU epilogue keeps
 // the pre-GELU sums; gelu's backward feeds the linear's); composed, ops::gelu(ops::linear).
-// In FP32 both give the same bits (tests/core/test_linear_gelu.cpp).
+// On the CPU, in FP32, both give the same bits (tests/core/test_linear_gelu.cpp).
 #pragma once
 
 #include "core/ops/ops.h"

@@ -18,8 +18,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A gnuplot string literal.
-std::string quoted(const std::string& text) { return "'" + gnuplot_quote(text) + "'"; }
+// A gnuplot string literal. Appended piece by piece: GCC 12 misreads `"'" + temporary` as an
+// overlapping copy (-Wrestrict).
+std::string quoted(const std::string& text) {
+  std::string literal = "'";
+  literal += gnuplot_quote(text);
+  literal += '\'';
+  return literal;
+}
 
 double fp16_max() { return half_bits_to_float(0x7BFF); }            // 65504
 double fp16_min_normal() { return half_bits_to_float(0x0400); }     // 2^-14

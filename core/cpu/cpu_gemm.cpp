@@ -252,9 +252,10 @@ void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, co
     gemm_float(d, a.data_as<float>(), b.data_as<float>(), c_data);
     return finish_epilogue(c_data, d.m, d.n, bias_data, c_data, pre);
   } else {
-    // The sums in FP32 (rounded nowhere), in the scratch slot that widen_operands leaves free.
+    // The sums in FP32 (rounded nowhere), in the slot of gemm_16bit's FP32 C: the operands
+    // took slots 0 and 1.
     const auto [a32, b32] = widen_operands<T>(d, a, b);
-    float* sums = cpu::scratch(3, d.m * d.n);
+    float* sums = cpu::scratch(2, d.m * d.n);
     gemm_float(d, a32, b32, sums);
     finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
   }

@@ -21,13 +21,14 @@ void run_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 
 struct LinearBackward final : Node {
   Tensor x, weight;
-  Tensor pre_gelu;  // linear_gelu's: the biased sums that gelu was applied to
+  Tensor pre_gelu;  // linear_gelu's: the (biased) sums that gelu was applied to
+  bool gelu = false;
   int64_t rows = 0;
-  std::string name() const override { return pre_gelu.defined() ? "linear_gelu" : "linear"; }
+  std::string name() const override { return gelu ? "linear_gelu" : "linear"; }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
     Tensor g = grads[0];
-    if (pre_gelu.defined()) {
+    if (gelu) {
       Tensor g_pre = Tensor::empty(pre_gelu.shape(), pre_gelu.dtype(), pre_gelu.device());
       // gelu's derivative reads only its input, which stands in for the unused output too.
       backend_for(g.device()).unary_backward(UnaryOp::Gelu, pre_gelu, pre_gelu, g, g_pre);
@@ -71,7 +72,7 @@ Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, con
   MIXPREC_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out), op, ": bias ",
                 describe(bias), " must be [", out, "] to match weight ", describe(weight));
 
-  const int64_t rows = x.numel() / in;
+  const int64_t rows = x.numel() / in;  // in >= 1: check_floating refused an empty x
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -92,9 +93,12 @@ Tensor linear_forward(const char* op, const Tensor& x, const Tensor& weight, con
     node->x = save_for_backward(*node, x);
     node->weight = save_for_backward(*node, weight);
     if (gelu) node->pre_gelu = save_for_backward(*node, pre_gelu);
+    node->gelu = gelu;
     node->rows = rows;
     attach_output(node, y);
   }
+  // The pre-GELU sums too: gelu maps an FP16 overflow (-inf) to 0, which y would not show.
+  if (gelu) check_forward(op, pre_gelu);
   check_forward(op, y);
   return y;
 }

@@ -33,7 +33,8 @@ std::vector<float> biased_sums(const Tensor& x, const Tensor& w, const Tensor& b
   std::vector<float> s = sums.to_float_vector();
   const std::vector<float> b = bias.to_float_vector();
   for (int64_t i = 0; i < kM; ++i)
-    for (int64_t j = 0; j < kN; ++j) s[static_cast<size_t>(i * kN + j)] += b[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < kN; ++j)
+      s[static_cast<size_t>(i * kN + j)] += b[static_cast<size_t>(j)];
   return s;
 }
 
@@ -81,6 +82,31 @@ TEST_CASE("gemm_epilogue: the GELU epilogues keep the (biased) sum and apply gel
         CHECK(bits_of(c) != bits_of(rounded(twice, dtype)));
       }
     }
+  }
+}
+
+TEST_CASE("gemm_epilogue: an empty sum (k = 0) stores the bias or gelu of it, and an empty C nothing",
+          "[gemm][epilogue]") {
+  for (DType dtype : {DType::F32, DType::F16}) {
+    INFO(dtype_name(dtype));
+    const Tensor x = Tensor::zeros({4, 0}, dtype);
+    const Tensor w = Tensor::zeros({6, 0}, dtype);
+    const Tensor bias = random_tensor({6}, 8, -2.f, 2.f, dtype);
+    const GemmDesc d = ops::gemm_desc(false, true, 4, 6, 0);
+    Tensor c = Tensor::full({4, 6}, 7.0f, dtype);
+    Tensor pre = Tensor::full({4, 6}, 7.0f, dtype);
+    cpu().gemm_epilogue(d, GemmEpilogue::BiasGelu, x, w, &bias, c, &pre);
+    const std::vector<float> b = bias.to_float_vector();
+    for (int64_t i = 0; i < 24; ++i) {
+      const float s = b[static_cast<size_t>(i % 6)];
+      CHECK(pre.get(i) == s);
+      CHECK(c.get(i) == Tensor::full({1}, gelu_tanh(s), dtype).get(0));
+    }
+    Tensor none = Tensor::zeros({0, 6}, dtype);
+    cpu().gemm_epilogue(ops::gemm_desc(false, true, 0, 6, 5), GemmEpilogue::Bias,
+                        Tensor::zeros({0, 5}, dtype), Tensor::zeros({6, 5}, dtype), &bias, none,
+                        nullptr);
+    CHECK(none.numel() == 0);
   }
 }
 

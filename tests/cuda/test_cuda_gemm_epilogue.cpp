@@ -1,8 +1,7 @@
 // The GEMM epilogues (bias; GELU with or without bias, the pre-GELU sums kept), CUDA against
-// the CPU backend: through cuBLASLt's fused BIAS / GELU_AUX(_BIAS) epilogues where it offers
-// them, and
-// through the separate epilogue kernel where it does not (a GELU output whose row length is
-// not a multiple of 8 cannot have cuBLASLt's pre-GELU matrix). GPU outputs are poisoned first.
+// the CPU backend: through cuBLASLt's fused BIAS / GELU_AUX(_BIAS) epilogues where the
+// backend uses them, and through the separate epilogue kernel elsewhere (FP32 GELU outputs,
+// rows not a multiple of 8 long, an empty sum k = 0). GPU outputs are poisoned first.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -22,8 +21,10 @@ struct EpilogueCase {
   int64_t m, n, k;
 };
 
-// n = 24: every epilogue fused; n = 13 and 1: GELU through the separate kernel.
-constexpr EpilogueCase kCases[] = {{37, 24, 29}, {37, 13, 29}, {1, 1, 1}, {300, 64, 96}};
+// n = 24 (16-bit): every epilogue fused; n = 13 and 1: GELU through the separate kernel;
+// k = 0: every epilogue through it (C is bias, or gelu of it).
+constexpr EpilogueCase kCases[] = {
+    {37, 24, 29}, {37, 13, 29}, {1, 1, 1}, {300, 64, 96}, {5, 16, 0}};
 
 // What was summed into each output: the product's terms and the bias. GELU's slope stays
 // below 1.13, so its output's error is measured against the same magnitude.
@@ -51,7 +52,8 @@ TEST_CASE("cuda gemm_epilogue stores the CPU's bias and bias+GELU results", "[cu
         const GemmDesc d = ops::gemm_desc(false, true, s.m, s.n, s.k);
         const Tensor x = random_tensor({s.m, s.k}, dtype, rng);
         const Tensor w = random_tensor({s.n, s.k}, dtype, rng);
-        const Tensor bias = with_bias ? random_tensor({s.n}, dtype, rng) : Tensor::zeros({s.n}, dtype);
+        const Tensor bias =
+            with_bias ? random_tensor({s.n}, dtype, rng) : Tensor::zeros({s.n}, dtype);
         const Tensor gpu_bias = bias.to(gpu());
 
         Tensor expected = Tensor::empty({s.m, s.n}, dtype);

@@ -2,10 +2,10 @@
 // documented semantics, on column-major D of m rows: CUBLASLT_EPILOGUE_BIAS adds bias[row] to
 // every column; CUBLASLT_EPILOGUE_GELU_AUX_BIAS also writes the biased sum, rounded to D's
 // type, at aux[i + j * aux_ld] and stores GELU of the unrounded sum in D; GELU_AUX does so
-// without a bias; DEFAULT adds no bias; and each refused descriptor gets the status the emulation documents, from the
-// heuristic and the matmul alike. The data are dyadic, so every FP32 product and sum is
-// exact and the references below need no tolerance. The emulated device memory is host
-// memory, so the data live in host vectors.
+// without a bias; DEFAULT adds no bias; and each refused descriptor gets the status the
+// emulation documents, from the heuristic and the matmul alike. The data are dyadic, so every
+// FP32 product and sum is exact and the references below need no tolerance. The emulated
+// device memory is host memory, so the data live in host vectors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -341,7 +341,8 @@ TEST_CASE("emulated cuBLASLt refuses the epilogues and epilogue uses the backend
     Matmul mm(CUDA_R_32F, kM, kN, kK);
     mm.bias(bias.data());
     for (uint32_t e : {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_GELU,
-                       CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB}) {
+                       CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                       CUBLASLT_EPILOGUE_BGRADB}) {
       INFO("epilogue " << e);
       CHECK(mm.epilogue(e) == CUBLAS_STATUS_NOT_SUPPORTED);
     }

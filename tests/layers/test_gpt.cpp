@@ -346,6 +346,16 @@ TEST_CASE("GPT's fused c_fc + gelu gives the unfused model's FP32 logits and gra
     unfused_spec.fuse_linear_gelu = false;
     auto fused = build(tiny_spec(bias), 21);
     auto unfused = build(unfused_spec, 21);
+    // The built models' first MLP: fused as the spec says.
+    const auto c_fc_of = [](const std::shared_ptr<Module>& model) {
+      const auto& gpt = dynamic_cast<const GPT&>(*model);
+      return std::dynamic_pointer_cast<Block>(gpt.blocks()->named_children().front().second)
+          ->mlp()
+          ->c_fc()
+          ->describe();
+    };
+    CHECK_THAT(c_fc_of(fused), Contains("+ GELU (fused)"));
+    CHECK_THAT(c_fc_of(unfused), !Contains("fused"));
     const Tensor ids = ids_tensor(random_ids(16, 11, 22), 2, 8);
     const std::vector<int32_t> targets = random_ids(16, 11, 23);
     const Tensor a = (*fused)(ids), b = (*unfused)(ids);
