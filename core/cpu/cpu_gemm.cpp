@@ -195,7 +195,10 @@ WidenedOperands widen_operands(const GemmDesc& d, const Tensor& a, const Tensor&
 // computed in an FP32 buffer and rounded once on store.
 template <class T>
 void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
-  const auto [a32, b32] = widen_operands<T>(d, a, b);
+  // Plain pointers, not a structured binding: clang 14 cannot capture one in the lambda below.
+  const WidenedOperands widened = widen_operands<T>(d, a, b);
+  const float* const a32 = widened.a;
+  const float* const b32 = widened.b;
   if (c.dtype() == DType::F32) return gemm_float(d, a32, b32, c.data_as<float>());
   T* const c16 = static_cast<T*>(c.data());
   const int64_t mn = d.m * d.n;
@@ -254,9 +257,9 @@ void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, co
   } else {
     // The sums in FP32 (rounded nowhere), in the slot of gemm_16bit's FP32 C: the operands
     // took slots 0 and 1.
-    const auto [a32, b32] = widen_operands<T>(d, a, b);
+    const WidenedOperands widened = widen_operands<T>(d, a, b);
     float* sums = cpu::scratch(2, d.m * d.n);
-    gemm_float(d, a32, b32, sums);
+    gemm_float(d, widened.a, widened.b, sums);
     finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
   }
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend_agreement.h"
@@ -105,6 +106,50 @@ TEST_CASE("cuda linear_gelu matches the CPU forward and backward", "[cuda]") {
       expect_close(results[0][i], results[1][i].to(kCPU),
                    {tol.rtol * 8.0, tol.atol * 8.0});
     }
+  }
+}
+
+TEST_CASE("cuda gemm_epilogue calls of one problem from two threads each add their own bias",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // One plan serves both threads; its descriptor holds the bias pointer, which each call sets
+  // before its matmul (under the plan's lock).
+  std::mt19937 rng(43);
+  const GemmDesc d = ops::gemm_desc(false, true, 8, 16, 8);
+  const Tensor x = random_tensor({8, 8}, DType::F16, rng);
+  const Tensor w = random_tensor({16, 8}, DType::F16, rng);
+  const Tensor gx = x.to(gpu()), gw = w.to(gpu());
+  Tensor biases[2] = {random_tensor({16}, DType::F16, rng), random_tensor({16}, DType::F16, rng)};
+  Tensor expected[2];
+  for (int t = 0; t < 2; ++t) {
+    expected[t] = Tensor::empty({8, 16}, DType::F16);
+    cpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, x, w, &biases[t], expected[t], nullptr);
+  }
+  constexpr int kCalls = 200;
+  std::vector<Tensor> results[2];
+  const auto work = [&](int t) {
+    const Tensor bias = biases[t].to(gpu());
+    for (int i = 0; i < kCalls; ++i) {
+      Tensor c = Tensor::empty({8, 16}, DType::F16, gpu());
+      gpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, gx, gw, &bias, c, nullptr);
+      results[t].push_back(c);
+    }
+  };
+  std::thread other(work, 1);
+  work(0);
+  other.join();
+  // Two FP16 ulps of slack for another summation order; the other thread's bias would be
+  // off by about 1 (the biases are uniform in [-2, 2)).
+  for (int t = 0; t < 2; ++t) {
+    const std::vector<float> e = expected[t].to_float_vector();
+    int wrong = 0;
+    for (const Tensor& c : results[t]) {
+      const std::vector<float> a = c.to(kCPU).to_float_vector();
+      for (size_t i = 0; i < e.size(); ++i)
+        wrong += std::fabs(a[i] - e[i]) > 2e-3f * (1 + std::fabs(e[i]));
+    }
+    INFO("thread " << t);
+    CHECK(wrong == 0);
   }
 }
 
