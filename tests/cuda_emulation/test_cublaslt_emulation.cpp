@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <cublasLt.h>
@@ -165,6 +166,25 @@ void check_bias() {
     }
 }
 
+// D and aux of a GELU_AUX_BIAS matmul in T's type, from NaN-filled buffers (aux with
+// leading dimension aux_ld), after a successful heuristic and run.
+template <class T>
+std::pair<std::vector<T>, std::vector<T>> run_gelu_aux_bias(const std::vector<float>& a,
+                                                            const std::vector<float>& b,
+                                                            const std::vector<float>& bias,
+                                                            int64_t aux_ld) {
+  const std::vector<T> da = as<T>(a), db = as<T>(b), dbias = as<T>(bias);
+  std::vector<T> d = as<T>(std::vector<float>(kM * kN, kNaN));
+  std::vector<T> aux = as<T>(std::vector<float>(aux_ld * kN, kNaN));
+  Matmul mm(type_of<T>(), kM, kN, kK);
+  REQUIRE(mm.epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) == CUBLAS_STATUS_SUCCESS);
+  mm.bias(dbias.data());
+  mm.aux(aux.data(), aux_ld);
+  REQUIRE(mm.heuristic() == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(mm.run(da.data(), db.data(), d.data()) == CUBLAS_STATUS_SUCCESS);
+  return {d, aux};
+}
+
 }  // namespace
 
 TEST_CASE("emulated cuBLASLt BIAS epilogue adds bias[row] to every column of D",
@@ -200,13 +220,7 @@ TEST_CASE("emulated cuBLASLt GELU_AUX_BIAS epilogue stores the biased sum in aux
   constexpr int64_t kAuxLd = 8;
 
   SECTION("F32") {
-    std::vector<float> d(kM * kN, kNaN), aux(kAuxLd * kN, kNaN);
-    Matmul mm(CUDA_R_32F, kM, kN, kK);
-    REQUIRE(mm.epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) == CUBLAS_STATUS_SUCCESS);
-    mm.bias(bias.data());
-    mm.aux(aux.data(), kAuxLd);
-    REQUIRE(mm.heuristic() == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(mm.run(a.data(), b.data(), d.data()) == CUBLAS_STATUS_SUCCESS);
+    const auto [d, aux] = run_gelu_aux_bias<float>(a, b, bias, kAuxLd);
     for (int64_t j = 0; j < kN; ++j) {
       for (int64_t i = 0; i < kM; ++i) {
         INFO("row " << i << ", column " << j);
@@ -229,15 +243,7 @@ TEST_CASE("emulated cuBLASLt GELU_AUX_BIAS epilogue stores the biased sum in aux
     REQUIRE(inexact > 0);
     REQUIRE(order_matters > 0);
 
-    const std::vector<F16> da = as<F16>(a), db = as<F16>(b), dbias = as<F16>(bias);
-    std::vector<F16> d = as<F16>(std::vector<float>(kM * kN, kNaN));
-    std::vector<F16> aux = as<F16>(std::vector<float>(kAuxLd * kN, kNaN));
-    Matmul mm(CUDA_R_16F, kM, kN, kK);
-    REQUIRE(mm.epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS) == CUBLAS_STATUS_SUCCESS);
-    mm.bias(dbias.data());
-    mm.aux(aux.data(), kAuxLd);
-    REQUIRE(mm.heuristic() == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(mm.run(da.data(), db.data(), d.data()) == CUBLAS_STATUS_SUCCESS);
+    const auto [d, aux] = run_gelu_aux_bias<F16>(a, b, bias, kAuxLd);
     for (int64_t j = 0; j < kN; ++j) {
       for (int64_t i = 0; i < kM; ++i) {
         const float s = sum[i + j * kM];
