@@ -52,6 +52,28 @@ enum class GemmEpilogue {
 inline bool epilogue_has_bias(GemmEpilogue e) { return e != GemmEpilogue::Gelu; }
 inline bool epilogue_has_gelu(GemmEpilogue e) { return e != GemmEpilogue::Bias; }
 
+// One parameter's share of Backend::adam_steps: the operands of adam_step and, for a
+// deferred step, its rate table. The pointers must stay valid for the call.
+struct AdamParamStep {
+  AdamHyper hyper;                       // immediate: complete (set_step called); deferred: base
+  const AdamRateTable* table = nullptr;  // deferred steps only
+  Tensor* master = nullptr;
+  const Tensor* grad = nullptr;
+  Tensor* exp_avg = nullptr;
+  Tensor* exp_avg_sq = nullptr;
+  Tensor* working = nullptr;  // null: no working copy
+};
+
+// One parameter's share of Backend::sgd_steps, as AdamParamStep.
+struct SgdParamStep {
+  SgdHyper hyper;                       // immediate: complete; deferred: base
+  const SgdRateTable* table = nullptr;  // deferred steps only
+  Tensor* master = nullptr;
+  const Tensor* grad = nullptr;
+  Tensor* momentum = nullptr;  // required when hyper.momentum != 0
+  Tensor* working = nullptr;   // null: no working copy
+};
+
 // 2-D convolution of NCHW input with OIHW weights (groups = 1, dilation = 1).
 struct Conv2dDesc {
   int64_t stride_h = 1, stride_w = 1;
@@ -298,6 +320,19 @@ class Backend {
                                   const Tensor& taken, Tensor& master, const Tensor& grad,
                                   Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
                                   const Tensor& found_inf) = 0;
+  // ---- multi-tensor optimizer steps: every parameter of an optimizer in one call -------
+  // With taken null, step i is adam_step(steps[i].hyper, ..., found_inf) (found_inf may be
+  // null; every table must be null); with taken, it is adam_step_deferred(steps[i].hyper,
+  // *steps[i].table, *taken, ..., *found_inf) (found_inf and every table required). The
+  // results are bit for bit those of the per-parameter calls, in one pass over all
+  // parameters (one launch on a GPU, however many there are). Everything is checked before
+  // anything is written: each step as its per-parameter call checks it (the message names
+  // the step), and no two steps may share a master. The default runs the per-parameter
+  // calls in order.
+  virtual void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                          const Tensor* found_inf);
+  virtual void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                         const Tensor* found_inf);
   // taken[0] (I32 [1]) += 1 when found_inf[0] (F32 [1]) is 0; a non-zero or NaN flag leaves
   // it. Queued after an optimizer's deferred updates, so they all read the count before it.
   virtual void count_taken_step(const Tensor& found_inf, Tensor& taken) = 0;

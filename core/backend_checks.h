@@ -182,6 +182,15 @@ void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTabl
                         const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
                         const Tensor& found_inf);
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken);
+// Backend::adam_steps / sgd_steps: every step as adam_step (taken null) or
+// adam_step_deferred checks it, the message prefixed with the step's index; no null operand,
+// no table on an immediate step and none missing on a deferred one, no master shared by two
+// steps.
+void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                const Tensor* found_inf);
+void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,
+               const Tensor* found_inf);
+
 
 }  // namespace backend_checks
 }  // namespace mixprec

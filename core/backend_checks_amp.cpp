@@ -1,4 +1,6 @@
 // Argument checks of the mixed-precision primitives (core/backend.h), shared by every backend.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -308,6 +310,118 @@ void count_taken_step(Device device, const Tensor& found_inf, const Tensor& take
   constexpr const char* kOp = "count_taken_step";
   found_inf_flag(kOp, found_inf, device);
   taken_counter(kOp, taken, device);
+}
+
+
+// ---- multi-tensor optimizer steps ----------------------------------------------------------
+
+namespace {
+
+std::array<const Tensor*, 5> buffers_of(const AdamParamStep& s) {
+  return {s.master, s.grad, s.exp_avg, s.exp_avg_sq, s.working};
+}
+
+std::array<const Tensor*, 5> buffers_of(const SgdParamStep& s) {
+  return {s.master, s.grad, s.hyper.momentum != 0.0f ? s.momentum : nullptr, s.working, nullptr};
+}
+
+// The bytes of one tensor a step names.
+struct StepRange {
+  uintptr_t begin, end;
+  size_t step;
+};
+
+// Throws when two steps name overlapping memory: one launch updates all steps at once, so a
+// buffer of one step that is also read or written by another would make the result depend
+// on the order (the per-step checks keep one step's own buffers apart). One sweep in address
+// order, remembering the furthest end seen and the furthest among the other steps.
+void no_memory_shared(const char* op, std::vector<StepRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
+  StepRange first{0, 0, 0}, second{0, 0, 0};  // second.step != first.step
+  bool have_first = false, have_second = false;
+  for (const StepRange& r : ranges) {
+    const StepRange* other = nullptr;
+    if (have_first && first.step != r.step && r.begin < first.end) other = &first;
+    else if (have_second && second.step != r.step && r.begin < second.end) other = &second;
+    MIXPREC_CHECK(other == nullptr, op, ": steps ", std::min(other->step, r.step), " and ",
+                  std::max(other->step, r.step), " share memory (a master, gradient, state "
+                  "buffer or working copy); list each parameter once, with its own buffers");
+    if (!have_first || r.end > first.end) {
+      if (have_first && first.step != r.step) {
+        second = first;
+        have_second = true;
+      }
+      first = r;
+      have_first = true;
+    } else if (r.step != first.step && (!have_second || r.end > second.end)) {
+      second = r;
+      have_second = true;
+    }
+  }
+}
+
+void add_range(std::vector<StepRange>& ranges, const Tensor* t, size_t step) {
+  if (t == nullptr || t->numel() == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(t->data());
+  ranges.push_back({begin, begin + t->nbytes(), step});
+}
+
+// The checks common to every step of a multi-tensor call: operands present, a table exactly
+// on deferred steps, a flag on deferred calls, no memory shared between steps. `check_one`
+// then checks the step as its per-parameter call does; its message gains the step's index.
+template <class ParamStep, class CheckOne>
+void param_steps(const char* op, const std::vector<ParamStep>& steps, const Tensor* taken,
+                 const Tensor* found_inf, CheckOne check_one) {
+  MIXPREC_CHECK(taken == nullptr || found_inf != nullptr, op,
+                ": a deferred call (taken given) needs found_inf");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ParamStep& step = steps[i];
+    MIXPREC_CHECK(step.master != nullptr && step.grad != nullptr, op, ": step ", i,
+                  " has no ", step.master == nullptr ? "master" : "gradient");
+    MIXPREC_CHECK((step.table != nullptr) == (taken != nullptr), op, ": step ", i,
+                  taken != nullptr ? " has no rate table, which a deferred call needs"
+                                   : " has a rate table, but the call is immediate (no taken)");
+    try {
+      check_one(step);
+    } catch (const Error& e) {
+      MIXPREC_FAIL(op, ": step ", i, " of ", steps.size(), ": ", e.what());
+    }
+  }
+  std::vector<StepRange> ranges;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (const Tensor* t : buffers_of(steps[i])) add_range(ranges, t, i);
+  }
+  no_memory_shared(op, std::move(ranges));
+}
+
+}  // namespace
+
+void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                const Tensor* found_inf) {
+  param_steps("adam_steps", steps, taken, found_inf, [&](const AdamParamStep& s) {
+    MIXPREC_CHECK(s.exp_avg != nullptr && s.exp_avg_sq != nullptr,
+                  "exp_avg and exp_avg_sq are both required");
+    if (taken == nullptr) {
+      adam_step(device, s.hyper, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq, s.working,
+                found_inf);
+    } else {
+      adam_step_deferred(device, s.hyper, *s.table, *taken, *s.master, *s.grad, *s.exp_avg,
+                         *s.exp_avg_sq, s.working, *found_inf);
+    }
+  });
+}
+
+void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,
+               const Tensor* found_inf) {
+  param_steps("sgd_steps", steps, taken, found_inf, [&](const SgdParamStep& s) {
+    if (taken == nullptr) {
+      sgd_step(device, s.hyper, *s.master, *s.grad, s.momentum, s.working, found_inf);
+    } else {
+      sgd_step_deferred(device, s.hyper, *s.table, *taken, *s.master, *s.grad, s.momentum,
+                        s.working, *found_inf);
+    }
+  });
 }
 
 }  // namespace mixprec::backend_checks

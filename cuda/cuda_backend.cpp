@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/backend_checks.h"
 #include "core/error.h"
@@ -16,6 +17,7 @@
 #include "cuda/kernels/checks.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/fill.h"
+#include "cuda/kernels/param_steps.h"
 #include "cuda/kernels/random.h"
 
 namespace mixprec {
@@ -312,17 +314,8 @@ void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
 void CudaBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                            Tensor* momentum, Tensor* working, const Tensor* found_inf) {
   backend_checks::sgd_step(device(), hyper, master, grad, momentum, working, found_inf);
-  const bool use_momentum = hyper.momentum != 0.0f;
-  if (master.numel() == 0) return;
-
-  use_device();
-  kernels::sgd_step(hyper, static_cast<float*>(master.data()),
-                    static_cast<const float*>(grad.data()),
-                    use_momentum ? static_cast<float*>(momentum->data()) : nullptr,
-                    working != nullptr ? working->data() : nullptr,
-                    working != nullptr ? working->dtype() : DType::F32, master.numel(),
-                    found_inf != nullptr ? static_cast<const float*>(found_inf->data()) : nullptr,
-                    stream_);
+  launch_sgd_steps("sgd_step", {{hyper, nullptr, &master, &grad, momentum, working}}, nullptr,
+                   found_inf);
 }
 
 void CudaBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
@@ -330,16 +323,9 @@ void CudaBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor
                             const Tensor* found_inf) {
   backend_checks::adam_step(device(), hyper, master, grad, exp_avg, exp_avg_sq, working,
                             found_inf);
-  if (master.numel() == 0) return;
-
-  use_device();
-  kernels::adam_step(hyper, static_cast<float*>(master.data()),
-                     static_cast<const float*>(grad.data()),
-                     static_cast<float*>(exp_avg.data()), static_cast<float*>(exp_avg_sq.data()),
-                     working != nullptr ? working->data() : nullptr,
-                     working != nullptr ? working->dtype() : DType::F32, master.numel(),
-                     found_inf != nullptr ? static_cast<const float*>(found_inf->data()) : nullptr,
-                     stream_);
+  launch_adam_steps("adam_step",
+                    {{hyper, nullptr, &master, &grad, &exp_avg, &exp_avg_sq, working}}, nullptr,
+                    found_inf);
 }
 
 void CudaBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
@@ -389,15 +375,8 @@ void CudaBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& ta
                                     Tensor* momentum, Tensor* working, const Tensor& found_inf) {
   backend_checks::sgd_step_deferred(device(), base, table, taken, master, grad, momentum, working,
                                     found_inf);
-  if (master.numel() == 0) return;
-  use_device();
-  kernels::sgd_step_deferred(base, table, static_cast<const int32_t*>(taken.data()),
-                             static_cast<float*>(master.data()),
-                             static_cast<const float*>(grad.data()),
-                             base.momentum != 0.0f ? static_cast<float*>(momentum->data()) : nullptr,
-                             working != nullptr ? working->data() : nullptr,
-                             working != nullptr ? working->dtype() : DType::F32, master.numel(),
-                             static_cast<const float*>(found_inf.data()), stream_);
+  launch_sgd_steps("sgd_step_deferred", {{base, &table, &master, &grad, momentum, working}},
+                   &taken, &found_inf);
 }
 
 void CudaBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
@@ -406,16 +385,9 @@ void CudaBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable&
                                      const Tensor& found_inf) {
   backend_checks::adam_step_deferred(device(), base, table, taken, master, grad, exp_avg,
                                      exp_avg_sq, working, found_inf);
-  if (master.numel() == 0) return;
-  use_device();
-  kernels::adam_step_deferred(base, table, static_cast<const int32_t*>(taken.data()),
-                              static_cast<float*>(master.data()),
-                              static_cast<const float*>(grad.data()),
-                              static_cast<float*>(exp_avg.data()),
-                              static_cast<float*>(exp_avg_sq.data()),
-                              working != nullptr ? working->data() : nullptr,
-                              working != nullptr ? working->dtype() : DType::F32, master.numel(),
-                              static_cast<const float*>(found_inf.data()), stream_);
+  launch_adam_steps("adam_step_deferred",
+                    {{base, &table, &master, &grad, &exp_avg, &exp_avg_sq, working}}, &taken,
+                    &found_inf);
 }
 
 void CudaBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {
@@ -423,6 +395,97 @@ void CudaBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {
   use_device();
   kernels::count_taken_step(static_cast<const float*>(found_inf.data()),
                             static_cast<int32_t*>(taken.data()), stream_);
+}
+
+// ---- multi-tensor optimizer steps -------------------------------------------------------------
+
+namespace {
+
+kernels::ParamStepBuffers step_buffers(const Tensor& master, const Tensor& grad,
+                                       const Tensor* state0, const Tensor* state1,
+                                       const Tensor* working) {
+  kernels::ParamStepBuffers b;
+  // The kernel writes through these pointers: the tensors are updated in place by contract.
+  b.master = static_cast<float*>(const_cast<void*>(master.data()));
+  b.grad = static_cast<const float*>(grad.data());
+  if (state0 != nullptr) b.state0 = static_cast<float*>(const_cast<void*>(state0->data()));
+  if (state1 != nullptr) b.state1 = static_cast<float*>(const_cast<void*>(state1->data()));
+  if (working != nullptr) {
+    b.working = const_cast<void*>(working->data());
+    b.working_dtype = static_cast<int32_t>(working->dtype());
+  }
+  b.numel = master.numel();
+  return b;
+}
+
+// The table of `steps`: each step's base hyper, its rates (its table's entries, or the one
+// entry of an immediate step's own hyper) and the buffers `buffers_of` gives it.
+template <class Source, class ParamStep, class BuffersOf>
+kernels::ParamStepTable step_table(const char* op, const std::vector<ParamStep>& steps,
+                                   BuffersOf buffers_of) {
+  std::vector<std::remove_cv_t<std::remove_pointer_t<decltype(Source::rates)>>> own(steps.size());
+  std::vector<Source> sources(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ParamStep& step = steps[i];
+    Source& source = sources[i];
+    source.hyper = step.hyper;
+    if (step.table != nullptr) {
+      source.rates = step.table->entry;
+      source.rates_count = step.table->count;
+    } else {
+      own[i] = rates_of(step.hyper);
+      source.rates = &own[i];
+      source.rates_count = 1;
+    }
+    source.buffers = buffers_of(step);
+  }
+  return kernels::make_param_step_table(op, sources);
+}
+
+}  // namespace
+
+void CudaBackend::adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                             const Tensor* found_inf) {
+  backend_checks::adam_steps(device(), steps, taken, found_inf);
+  launch_adam_steps("adam_steps", steps, taken, found_inf);
+}
+
+void CudaBackend::sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                            const Tensor* found_inf) {
+  backend_checks::sgd_steps(device(), steps, taken, found_inf);
+  launch_sgd_steps("sgd_steps", steps, taken, found_inf);
+}
+
+void CudaBackend::launch_adam_steps(const char* op, const std::vector<AdamParamStep>& steps,
+                                    const Tensor* taken, const Tensor* found_inf) {
+  const kernels::ParamStepTable table = step_table<kernels::AdamStepSource>(
+      op, steps, [](const AdamParamStep& s) {
+        return step_buffers(*s.master, *s.grad, s.exp_avg, s.exp_avg_sq, s.working);
+      });
+  launch_param_steps(table, &kernels::adam_steps, taken, found_inf);
+}
+
+void CudaBackend::launch_sgd_steps(const char* op, const std::vector<SgdParamStep>& steps,
+                                   const Tensor* taken, const Tensor* found_inf) {
+  const kernels::ParamStepTable table = step_table<kernels::SgdStepSource>(
+      op, steps, [](const SgdParamStep& s) {
+        // Without momentum a buffer, if given, is not the kernel's business.
+        const Tensor* momentum = s.hyper.momentum != 0.0f ? s.momentum : nullptr;
+        return step_buffers(*s.master, *s.grad, momentum, nullptr, s.working);
+      });
+  launch_param_steps(table, &kernels::sgd_steps, taken, found_inf);
+}
+
+void CudaBackend::launch_param_steps(const kernels::ParamStepTable& table,
+                                     ParamStepsLaunch launch, const Tensor* taken,
+                                     const Tensor* found_inf) {
+  if (table.chunks == 0) return;
+  use_device();
+  Scratch device_table(allocator_, table.bytes.size());
+  copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
+  launch(table, device_table.get(),
+         taken != nullptr ? static_cast<const int32_t*>(taken->data()) : nullptr,
+         found_inf != nullptr ? static_cast<const float*>(found_inf->data()) : nullptr, stream_);
 }
 
 }  // namespace mixprec

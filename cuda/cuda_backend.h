@@ -34,6 +34,10 @@
 
 namespace mixprec {
 
+namespace kernels {
+struct ParamStepTable;
+}  // namespace kernels
+
 class CudaBackend final : public Backend {
  public:
   // Takes device `device_index` and creates the stream; throws mixprec::Error when the
@@ -153,8 +157,7 @@ class CudaBackend final : public Backend {
   void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                          const Tensor& found_inf) override;
 
-  // ---- deferred steps (no host sync; the optimizer steps copy nothing to the device either:
-  // their rate tables travel with the launch) -------------------------------------------------
+  // ---- deferred steps (no host sync) --------------------------------------------------------
   void loss_scale_factor(const Tensor& scale_state, double weight, Tensor& out) override;
   void unscale_and_check_on_device(const std::vector<Tensor>& grads, const Tensor& scale_state,
                                    Tensor& found_inf, Tensor& tensor_flags) override;
@@ -168,6 +171,14 @@ class CudaBackend final : public Backend {
                           Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
   void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
 
+  // ---- multi-tensor optimizer steps (no host sync): one upload of the step table through
+  // the pinned ring, one launch for every parameter. The per-parameter steps above are the
+  // same launch over one parameter. -------------------------------------------------------
+  void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                  const Tensor* found_inf) override;
+  void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                 const Tensor* found_inf) override;
+
  private:
   // `t` is defined and lives on this backend's device; the message names op and `what`.
   void check_here(const char* op, const char* what, const Tensor& t) const;
@@ -175,6 +186,16 @@ class CudaBackend final : public Backend {
   // or by 1 / S read on the device from scale_state when that is not null.
   void unscale_grads(const char* op, const std::vector<Tensor>& grads, double inv_scale,
                      const Tensor* scale_state, Tensor& found_inf, Tensor& tensor_flags);
+  // The launches of adam_steps / sgd_steps, after validation.
+  void launch_adam_steps(const char* op, const std::vector<AdamParamStep>& steps,
+                         const Tensor* taken, const Tensor* found_inf);
+  void launch_sgd_steps(const char* op, const std::vector<SgdParamStep>& steps,
+                        const Tensor* taken, const Tensor* found_inf);
+  // Uploads `table` and runs `launch` (kernels::adam_steps or sgd_steps) on it.
+  using ParamStepsLaunch = void (*)(const kernels::ParamStepTable&, const void*, const int32_t*,
+                                    const float*, cudaStream_t);
+  void launch_param_steps(const kernels::ParamStepTable& table, ParamStepsLaunch launch,
+                          const Tensor* taken, const Tensor* found_inf);
   // Makes this backend's device current for the calling thread (the CUDA runtime keeps it
   // per thread); every primitive calls it before touching the stream.
   void use_device() const;

@@ -1,5 +1,5 @@
-// Adam and AdamW: one Backend::adam_step per parameter updates the master, both moments and
-// the working copy together.
+// Adam and AdamW: one Backend::adam_steps call updates every parameter's master, both
+// moments and working copy together.
 #include "optim/adam.h"
 
 #include <cmath>
@@ -104,26 +104,7 @@ void Adam::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& ex
   exp_avg_sq_[index] = exp_avg_sq;
 }
 
-void Adam::update(size_t index, const Parameter& param, const Tensor& grad) {
-  AdamHyper hyper = base_hyper(index, lr());
-  // set_step reads lr, the betas and weight_decay, so it comes last.
-  hyper.set_step(param_steps_[index] + 1);
-
-  Tensor master = param.master();
-  Tensor exp_avg, exp_avg_sq;
-  start_moments(index, master, exp_avg, exp_avg_sq);
-  Tensor working;
-  if (param.working_dtype() != DType::F32) working = param.working();
-
-  backend_for(master.device())
-      .adam_step(hyper, master, grad, exp_avg, exp_avg_sq,
-                 working.defined() ? &working : nullptr, nullptr);
-  keep_update(index, master, working, exp_avg, exp_avg_sq);
-  ++param_steps_[index];
-}
-
-void Adam::update_deferred(size_t index, const Parameter& param, const Tensor& grad,
-                           const DeferredUpdate& deferred) {
+AdamRateTable Adam::rate_table(size_t index, const DeferredUpdate& deferred) const {
   // Entry j: the update that follows j taken pending steps, so the parameter's (j+1)-th
   // update since the last resolve, at the rate the schedule gives after them.
   AdamRateTable table;
@@ -134,15 +115,46 @@ void Adam::update_deferred(size_t index, const Parameter& param, const Tensor& g
     table.entry[j] = {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt,
                       hyper.decay_factor, hyper.step};
   }
-  Tensor master = param.master();
-  Tensor exp_avg, exp_avg_sq;
-  start_moments(index, master, exp_avg, exp_avg_sq);
-  Tensor working;
-  if (param.working_dtype() != DType::F32) working = param.working();
-  backend_for(master.device())
-      .adam_step_deferred(base_hyper(index, lr()), table, deferred.taken, master, grad, exp_avg,
-                          exp_avg_sq, working.defined() ? &working : nullptr, deferred.found_inf);
-  keep_update(index, master, working, exp_avg, exp_avg_sq);
+  return table;
+}
+
+void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) {
+  const size_t n = indices.size();
+  if (n == 0) return;
+  // Sized before any pointer into them is taken.
+  std::vector<Tensor> masters(n), grads(n), exp_avgs(n), exp_avg_sqs(n), workings(n);
+  std::vector<AdamRateTable> tables(deferred != nullptr ? n : 0);
+  std::vector<AdamParamStep> steps(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t index = indices[k];
+    const Parameter& param = params()[index];
+    masters[k] = param.master();
+    grads[k] = param.grad();
+    start_moments(index, masters[k], exp_avgs[k], exp_avg_sqs[k]);
+    if (param.working_dtype() != DType::F32) workings[k] = param.working();
+    AdamParamStep& step = steps[k];
+    step.hyper = base_hyper(index, lr());
+    if (deferred != nullptr) {
+      tables[k] = rate_table(index, *deferred);
+      step.table = &tables[k];
+    } else {
+      // set_step reads lr, the betas and weight_decay, so it comes last.
+      step.hyper.set_step(param_steps_[index] + 1);
+    }
+    step.master = &masters[k];
+    step.grad = &grads[k];
+    step.exp_avg = &exp_avgs[k];
+    step.exp_avg_sq = &exp_avg_sqs[k];
+    step.working = workings[k].defined() ? &workings[k] : nullptr;
+  }
+  backend_for(masters.front().device())
+      .adam_steps(steps, deferred != nullptr ? &deferred->taken : nullptr,
+                  deferred != nullptr ? &deferred->found_inf : nullptr);
+  for (size_t k = 0; k < n; ++k) {
+    keep_update(indices[k], masters[k], workings[k], exp_avgs[k], exp_avg_sqs[k]);
+    // A deferred update counts once resolved.
+    if (deferred == nullptr) ++param_steps_[indices[k]];
+  }
 }
 
 void Adam::resolve_deferred_state(int64_t taken) {

@@ -1,7 +1,7 @@
 // Adam (coupled L2 weight decay, torch.optim.Adam) and AdamW (decoupled weight decay,
 // torch.optim.AdamW). Per-element math: core/math/amp.h (adam_update); one
-// Backend::adam_step per parameter updates the FP32 master, both moment buffers and the
-// working copy in one pass. The step count used for bias correction is per parameter, as in
+// Backend::adam_steps call per step updates every parameter's FP32 master, both moment
+// buffers and working copy in one pass (one launch on a GPU). The step count used for bias correction is per parameter, as in
 // torch (a parameter that had no gradient in a step does not advance its count).
 #pragma once
 
@@ -44,9 +44,7 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<Parameter> params, AdamOptions options, std::string name, bool decoupled);
-  void update(size_t index, const Parameter& param, const Tensor& grad) override;
-  void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
-                       const DeferredUpdate& deferred) override;
+  void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
   void resolve_deferred_state(int64_t taken) override;
   void save_state(OptimizerState& state) const override;
   void load_state(const OptimizerState& state) override;
@@ -54,6 +52,8 @@ class Adam : public Optimizer {
  private:
   // The hyperparameters of params()[index] at rate `lr`, before set_step.
   AdamHyper base_hyper(size_t index, double lr) const;
+  // The deferred rates of params()[index] for each possible count of taken pending steps.
+  AdamRateTable rate_table(size_t index, const DeferredUpdate& deferred) const;
   // The parameter's moments, zeros when it has none yet.
   void start_moments(size_t index, const Tensor& master, Tensor& exp_avg,
                      Tensor& exp_avg_sq) const;

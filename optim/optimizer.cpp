@@ -72,6 +72,23 @@ void Optimizer::check_gradients(bool every_trainable_has_one) const {
   }
 }
 
+void Optimizer::update_by_device(const std::vector<size_t>& indices,
+                                 const DeferredUpdate* deferred) {
+  // One call per device, in order of first appearance; normally all share one.
+  std::vector<bool> done(indices.size(), false);
+  for (size_t first = 0; first < indices.size(); ++first) {
+    if (done[first]) continue;
+    const Device device = params_[indices[first]].device();
+    std::vector<size_t> group;
+    for (size_t k = first; k < indices.size(); ++k) {
+      if (done[k] || params_[indices[k]].device() != device) continue;
+      group.push_back(indices[k]);
+      done[k] = true;
+    }
+    update_all(group, deferred);
+  }
+}
+
 void Optimizer::require_no_deferred(const char* call) const {
   MIXPREC_CHECK(deferred_pending_ == 0, "optimizer '", name_, "': ", call, " with ",
                 deferred_pending_, " deferred step(s) not yet resolved; resolve them first "
@@ -81,13 +98,12 @@ void Optimizer::require_no_deferred(const char* call) const {
 void Optimizer::step() {
   require_no_deferred("step()");
   check_gradients(false);
+  std::vector<size_t> indices;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = params_[i];
-    if (!p.requires_grad()) continue;
-    const Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    update(i, p, grad);
+    if (p.requires_grad() && p.grad().defined()) indices.push_back(i);
   }
+  update_by_device(indices, nullptr);
   ++steps_taken_;
 }
 
@@ -121,10 +137,10 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
   if (!taken_on_device_.defined()) taken_on_device_ = Tensor::zeros({1}, DType::I32, device);
   deferred_trainable_ = std::move(trainable);
   const DeferredUpdate deferred{found_inf, taken_on_device_, lr_by_taken};
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Parameter& p = params_[i];
-    if (p.requires_grad()) update_deferred(i, p, p.grad(), deferred);
-  }
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].requires_grad()) indices.push_back(i);
+  update_by_device(indices, &deferred);
   // Queued after every update above, which read the count before it moves.
   backend_for(device).count_taken_step(found_inf, taken_on_device_);
   taken_on_device_.mark_modified();

@@ -95,11 +95,10 @@ class Optimizer {
   // and "params" are valid, and every tensor is a defined F32 tensor named
   // "<buffer>.<index>", index < params().size(), shaped like that parameter, listed once.
   virtual void load_state(const OptimizerState& state) = 0;
-  // The update of one parameter that has a gradient; `index` is its position in params().
-  virtual void update(size_t index, const Parameter& param, const Tensor& grad) = 0;
-  // The deferred form of update(): queued for every trainable parameter by step_deferred.
-  virtual void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
-                               const DeferredUpdate& deferred) = 0;
+  // The updates of params()[i] for every i in `indices` (ascending; each has a gradient and
+  // all live on one device), in one backend call: immediate when `deferred` is null, else
+  // the deferred form queued by step_deferred. A throw leaves these parameters untouched.
+  virtual void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) = 0;
   // Called by resolve_deferred with how many of the pending steps were taken; each of those
   // updated every parameter for which updated_by_deferred() is true.
   virtual void resolve_deferred_state(int64_t taken) = 0;
@@ -126,6 +125,8 @@ class Optimizer {
   // step()'s checks of every gradient that the update will read.
   void check_gradients(bool every_trainable_has_one) const;
   void require_no_deferred(const char* call) const;
+  // update_all for the parameters at `indices`, one call per device.
+  void update_by_device(const std::vector<size_t>& indices, const DeferredUpdate* deferred);
 };
 
 }  // namespace mixprec

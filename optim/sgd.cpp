@@ -1,4 +1,4 @@
-// SGD: one Backend::sgd_step per parameter updates the master, the momentum buffer and the
+// SGD: one Backend::sgd_steps call updates every parameter's master, momentum buffer and
 // working copy together.
 #include "optim/sgd.h"
 
@@ -46,54 +46,60 @@ SgdHyper SGD::base_hyper(double lr) const {
   return hyper;
 }
 
-void SGD::update(size_t index, const Parameter& param, const Tensor& grad) {
-  SgdHyper hyper = base_hyper(lr());
-  Tensor master = param.master();
-  // The buffer is created on the parameter's first update and kept only once that update
-  // succeeded; a failed first update must not leave an uninitialised buffer behind.
-  Tensor buffer;
-  if (options_.momentum != 0.0) {
-    buffer = momentum_[index];
-    hyper.first_step = !buffer.defined();
-    if (hyper.first_step) buffer = Tensor::zeros(master.shape(), DType::F32, master.device());
-  }
-  Tensor working;
-  if (param.working_dtype() != DType::F32) working = param.working();
-
-  backend_for(master.device())
-      .sgd_step(hyper, master, grad, buffer.defined() ? &buffer : nullptr,
-                working.defined() ? &working : nullptr, nullptr);
-  keep_update(index, master, working, buffer);
-}
-
-void SGD::update_deferred(size_t index, const Parameter& param, const Tensor& grad,
-                          const DeferredUpdate& deferred) {
-  Tensor master = param.master();
-  Tensor buffer;
-  // A buffer that no applied update has written yet: only the first taken step (j == 0)
-  // starts it from the gradient.
-  bool unstarted = false;
-  if (options_.momentum != 0.0) {
-    buffer = momentum_[index];
-    unstarted = !buffer.defined() || momentum_unresolved_[index];
-    if (!buffer.defined()) {
-      buffer = Tensor::zeros(master.shape(), DType::F32, master.device());
-      momentum_unresolved_[index] = true;
+void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) {
+  const size_t n = indices.size();
+  if (n == 0) return;
+  const bool use_momentum = options_.momentum != 0.0;
+  // Sized before any pointer into them is taken.
+  std::vector<Tensor> masters(n), grads(n), buffers(n), workings(n);
+  std::vector<SgdRateTable> tables(deferred != nullptr ? n : 0);
+  std::vector<bool> started_here(n, false);
+  std::vector<SgdParamStep> steps(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t index = indices[k];
+    const Parameter& param = params()[index];
+    masters[k] = param.master();
+    grads[k] = param.grad();
+    SgdParamStep& step = steps[k];
+    step.hyper = base_hyper(lr());
+    // A buffer is created on the parameter's first update and kept only once that update
+    // succeeded; a failed first update must not leave an uninitialised buffer behind.
+    bool unstarted = false;
+    if (use_momentum) {
+      buffers[k] = momentum_[index];
+      // Deferred: a buffer that no applied update has written yet; only the first taken
+      // step (j == 0) starts it from the gradient.
+      unstarted = !buffers[k].defined() || (deferred != nullptr && momentum_unresolved_[index]);
+      if (!buffers[k].defined()) {
+        buffers[k] = Tensor::zeros(masters[k].shape(), DType::F32, masters[k].device());
+        started_here[k] = true;
+      }
+      step.momentum = &buffers[k];
     }
+    if (deferred != nullptr) {
+      SgdRateTable& table = tables[k];
+      table.count = static_cast<int32_t>(deferred->lr_by_taken.size());
+      for (int32_t j = 0; j < table.count; ++j) {
+        table.entry[j].lr = static_cast<float>(deferred->lr_by_taken[static_cast<size_t>(j)]);
+        table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
+      }
+      step.table = &table;
+    } else {
+      step.hyper.first_step = unstarted;
+    }
+    if (param.working_dtype() != DType::F32) workings[k] = param.working();
+    step.master = &masters[k];
+    step.grad = &grads[k];
+    step.working = workings[k].defined() ? &workings[k] : nullptr;
   }
-  SgdRateTable table;
-  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
-  for (int32_t j = 0; j < table.count; ++j) {
-    table.entry[j].lr = static_cast<float>(deferred.lr_by_taken[static_cast<size_t>(j)]);
-    table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
+  backend_for(masters.front().device())
+      .sgd_steps(steps, deferred != nullptr ? &deferred->taken : nullptr,
+                 deferred != nullptr ? &deferred->found_inf : nullptr);
+  for (size_t k = 0; k < n; ++k) {
+    // A buffer started by a deferred step is confirmed only by a resolve that took a step.
+    if (deferred != nullptr && started_here[k]) momentum_unresolved_[indices[k]] = true;
+    keep_update(indices[k], masters[k], workings[k], buffers[k]);
   }
-  Tensor working;
-  if (param.working_dtype() != DType::F32) working = param.working();
-  backend_for(master.device())
-      .sgd_step_deferred(base_hyper(lr()), table, deferred.taken, master, grad,
-                         buffer.defined() ? &buffer : nullptr,
-                         working.defined() ? &working : nullptr, deferred.found_inf);
-  keep_update(index, master, working, buffer);
 }
 
 void SGD::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buffer) {

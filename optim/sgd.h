@@ -1,6 +1,7 @@
 // SGD with momentum, dampening, Nesterov momentum and (coupled) weight decay, with
-// torch.optim.SGD's semantics (per-element math: core/math/amp.h, sgd_update). One fused
-// pass per parameter updates the FP32 master, the momentum buffer and the working copy.
+// torch.optim.SGD's semantics (per-element math: core/math/amp.h, sgd_update). One
+// Backend::sgd_steps call per step updates every parameter's FP32 master, momentum buffer
+// and working copy in one fused pass (one launch on a GPU).
 #pragma once
 
 #include <vector>
@@ -30,9 +31,7 @@ class SGD final : public Optimizer {
   const char* type_name() const override { return "sgd"; }
 
  private:
-  void update(size_t index, const Parameter& param, const Tensor& grad) override;
-  void update_deferred(size_t index, const Parameter& param, const Tensor& grad,
-                       const DeferredUpdate& deferred) override;
+  void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
   void resolve_deferred_state(int64_t taken) override;
   SgdHyper base_hyper(double lr) const;
   // Marks what an update wrote and keeps the buffer.

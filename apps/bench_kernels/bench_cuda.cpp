@@ -199,9 +199,9 @@ std::vector<Shape> gpt_parameter_shapes() {
 
 // Everything a deferred FP16 step does after backward (amp/deferred_steps.h, as `mixprec
 // train` runs it on a GPU): the unscale and check by the device's scale, the squared norms
-// and the clip, one AdamW update per tensor picking its rates from the table, the count of
-// taken steps and the scale update. The count is reset first, as a resolve does, so every
-// update runs rather than finding its table exhausted.
+// and the clip, the AdamW update of every tensor in one call (each picking its rates from
+// the table), the count of taken steps and the scale update. The count is reset first, as a
+// resolve does, so every update runs rather than finding its table exhausted.
 void BM_CudaAmpStep(benchmark::State& state) {
   guarded(state, [&] {
     CudaBackend* backend = cuda_backend_or_skip(state);
@@ -246,14 +246,15 @@ void BM_CudaAmpStep(benchmark::State& state) {
       table.entry[j] = {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt,
                         hyper.decay_factor, hyper.step};
     }
+    std::vector<AdamParamStep> steps(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i)
+      steps[i] = {base, &table, &masters[i], &grads[i], &exp_avg[i], &exp_avg_sq[i], &working[i]};
     const double seconds = run_timed(state, *backend, [&](int64_t) {
       backend->fill(taken, 0.0);
       backend->unscale_and_check_on_device(grads, state_tensor, found_inf, flags);
       backend->squared_norms(grads, sums);
       backend->clip_by_total_norm(grads, sums, 1.0, norm);
-      for (size_t i = 0; i < grads.size(); ++i)
-        backend->adam_step_deferred(base, table, taken, masters[i], grads[i], exp_avg[i],
-                                    exp_avg_sq[i], &working[i], found_inf);
+      backend->adam_steps(steps, &taken, &found_inf);
       backend->count_taken_step(found_inf, taken);
       backend->update_loss_scale(rule, state_tensor, found_inf);
     });

@@ -271,6 +271,17 @@ MIXPREC_HD SgdHyper sgd_hyper_with(const SgdHyper& base, const SgdStepRates& rat
   return hyper;
 }
 
+// The one-entry rates of an immediate step: adam_hyper_with(hyper, rates_of(hyper)) and
+// sgd_hyper_with(hyper, rates_of(hyper)) give `hyper` back, field for field.
+MIXPREC_HD AdamStepRates rates_of(const AdamHyper& hyper) {
+  return {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt, hyper.decay_factor,
+          hyper.step};
+}
+
+MIXPREC_HD SgdStepRates rates_of(const SgdHyper& hyper) {
+  return {hyper.lr, hyper.first_step ? 1 : 0};
+}
+
 // The factor that clip_grad_norm multiplies every gradient by, from the total norm in double:
 // max_norm / (norm + 1e-6) when that is below 1, else 1 (no clipping); 1 as well when the
 // norm is not finite (the step is skipped by the Inf/NaN check instead).

@@ -1,7 +1,6 @@
 #include "cuda/kernels/amp.h"
 
 #include <cstring>
-#include <type_traits>
 
 #include "core/math/elementwise.h"
 #include "cuda/kernels/amp_table.h"
@@ -203,125 +202,6 @@ __global__ void __launch_bounds__(kThreads) clip_scale_kernel(const TableEntry* 
   }
 }
 
-// ---- SGD ---------------------------------------------------------------------------------------
-
-// Stands for "no working copy" in the kernel's template argument.
-struct NoWorking {};
-
-template <class W>
-__device__ __forceinline__ void store_working(W* working, int64_t i, float w) {
-  if constexpr (!std::is_same_v<W, NoWorking>) working[i] = from_float<W>(w);
-}
-
-// The optimizer-specific part of a fused step: loads its state for V elements starting at
-// element i0, updates the V master values `w` from the gradients `g`, stores its state.
-
-struct SgdElements {
-  SgdHyper hyper;
-  float* momentum;  // null when hyper.momentum == 0
-  template <int V>
-  __device__ __forceinline__ void operator()(int64_t i0, Pack<float, V>& w,
-                                             const Pack<float, V>& g) const {
-    Pack<float, V> b;
-    if (momentum != nullptr) b = *reinterpret_cast<const Pack<float, V>*>(momentum + i0);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      float buf = momentum != nullptr ? b.v[j] : 0.0f;
-      sgd_update(w.v[j], g.v[j], buf, hyper);
-      b.v[j] = buf;
-    }
-    if (momentum != nullptr) *reinterpret_cast<Pack<float, V>*>(momentum + i0) = b;
-  }
-  // A deferred step: the table entry's values on top of `hyper`, the base.
-  __device__ __forceinline__ void use(const SgdStepRates& rates) {
-    hyper = sgd_hyper_with(hyper, rates);
-  }
-  bool state_aligned() const { return momentum == nullptr || aligned_to(momentum, 16); }
-};
-
-struct AdamElements {
-  AdamHyper hyper;
-  float* exp_avg;
-  float* exp_avg_sq;
-  template <int V>
-  __device__ __forceinline__ void operator()(int64_t i0, Pack<float, V>& w,
-                                             const Pack<float, V>& g) const {
-    Pack<float, V> m = *reinterpret_cast<const Pack<float, V>*>(exp_avg + i0);
-    Pack<float, V> v = *reinterpret_cast<const Pack<float, V>*>(exp_avg_sq + i0);
-#pragma unroll
-    for (int j = 0; j < V; ++j) adam_update(w.v[j], g.v[j], m.v[j], v.v[j], hyper);
-    *reinterpret_cast<Pack<float, V>*>(exp_avg + i0) = m;
-    *reinterpret_cast<Pack<float, V>*>(exp_avg_sq + i0) = v;
-  }
-  __device__ __forceinline__ void use(const AdamStepRates& rates) {
-    hyper = adam_hyper_with(hyper, rates);
-  }
-  bool state_aligned() const { return aligned_to(exp_avg, 16) && aligned_to(exp_avg_sq, 16); }
-};
-
-// Stands for "an immediate step": the Step's hyper is used as it is.
-struct NoTable {};
-
-// One fused optimizer step: V elements per iteration (packs of V floats, and V working
-// elements), the rest one by one. The flag is read before anything is loaded, so a skipped
-// step costs one load per thread. A deferred step (Table a rate table, passed by value with
-// the launch) then reads j = *taken and takes entry j's values, or returns when j is outside
-// [0, table.count): nothing crosses from the host but the launch's own arguments.
-template <class Step, class Table, class W, int V>
-__global__ void __launch_bounds__(kThreads) fused_step_kernel(Step step, Table table,
-                                                             const int32_t* taken, float* master,
-                                                             const float* grad, W* working,
-                                                             int64_t n, const float* found_inf) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return;
-  if constexpr (!std::is_same_v<Table, NoTable>) {
-    const int32_t j = *taken;
-    if (j < 0 || j >= table.count) return;
-    step.use(table.entry[j]);
-  }
-  using PF = Pack<float, V>;
-  const int64_t packs = n / V;
-  const int64_t stride = thread_stride();
-  const int64_t first = first_thread();
-  for (int64_t p = first; p < packs; p += stride) {
-    PF w = reinterpret_cast<const PF*>(master)[p];
-    const PF g = reinterpret_cast<const PF*>(grad)[p];
-    step.template operator()<V>(p * V, w, g);
-    reinterpret_cast<PF*>(master)[p] = w;
-    if constexpr (!std::is_same_v<W, NoWorking>) {
-      Pack<W, V> out;
-#pragma unroll
-      for (int j = 0; j < V; ++j) out.v[j] = from_float<W>(w.v[j]);
-      reinterpret_cast<Pack<W, V>*>(working)[p] = out;
-    }
-  }
-  for (int64_t i = packs * V + first; i < n; i += stride) {
-    Pack<float, 1> w, g;
-    w.v[0] = master[i];
-    g.v[0] = grad[i];
-    step.template operator()<1>(i, w, g);
-    master[i] = w.v[0];
-    store_working(working, i, w.v[0]);
-  }
-}
-
-template <class Step, class Table, class W>
-void launch_fused_step(const Step& step, const Table& table, const int32_t* taken, float* master,
-                       const float* grad, W* working, int64_t n, const float* found_inf,
-                       cudaStream_t stream) {
-  constexpr int V = 4;
-  bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && step.state_aligned();
-  if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
-  if (vector) {
-    MIXPREC_LAUNCH(grid_for((n + V - 1) / V), kThreads, stream,
-                   fused_step_kernel<Step, Table, W, V>)(step, table, taken, master, grad,
-                                                         working, n, found_inf);
-  } else {
-    MIXPREC_LAUNCH(grid_for(n), kThreads, stream, fused_step_kernel<Step, Table, W, 1>)(step,
-        table, taken, master, grad, working, n, found_inf);
-  }
-  CUDA_CHECK_LAST();
-}
-
 // ---- the loss scale -----------------------------------------------------------------------------
 
 // The state is copied through memcpy because the I32 tensor guarantees only 4-byte alignment,
@@ -410,57 +290,6 @@ void clip_by_total_norm(const MultiTensorTable& table, const void* device_table,
   MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, clip_scale_kernel)(
       table_entries(device_table), table_chunks(table, device_table), table.chunks, coef);
   CUDA_CHECK_LAST();
-}
-
-namespace {
-
-// Dispatches a fused step on the working copy's dtype (none when `working` is null).
-template <class Step, class Table>
-void run_fused_step(const char* op, const Step& step, const Table& table, const int32_t* taken,
-                    float* master, const float* grad, void* working, DType working_dtype,
-                    int64_t n, const float* found_inf, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (working == nullptr) {
-    launch_fused_step<Step, Table, NoWorking>(step, table, taken, master, grad, nullptr, n,
-                                              found_inf, stream);
-    return;
-  }
-  MIXPREC_CUDA_DISPATCH_FLOATING(working_dtype, op, [&] {
-    launch_fused_step(step, table, taken, master, grad, static_cast<scalar_t*>(working), n,
-                      found_inf, stream);
-  });
-}
-
-}  // namespace
-
-void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
-              void* working, DType working_dtype, int64_t n, const float* found_inf,
-              cudaStream_t stream) {
-  run_fused_step("sgd_step", SgdElements{hyper, momentum}, NoTable{}, nullptr, master, grad,
-                 working, working_dtype, n, found_inf, stream);
-}
-
-void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
-               float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
-               const float* found_inf, cudaStream_t stream) {
-  run_fused_step("adam_step", AdamElements{hyper, exp_avg, exp_avg_sq}, NoTable{}, nullptr,
-                 master, grad, working, working_dtype, n, found_inf, stream);
-}
-
-void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const int32_t* taken,
-                       float* master, const float* grad, float* momentum, void* working,
-                       DType working_dtype, int64_t n, const float* found_inf,
-                       cudaStream_t stream) {
-  run_fused_step("sgd_step_deferred", SgdElements{base, momentum}, table, taken, master, grad,
-                 working, working_dtype, n, found_inf, stream);
-}
-
-void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const int32_t* taken,
-                        float* master, const float* grad, float* exp_avg, float* exp_avg_sq,
-                        void* working, DType working_dtype, int64_t n, const float* found_inf,
-                        cudaStream_t stream) {
-  run_fused_step("adam_step_deferred", AdamElements{base, exp_avg, exp_avg_sq}, table, taken,
-                 master, grad, working, working_dtype, n, found_inf, stream);
 }
 
 void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float* found_inf,

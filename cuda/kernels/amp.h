@@ -1,7 +1,7 @@
 // Mixed-precision kernels: the multi-tensor unscale-and-check, per-tensor sums of squares,
-// the clip by the total norm, the fused SGD and Adam/AdamW steps (immediate or deferred),
-// the dynamic loss-scale update and the small kernels of deferred steps. The per-element math
-// is core/math/amp.h, shared with the CPU backend. Internal to cuda/; launches are
+// the clip by the total norm, the dynamic loss-scale update and the small kernels of
+// deferred steps (the fused optimizer steps are in cuda/kernels/param_steps.h). The
+// per-element math is core/math/amp.h, shared with the CPU backend. Internal to cuda/; launches are
 // asynchronous on `stream`, and every flag they read or write stays on the device.
 //
 // The multi-tensor kernels take a table that lists every tensor and splits each into
@@ -53,21 +53,6 @@ void clip_by_total_norm(const MultiTensorTable& table, const void* device_table,
                         const float* squared_sums, double max_norm, float* norm_out,
                         double* coef, cudaStream_t stream);
 
-// sgd_update of n F32 master values from the F32 gradient; momentum (null when
-// hyper.momentum == 0) is the F32 buffer; working (null for none) receives the new master
-// rounded to working_dtype in the same pass. found_inf (device F32 [1] or null): when it
-// holds a non-zero value the kernel returns without writing anything.
-void sgd_step(const SgdHyper& hyper, float* master, const float* grad, float* momentum,
-              void* working, DType working_dtype, int64_t n, const float* found_inf,
-              cudaStream_t stream);
-
-// adam_update of n F32 master values from the F32 gradient; exp_avg and exp_avg_sq are the
-// F32 moment buffers. working and found_inf as in sgd_step: a non-zero flag leaves master,
-// moments and working copy untouched.
-void adam_step(const AdamHyper& hyper, float* master, const float* grad, float* exp_avg,
-               float* exp_avg_sq, void* working, DType working_dtype, int64_t n,
-               const float* found_inf, cudaStream_t stream);
-
 // One thread runs update_dynamic_scale(rule, state, *found_inf != 0) on the device. `state`
 // holds the kDynamicScaleStateWords I32 of a DynamicScaleState (4-byte alignment suffices);
 // found_inf is device F32 [1].
@@ -75,19 +60,6 @@ void update_loss_scale(const DynamicScaleRule& rule, int32_t* state, const float
                        cudaStream_t stream);
 
 // ---- deferred steps (Backend's contracts in core/backend.h) ----------------------------------
-// The tables travel by value as launch arguments; `taken` (device I32 [1]) and found_inf
-// (device F32 [1], required) are read by the kernel: a non-zero flag or j = *taken outside
-// [0, table.count) writes nothing, otherwise the update of sgd_hyper_with(base,
-// table.entry[j]) (adam_hyper_with for Adam), as sgd_step / adam_step.
-void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const int32_t* taken,
-                       float* master, const float* grad, float* momentum, void* working,
-                       DType working_dtype, int64_t n, const float* found_inf,
-                       cudaStream_t stream);
-void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const int32_t* taken,
-                        float* master, const float* grad, float* exp_avg, float* exp_avg_sq,
-                        void* working, DType working_dtype, int64_t n, const float* found_inf,
-                        cudaStream_t stream);
-
 // One thread: *out = float(S * weight), the product in double; `state` as update_loss_scale's.
 void loss_scale_factor(const int32_t* state, double weight, float* out, cudaStream_t stream);
 

@@ -10,6 +10,7 @@
 #include "backend_agreement.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/amp.h"
+#include "cuda/kernels/param_steps.h"
 
 namespace {
 
@@ -52,6 +53,23 @@ std::vector<Tensor> to_gpu(const std::vector<Tensor>& ts) {
 }
 
 // Writes the raw bits `bits` into element `index` of a host tensor.
+// One parameter's fused step over elements [1, n] of its buffers, which start one float
+// past a 16-byte boundary: the kernel must fall back to element-wise loads. The table goes
+// through device memory as the backend's own upload does.
+template <class Source, class Launch>
+void step_one_past_alignment(const Source& source, Launch launch) {
+  const kernels::ParamStepTable table = kernels::make_param_step_table("test", {source});
+  Tensor device_table = Tensor::empty({static_cast<int64_t>(table.bytes.size() / 4) + 1},
+                                      DType::I32, gpu());
+  gpu_backend().copy_from_host(device_table.data(), table.bytes.data(), table.bytes.size());
+  launch(table, device_table.data(), nullptr, nullptr, cuda_backend().stream());
+}
+
+template <class T>
+T* one_past(const Tensor& t) {
+  return static_cast<T*>(const_cast<void*>(t.data())) + 1;
+}
+
 void set_bits(Tensor& t, int64_t index, uint32_t bits) {
   std::memcpy(static_cast<unsigned char*>(t.data()) + index * dtype_size(t.dtype()), &bits,
               dtype_size(t.dtype()));
@@ -316,10 +334,9 @@ TEST_CASE("cuda overflow in one gradient skips the step end to end on the device
   expect_bits_equal(master, gpu_master);
 }
 
-TEST_CASE("cuda sgd_step handles misaligned buffers with scalar loads", "[cuda]") {
+TEST_CASE("cuda sgd_steps kernel handles misaligned buffers with scalar loads", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(49);
-  CudaBackend& backend = cuda_backend();
   const SgdHyper hyper = sgd_cases()[2].hyper;
   for (int64_t n : kOddSizes) {
     INFO("[" << n << "]");
@@ -333,11 +350,12 @@ TEST_CASE("cuda sgd_step handles misaligned buffers with scalar loads", "[cuda]"
     Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
     const Tensor gpu_grad = grad.to(gpu());
     Tensor gpu_working = poisoned({n + 1}, DType::F16);
-    kernels::sgd_step(hyper, static_cast<float*>(gpu_master.data()) + 1,
-                      static_cast<const float*>(gpu_grad.data()) + 1,
-                      static_cast<float*>(gpu_momentum.data()) + 1,
-                      static_cast<mixprec::half*>(gpu_working.data()) + 1, DType::F16, n, nullptr,
-                      backend.stream());
+    const SgdStepRates rates = rates_of(hyper);
+    kernels::SgdStepSource source{hyper, &rates, 1, {}};
+    source.buffers = {one_past<float>(gpu_master), one_past<const float>(gpu_grad),
+                      one_past<float>(gpu_momentum), nullptr, one_past<mixprec::half>(gpu_working),
+                      static_cast<int32_t>(DType::F16), n};
+    step_one_past_alignment(source, &kernels::sgd_steps);
     const std::vector<float> e = cpu_master.to_float_vector(), a = gpu_master.to_float_vector();
     CHECK(a[0] == master.to_float_vector()[0]);  // outside the range: untouched
     for (int64_t i = 1; i <= n; ++i) {
@@ -476,10 +494,9 @@ TEST_CASE("cuda adam_step with found_inf set leaves every buffer bit-identical",
   }
 }
 
-TEST_CASE("cuda adam_step handles misaligned buffers with scalar loads", "[cuda]") {
+TEST_CASE("cuda adam_steps kernel handles misaligned buffers with scalar loads", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(52);
-  CudaBackend& backend = cuda_backend();
   AdamHyper hyper = adam_cases()[1].hyper;
   hyper.set_step(2);
   for (int64_t n : kOddSizes) {
@@ -496,12 +513,13 @@ TEST_CASE("cuda adam_step handles misaligned buffers with scalar loads", "[cuda]
     Tensor gpu_avg_sq = exp_avg_sq.to(gpu());
     const Tensor gpu_grad = grad.to(gpu());
     Tensor gpu_working = poisoned({n + 1}, DType::BF16);
-    kernels::adam_step(hyper, static_cast<float*>(gpu_master.data()) + 1,
-                       static_cast<const float*>(gpu_grad.data()) + 1,
-                       static_cast<float*>(gpu_avg.data()) + 1,
-                       static_cast<float*>(gpu_avg_sq.data()) + 1,
-                       static_cast<mixprec::bfloat16*>(gpu_working.data()) + 1, DType::BF16, n,
-                       nullptr, backend.stream());
+    const AdamStepRates rates = rates_of(hyper);
+    kernels::AdamStepSource source{hyper, &rates, 1, {}};
+    source.buffers = {one_past<float>(gpu_master), one_past<const float>(gpu_grad),
+                      one_past<float>(gpu_avg), one_past<float>(gpu_avg_sq),
+                      one_past<mixprec::bfloat16>(gpu_working), static_cast<int32_t>(DType::BF16),
+                      n};
+    step_one_past_alignment(source, &kernels::adam_steps);
     const std::vector<float> e = cpu_master.to_float_vector(), a = gpu_master.to_float_vector();
     const std::vector<float> ev = cpu_avg_sq.to_float_vector(), av = gpu_avg_sq.to_float_vector();
     CHECK(a[0] == master.to_float_vector()[0]);  // outside the range: untouched

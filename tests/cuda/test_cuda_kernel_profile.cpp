@@ -8,24 +8,10 @@
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/fill.h"
 #include "tests/cuda/backend_agreement.h"
+#include "tests/cuda/profiling_scope.h"
 
 namespace mixprec::cuda_test {
 namespace {
-
-// Switches profiling on for a scope, from an empty profile, and off again at its end.
-class ProfilingScope {
- public:
-  ProfilingScope() {
-    reset_kernel_profile();
-    set_kernel_profile(true);
-  }
-  ~ProfilingScope() {
-    set_kernel_profile(false);
-    reset_kernel_profile();
-  }
-  ProfilingScope(const ProfilingScope&) = delete;
-  ProfilingScope& operator=(const ProfilingScope&) = delete;
-};
 
 int64_t calls_of(const std::string& kernel, const std::string& site_part = "") {
   int64_t calls = 0;
