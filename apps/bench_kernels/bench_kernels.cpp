@@ -2,15 +2,20 @@
 // tensors straight into Eigen, so the two should run at the same rate), the FP16/BF16 GEMM
 // (widen, FP32 product, round once), an im2col convolution of a small-CNN layer shape,
 // causal attention's softmax fused and composed, an MLP's c_fc + gelu fused into the GEMM's
-// epilogue and composed, and dropout's keep decisions one Philox evaluation per element
-// against one per four.
+// epilogue and composed, dropout's keep decisions one Philox evaluation per element against
+// one per four, and the building of one Fashion-MNIST training batch of 512 images (the data
+// prefetcher's work per step) on 1, 2 and 4 threads.
 //
 //   mixprec_bench_kernels --benchmark_filter=1024 --benchmark_repetitions=5
 //                         --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <vector>
+
+#include <omp.h>
 
 // GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
 // _mm512_undefined_ps placeholders inside its own intrinsics), a known false positive.
@@ -21,6 +26,7 @@
 
 #include "apps/bench_kernels/attention_softmax_pass.h"
 #include "apps/bench_kernels/linear_gelu_pass.h"
+#include "apps/data/image_data.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/math/dropout.h"
@@ -141,8 +147,38 @@ void BM_DropoutMask(benchmark::State& state, bool blocks) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
+// One training batch of 512 Fashion-MNIST images (Debian's dataset-fashion-mnist, the main
+// job's data) built on state.range(0) threads: the table lookups of ImageData::make_batch.
+// Skipped when the data set is not installed.
+void BM_ImageBatch(benchmark::State& state) {
+  const std::string folder = "/usr/share/datasets/fashion-mnist/";
+  if (!std::filesystem::exists(folder + "train-images-idx3-ubyte.gz")) {
+    state.SkipWithError("Fashion-MNIST is not installed (scripts/setup.sh installs it)");
+    return;
+  }
+  ImageDataOptions options;
+  options.train_images = folder + "train-images-idx3-ubyte.gz";
+  options.train_labels = folder + "train-labels-idx1-ubyte.gz";
+  options.test_images = folder + "t10k-images-idx3-ubyte.gz";
+  options.test_labels = folder + "t10k-labels-idx1-ubyte.gz";
+  options.mean = 0.2860;
+  options.std = 0.3530;
+  options.batch_size = 512;
+  const std::unique_ptr<BatchSource> data = load_image_data(options);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(static_cast<int>(state.range(0)));
+  int64_t number = 0;
+  for (auto _ : state) {
+    Batch batch = data->train_batch(number++ % data->batches_per_epoch());
+    benchmark::DoNotOptimize(batch.inputs.data());
+  }
+  omp_set_num_threads(threads);
+  state.SetItemsProcessed(state.iterations() * options.batch_size);
+}
+
 }  // namespace
 
+BENCHMARK(BM_ImageBatch)->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DropoutMask, per_element, false)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

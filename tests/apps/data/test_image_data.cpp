@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include "apps/data/image_data.h"
 #include "core/error.h"
 #include "data_test_files.h"
@@ -404,4 +406,25 @@ TEST_CASE("image data on Fashion-MNIST when the Debian package is installed",
     for (int32_t y : data->train_batch(n).targets.to_int_vector()) ++counts[y];
   }
   CHECK(counts == std::vector<int>(10, 6000));
+}
+
+TEST_CASE("image data builds a large batch on several threads with the same bytes",
+          "[data][images]") {
+  // 12000 images of 6 pixels in one batch: above the size from which make_batch spreads the
+  // images over threads, so the parallel path runs; one thread gives the reference.
+  TempDir dir;
+  ImageDataOptions o = small_options(dir, 12000, 4);
+  o.batch_size = 12000;
+  o.shuffle = false;
+  const auto data = load_image_data(o);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Batch one = data->train_batch(0);
+  omp_set_num_threads(3);
+  const Batch three = data->train_batch(0);
+  omp_set_num_threads(threads);
+  CHECK(same_batch(one, three));
+  std::vector<int> examples(12000);
+  for (int e = 0; e < 12000; ++e) examples[static_cast<size_t>(e)] = e;
+  check_batch_holds(three, examples, 4);
 }
