@@ -11,6 +11,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -148,19 +149,28 @@ void BM_DropoutMask(benchmark::State& state, bool blocks) {
 }
 
 // One training batch of 512 Fashion-MNIST images (Debian's dataset-fashion-mnist, the main
-// job's data) built on state.range(0) threads: the table lookups of ImageData::make_batch.
-// Skipped when the data set is not installed.
+// job's data) built on state.range(0) threads: ImageData::make_batch, the data prefetcher's
+// work per CNN step. MIXPREC_BENCH_IMAGES and MIXPREC_BENCH_LABELS, when set, name another
+// IDX pair (as both splits; e.g. MNIST's test set). Skipped when there is no data.
 void BM_ImageBatch(benchmark::State& state) {
   const std::string folder = "/usr/share/datasets/fashion-mnist/";
-  if (!std::filesystem::exists(folder + "train-images-idx3-ubyte.gz")) {
-    state.SkipWithError("Fashion-MNIST is not installed (scripts/setup.sh installs it)");
+  const char* images = std::getenv("MIXPREC_BENCH_IMAGES");
+  const char* labels = std::getenv("MIXPREC_BENCH_LABELS");
+  ImageDataOptions options;
+  if (images != nullptr && labels != nullptr && *images != '\0' && *labels != '\0') {
+    options.train_images = options.test_images = images;
+    options.train_labels = options.test_labels = labels;
+  } else {
+    options.train_images = folder + "train-images-idx3-ubyte.gz";
+    options.train_labels = folder + "train-labels-idx1-ubyte.gz";
+    options.test_images = folder + "t10k-images-idx3-ubyte.gz";
+    options.test_labels = folder + "t10k-labels-idx1-ubyte.gz";
+  }
+  if (!std::filesystem::exists(options.train_images)) {
+    state.SkipWithError("no image data: install Fashion-MNIST (scripts/setup.sh) or set "
+                        "MIXPREC_BENCH_IMAGES and MIXPREC_BENCH_LABELS");
     return;
   }
-  ImageDataOptions options;
-  options.train_images = folder + "train-images-idx3-ubyte.gz";
-  options.train_labels = folder + "train-labels-idx1-ubyte.gz";
-  options.test_images = folder + "t10k-images-idx3-ubyte.gz";
-  options.test_labels = folder + "t10k-labels-idx1-ubyte.gz";
   options.mean = 0.2860;
   options.std = 0.3530;
   options.batch_size = 512;
