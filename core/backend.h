@@ -327,8 +327,8 @@ class Backend {
   // results are bit for bit those of the per-parameter calls, in one pass over all
   // parameters (one launch on a GPU, however many there are). Everything is checked before
   // anything is written: each step as its per-parameter call checks it (the message names
-  // the step), and no two steps may share a master. The default runs the per-parameter
-  // calls in order.
+  // the step), and no two steps may share memory (a master, gradient, state buffer or
+  // working copy). The default runs the per-parameter calls in order.
   virtual void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
                           const Tensor* found_inf);
   virtual void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,

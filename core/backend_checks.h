@@ -191,6 +191,5 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
 void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,
                const Tensor* found_inf);
 
-
 }  // namespace backend_checks
 }  // namespace mixprec

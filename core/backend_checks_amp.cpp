@@ -312,7 +312,6 @@ void count_taken_step(Device device, const Tensor& found_inf, const Tensor& take
   taken_counter(kOp, taken, device);
 }
 
-
 // ---- multi-tensor optimizer steps ----------------------------------------------------------
 
 namespace {
@@ -334,30 +333,20 @@ struct StepRange {
 // Throws when two steps name overlapping memory: one launch updates all steps at once, so a
 // buffer of one step that is also read or written by another would make the result depend
 // on the order (the per-step checks keep one step's own buffers apart). One sweep in address
-// order, remembering the furthest end seen and the furthest among the other steps.
+// order, remembering the range that reaches furthest. That suffices: at the first range that
+// overlaps another step's, the furthest-reaching earlier range is of another step, since
+// one of r's own step reaching that far would overlap the other step's range before r did.
 void no_memory_shared(const char* op, std::vector<StepRange> ranges) {
   std::sort(ranges.begin(), ranges.end(),
             [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
-  StepRange first{0, 0, 0}, second{0, 0, 0};  // second.step != first.step
-  bool have_first = false, have_second = false;
+  const StepRange* furthest = nullptr;
   for (const StepRange& r : ranges) {
-    const StepRange* other = nullptr;
-    if (have_first && first.step != r.step && r.begin < first.end) other = &first;
-    else if (have_second && second.step != r.step && r.begin < second.end) other = &second;
-    MIXPREC_CHECK(other == nullptr, op, ": steps ", std::min(other->step, r.step), " and ",
-                  std::max(other->step, r.step), " share memory (a master, gradient, state "
-                  "buffer or working copy); list each parameter once, with its own buffers");
-    if (!have_first || r.end > first.end) {
-      if (have_first && first.step != r.step) {
-        second = first;
-        have_second = true;
-      }
-      first = r;
-      have_first = true;
-    } else if (r.step != first.step && (!have_second || r.end > second.end)) {
-      second = r;
-      have_second = true;
+    if (furthest != nullptr && furthest->step != r.step && r.begin < furthest->end) {
+      MIXPREC_FAIL(op, ": steps ", std::min(furthest->step, r.step), " and ",
+                   std::max(furthest->step, r.step), " share memory (a master, gradient, state "
+                   "buffer or working copy); list each parameter once, with its own buffers");
     }
+    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
   }
 }
 

@@ -27,6 +27,7 @@
 // gelu_tanh, which a 16-bit rounding hides but an FP32 result would not. Everything else, and
 // any epilogue cuBLASLt offers no algorithm for, is the product into FP32 followed by
 // kernels::gemm_epilogue, with the stores of core/backend.h exactly.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -216,9 +217,10 @@ struct GemmPlan {
   MatrixLayout lt_a, lt_b, lt_c;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
-  // False when cuBLASLt offers no algorithm for the fused epilogue; the call then takes the
-  // separate epilogue kernel (a plain product without one is an error instead).
-  bool available = true;
+  // False when cuBLASLt offers no algorithm for the fused epilogue, or refused a call with
+  // the one it offered; the call then takes the separate epilogue kernel (a plain product
+  // without one is an error instead). Read without the call mutex, hence atomic.
+  std::atomic<bool> available{true};
   std::string label;  // the problem, as the kernel profile names its calls
   // Serialises the epilogue's pointer setting with the matmul that reads them.
   std::mutex call_mutex;
@@ -373,19 +375,25 @@ struct MatmulContext {
   CachingAllocator& allocator;
 };
 
-// D = C: the plan's matmul on the row-major operands, in place on C. `site` names the
-// backend primitive in the kernel profile.
-void run_matmul(const MatmulContext& ctx, const GemmPlan& plan, const GemmDesc& desc,
-                const Tensor& a, const Tensor& b, Tensor& c, const char* site) {
+// D = C: the plan's matmul on the row-major operands, in place on C; cuBLASLt's status.
+// `site` names the backend primitive in the kernel profile.
+cublasStatus_t try_matmul(const MatmulContext& ctx, const GemmPlan& plan, const GemmDesc& desc,
+                          const Tensor& a, const Tensor& b, Tensor& c, const char* site) {
   const float alpha = desc.alpha, beta = desc.beta;
   Scratch workspace(ctx.allocator, plan.workspace);
   const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
   const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
   const ProfiledLaunch timed(plan.label.c_str(), site, ctx.stream);
-  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
-                              lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(),
-                              c.data(), plan.lt_c.get(), &plan.algo, workspace.get(),
-                              plan.workspace, ctx.stream));
+  return cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
+                        lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(), c.data(),
+                        plan.lt_c.get(), &plan.algo, workspace.get(), plan.workspace,
+                        ctx.stream);
+}
+
+// try_matmul, any failure an error.
+void run_matmul(const MatmulContext& ctx, const GemmPlan& plan, const GemmDesc& desc,
+                const Tensor& a, const Tensor& b, Tensor& c, const char* site) {
+  CUBLAS_CHECK(try_matmul(ctx, plan, desc, a, b, c, site));
 }
 
 }  // namespace
@@ -440,10 +448,15 @@ void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, con
     key.align_pre = pre != nullptr ? alignment(pre, 1, 0, 0) : 0;
     const TuningCall call{a.data(), b.data(), c.data(), desc.alpha, 0.0f, stream_, allocator_};
     GemmPlan& plan = plan_cache().get(ctx.handle, key, call, bias_data, pre);
-    if (plan.available) {
+    if (plan.available.load()) {
       const std::lock_guard<std::mutex> lock(plan.call_mutex);
       plan.point_epilogue(bias_data, pre);
-      return run_matmul(ctx, plan, desc, a, b, c, __PRETTY_FUNCTION__);
+      const cublasStatus_t status = try_matmul(ctx, plan, desc, a, b, c, __PRETTY_FUNCTION__);
+      if (status == CUBLAS_STATUS_SUCCESS) return;
+      // The heuristic offered an algorithm that the call refuses for these operands: this
+      // problem takes the separate epilogue from now on. Any other failure is an error.
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(status);
+      plan.available.store(false);
     }
   }
   // No fused form: the FP32 sums (in C itself when it is F32), then the epilogue kernel.

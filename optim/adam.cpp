@@ -112,8 +112,7 @@ AdamRateTable Adam::rate_table(size_t index, const DeferredUpdate& deferred) con
   for (int32_t j = 0; j < table.count; ++j) {
     AdamHyper hyper = base_hyper(index, deferred.lr_by_taken[static_cast<size_t>(j)]);
     hyper.set_step(param_steps_[index] + j + 1);
-    table.entry[j] = {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt,
-                      hyper.decay_factor, hyper.step};
+    table.entry[j] = rates_of(hyper);
   }
   return table;
 }

@@ -1,8 +1,9 @@
 // Adam (coupled L2 weight decay, torch.optim.Adam) and AdamW (decoupled weight decay,
 // torch.optim.AdamW). Per-element math: core/math/amp.h (adam_update); one
 // Backend::adam_steps call per step updates every parameter's FP32 master, both moment
-// buffers and working copy in one pass (one launch on a GPU). The step count used for bias correction is per parameter, as in
-// torch (a parameter that had no gradient in a step does not advance its count).
+// buffers and working copy in one pass (one launch on a GPU). The step count used for bias
+// correction is per parameter, as in torch (a parameter that had no gradient in a step does
+// not advance its count).
 #pragma once
 
 #include <functional>

@@ -123,6 +123,14 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
                     found_inf.numel() == 1 && found_inf.device() == device,
                 "optimizer '", name_, "': found_inf must be an F32 [1] tensor on ", device,
                 ", got ", found_inf.defined() ? describe(found_inf) : "undefined");
+  // The flag and the count live on that device and serve every update, and checking here
+  // keeps a throw from leaving some parameters updated.
+  for (const Parameter& p : params_) {
+    MIXPREC_CHECK(!p.requires_grad() || p.device() == device, "optimizer '", name_,
+                  "': parameter '", p.name(), "' is on ", p.device(), " but a deferred step "
+                  "runs on ", device, " (its flag and count live there); keep the trainable "
+                  "parameters on one device");
+  }
   // The per-step values assume that each pending step updated the same parameters.
   std::vector<bool> trainable;
   for (const Parameter& p : params_) trainable.push_back(p.requires_grad());

@@ -45,7 +45,9 @@ class Optimizer {
 
   // One update from the current gradients, which must be at true scale (never call it on
   // still-scaled gradients: GradScaler::step does the unscale and the skip). Parameters that
-  // are frozen or have no gradient are left alone. Counts one step taken.
+  // are frozen or have no gradient are left alone. Counts one step taken. One backend call
+  // per device: with parameters on two devices, a failure of the second call leaves the
+  // first device's parameters updated.
   void step();
   // Updates actually applied (resolved ones, for deferred steps); LR schedules read this, so a step that GradScaler skipped
   // does not advance them.
@@ -58,7 +60,8 @@ class Optimizer {
   // were taken, so lr_by_taken holds deferred_pending() + 1 rates (lr_by_taken[0] is
   // normally lr()). steps_taken() does not count a deferred step until resolve_deferred().
   // Throws, changing nothing, where step() throws, when a trainable parameter has no
-  // gradient (their step counts advance together, so each needs one) or was frozen or
+  // gradient (their step counts advance together, so each needs one), lives on another
+  // device than the first parameter (where found_inf and the count must be), or was frozen or
   // unfrozen while steps are pending, when a regular step() is mixed in, and when
   // kMaxDeferredSteps steps are already pending.
   void step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken);

@@ -46,6 +46,16 @@ SgdHyper SGD::base_hyper(double lr) const {
   return hyper;
 }
 
+SgdRateTable SGD::rate_table(const DeferredUpdate& deferred, bool unstarted) {
+  SgdRateTable table;
+  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
+  for (int32_t j = 0; j < table.count; ++j) {
+    table.entry[j].lr = static_cast<float>(deferred.lr_by_taken[static_cast<size_t>(j)]);
+    table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
+  }
+  return table;
+}
+
 void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) {
   const size_t n = indices.size();
   if (n == 0) return;
@@ -77,13 +87,8 @@ void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* d
       step.momentum = &buffers[k];
     }
     if (deferred != nullptr) {
-      SgdRateTable& table = tables[k];
-      table.count = static_cast<int32_t>(deferred->lr_by_taken.size());
-      for (int32_t j = 0; j < table.count; ++j) {
-        table.entry[j].lr = static_cast<float>(deferred->lr_by_taken[static_cast<size_t>(j)]);
-        table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
-      }
-      step.table = &table;
+      tables[k] = rate_table(*deferred, unstarted);
+      step.table = &tables[k];
     } else {
       step.hyper.first_step = unstarted;
     }

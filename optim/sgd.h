@@ -34,6 +34,9 @@ class SGD final : public Optimizer {
   void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
   void resolve_deferred_state(int64_t taken) override;
   SgdHyper base_hyper(double lr) const;
+  // The deferred rates for each possible count j of taken pending steps; `unstarted`: the
+  // momentum buffer has no applied update yet, so entry 0 (the first taken step) starts it.
+  static SgdRateTable rate_table(const DeferredUpdate& deferred, bool unstarted);
   // Marks what an update wrote and keeps the buffer.
   void keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buffer);
   // The momentum buffers as "momentum.<index>" (those defined); no scalars beyond the base's.

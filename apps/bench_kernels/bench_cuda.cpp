@@ -243,8 +243,7 @@ void BM_CudaAmpStep(benchmark::State& state) {
     for (int32_t j = 0; j < table.count; ++j) {
       AdamHyper hyper = base;
       hyper.set_step(100 + j);
-      table.entry[j] = {hyper.lr, hyper.step_size, hyper.bias_correction2_sqrt,
-                        hyper.decay_factor, hyper.step};
+      table.entry[j] = rates_of(hyper);
     }
     std::vector<AdamParamStep> steps(grads.size());
     for (size_t i = 0; i < grads.size(); ++i)

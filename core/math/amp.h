@@ -225,8 +225,9 @@ MIXPREC_HD ScaleEvent update_dynamic_scale(const DynamicScaleRule& rule, Dynamic
 // every possible count j = 0, 1, ..., count - 1 and the kernel picks entry j, read from a
 // device counter of steps taken since the host last resolved. The values are computed on the
 // host exactly as for an immediate step (AdamHyper::set_step, the LR schedule), so a deferred
-// update has the same bits as the immediate one it stands for. The tables travel by value
-// with the launch (about 1.5 KiB), so nothing is copied to the device per step.
+// update has the same bits as the immediate one it stands for. On a GPU the multi-tensor
+// step uploads the tables of all parameters (those that are equal once) through the pinned
+// ring with the step's other arguments, without waiting for the device.
 inline constexpr int32_t kMaxDeferredSteps = 64;
 
 struct AdamStepRates {

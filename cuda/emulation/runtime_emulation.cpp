@@ -1,5 +1,6 @@
 #include "cuda/emulation/runtime_emulation.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -97,6 +98,13 @@ bool host_only() {
   }();
   return enabled;
 }
+
+namespace {
+std::atomic<bool> refusing_epilogues{false};
+}  // namespace
+
+void set_refuse_epilogue_matmuls(bool refuse) { refusing_epilogues.store(refuse); }
+bool refuse_epilogue_matmuls() { return refusing_epilogues.load(); }
 
 void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (!valid_configuration(grid, block)) {

@@ -63,6 +63,12 @@ class KernelLaunch {
 // measure: `MIXPREC_EMULATION_HOST_ONLY=1 mixprec_emulated bench CONFIG --set device=cuda`.
 bool host_only();
 
+// Test hook: while set, cublasLtMatmul refuses (CUBLAS_STATUS_NOT_SUPPORTED) every call whose
+// descriptor carries an epilogue, although the heuristic offered an algorithm for it, as a
+// real cuBLASLt may for some layouts; the backend must then fall back to its own epilogue.
+void set_refuse_epilogue_matmuls(bool refuse);
+bool refuse_epilogue_matmuls();
+
 // Live allocations and their bytes (for tests of the emulation itself).
 size_t live_allocations();
 size_t live_bytes();

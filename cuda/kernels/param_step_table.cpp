@@ -14,7 +14,8 @@ bool valid_working(int32_t dtype) {
 }
 
 template <class Hyper, class Rates>
-ParamStepTable make_table(const char* op, const std::vector<ParamStepSource<Hyper, Rates>>& params) {
+ParamStepTable make_table(const char* op,
+                          const std::vector<ParamStepSource<Hyper, Rates>>& params) {
   ParamStepTable table;
   table.params = static_cast<int32_t>(params.size());
   std::vector<ParamStepEntry<Hyper>> entries;

@@ -12,8 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "core/hd.h"
 #include "core/math/amp.h"
 
 namespace mixprec::kernels {
@@ -22,6 +24,7 @@ namespace mixprec::kernels {
 // [c * kParamStepChunk, min((c + 1) * kParamStepChunk, numel)). A multiple of 4 elements,
 // so every piece of a 16-byte aligned tensor starts 16-byte aligned.
 inline constexpr int64_t kParamStepChunk = 4096;
+static_assert(kParamStepChunk % 4 == 0, "a piece must keep 16-byte alignment");
 
 // working_dtype of a parameter without a working copy.
 inline constexpr int32_t kNoWorking = -1;
@@ -60,6 +63,39 @@ struct ParamStepEntry {
   int32_t rates_begin = 0;  // index of its entry 0 among all the table's rates
   int32_t rates_count = 0;
 };
+
+// The host writes the entries and the device reads them: both compilers must lay them out
+// alike. These pin the layout on each side (the CUDA build compiles this header with nvcc
+// too), so a difference fails to compile instead of corrupting the table.
+static_assert(std::is_trivially_copyable_v<ParamStepEntry<AdamHyper>> &&
+              std::is_trivially_copyable_v<ParamStepEntry<SgdHyper>>);
+static_assert(sizeof(AdamHyper) == 48 && sizeof(SgdHyper) == 20 &&
+              sizeof(ParamStepBuffers) == 56);
+static_assert(sizeof(ParamStepEntry<AdamHyper>) == 120 &&
+              offsetof(ParamStepEntry<AdamHyper>, buffers) == 48 &&
+              offsetof(ParamStepEntry<AdamHyper>, first_chunk) == 104 &&
+              offsetof(ParamStepEntry<AdamHyper>, rates_begin) == 112);
+static_assert(sizeof(ParamStepEntry<SgdHyper>) == 96 &&
+              offsetof(ParamStepEntry<SgdHyper>, buffers) == 24 &&
+              offsetof(ParamStepEntry<SgdHyper>, first_chunk) == 80 &&
+              offsetof(ParamStepEntry<SgdHyper>, rates_begin) == 88);
+static_assert(sizeof(AdamStepRates) == 24 && sizeof(SgdStepRates) == 8,
+              "rate tables are compared byte for byte: no padding");
+
+// The parameter that piece c belongs to: the last entry whose first piece is <= c (an empty
+// parameter shares its first_chunk with the next one, which is the one that owns c). The
+// kernel calls it for every piece; params >= 1 and c < the table's chunks.
+template <class Hyper>
+MIXPREC_HD int32_t param_step_owner(const ParamStepEntry<Hyper>* entries, int32_t params,
+                                    int64_t c) {
+  int32_t lo = 0, hi = params - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (entries[mid].first_chunk <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
 
 struct ParamStepTable {
   std::vector<unsigned char> bytes;  // to be copied to the device as they are

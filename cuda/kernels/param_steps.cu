@@ -110,27 +110,16 @@ __device__ void dispatch_piece(const Elements& step, float* master, const float*
                                W* working, int64_t len) {
   constexpr int V = 4;
   bool vector = aligned_to(master, 16) && aligned_to(grad, 16) && step.state_aligned();
-  if constexpr (!std::is_same_v<W, NoWorking>) vector = vector && aligned_to(working, V * sizeof(W));
+  if constexpr (!std::is_same_v<W, NoWorking>)
+    vector = vector && aligned_to(working, V * sizeof(W));
   if (vector) update_piece<V>(step, master, grad, working, len);
   else update_piece<1>(step, master, grad, working, len);
 }
 
-// The parameter that piece c belongs to: the last entry whose first piece is <= c (an empty
-// parameter shares its first_chunk with the next one, which is the one that owns c).
-template <class Hyper>
-__device__ int32_t owner_of(const ParamStepEntry<Hyper>* entries, int32_t params, int64_t c) {
-  int32_t lo = 0, hi = params - 1;
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (entries[mid].first_chunk <= c) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// The flag is read before anything else, so a skipped step costs one load per block. Each
+// The flag is read before anything else, so a skipped step costs one load per thread. Each
 // parameter then picks its rate j = *taken (0 for an immediate step) or sits the step out
-// when j is outside its table.
+// when j is outside its table. The working copy's dtype is switched on per piece rather than
+// dispatched once per launch: one launch serves parameters of different working dtypes.
 template <class Kind>
 __global__ void __launch_bounds__(kThreads) param_steps_kernel(
     const ParamStepEntry<typename Kind::Hyper>* entries, int32_t params,
@@ -139,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) param_steps_kernel(
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int32_t j = taken != nullptr ? *taken : 0;
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const ParamStepEntry<typename Kind::Hyper>& e = entries[owner_of(entries, params, c)];
+    const ParamStepEntry<typename Kind::Hyper>& e = entries[param_step_owner(entries, params, c)];
     if (j < 0 || j >= e.rates_count) continue;
     const ParamStepBuffers& b = e.buffers;
     const int64_t begin = (c - e.first_chunk) * kParamStepChunk;

@@ -52,7 +52,6 @@ std::vector<Tensor> to_gpu(const std::vector<Tensor>& ts) {
   return out;
 }
 
-// Writes the raw bits `bits` into element `index` of a host tensor.
 // One parameter's fused step over elements [1, n] of its buffers, which start one float
 // past a 16-byte boundary: the kernel must fall back to element-wise loads. The table goes
 // through device memory as the backend's own upload does.
@@ -70,6 +69,7 @@ T* one_past(const Tensor& t) {
   return static_cast<T*>(const_cast<void*>(t.data())) + 1;
 }
 
+// Writes the raw bits `bits` into element `index` of a host tensor.
 void set_bits(Tensor& t, int64_t index, uint32_t bits) {
   std::memcpy(static_cast<unsigned char*>(t.data()) + index * dtype_size(t.dtype()), &bits,
               dtype_size(t.dtype()));

@@ -11,7 +11,12 @@
 #include "backend_agreement.h"
 #include "core/ops/gemm_desc.h"
 #include "core/ops/ops.h"
+#include "cuda/kernel_profile.h"
 #include "gemm_magnitude.h"
+#include "profiling_scope.h"
+#if MIXPREC_CUDA_EMULATION
+#include "cuda/emulation/runtime_emulation.h"
+#endif
 
 namespace {
 
@@ -154,3 +159,48 @@ TEST_CASE("cuda gemm_epilogue calls of one problem from two threads each add the
 }
 
 }  // namespace
+
+#if MIXPREC_CUDA_EMULATION
+namespace {
+
+// Calls in the kernel profile of kernels whose name contains `part`.
+int64_t calls_named(const std::string& part) {
+  int64_t calls = 0;
+  for (const KernelProfileRow& row : kernel_profile())
+    if (row.kernel.find(part) != std::string::npos) calls += row.calls;
+  return calls;
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm_epilogue takes its own epilogue when cuBLASLt refuses the fused call",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // The emulated cuBLASLt's heuristic offers an algorithm for the fused epilogue and its
+  // matmul then refuses it, as a real one may for some layouts: the result must still be the
+  // CPU's, and the plan must remember the refusal (one refused call, not one per call).
+  std::mt19937 rng(44);
+  const GemmDesc d = ops::gemm_desc(false, true, 19, 40, 23);  // a problem of this test only
+  const Tensor x = random_tensor({19, 23}, DType::F16, rng);
+  const Tensor w = random_tensor({40, 23}, DType::F16, rng);
+  const Tensor bias = random_tensor({40}, DType::F16, rng);
+  const Tensor gx = x.to(gpu()), gw = w.to(gpu()), gbias = bias.to(gpu());
+  Tensor expected = Tensor::empty({19, 40}, DType::F16);
+  cpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, x, w, &bias, expected, nullptr);
+
+  struct RefusalScope {
+    RefusalScope() { emulation::set_refuse_epilogue_matmuls(true); }
+    ~RefusalScope() { emulation::set_refuse_epilogue_matmuls(false); }
+  } refusing;
+  ProfilingScope profiling;
+  for (int call = 0; call < 3; ++call) {
+    INFO("call " << call);
+    Tensor actual = poisoned({19, 40}, DType::F16);
+    gpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, gx, gw, &gbias, actual, nullptr);
+    expect_close(expected, actual, accumulation_tolerance(DType::F16, 23),
+                 epilogue_magnitude(d, x, w, bias));
+  }
+  CHECK(calls_named("19x40x23 (batch 1, trans_a 0, trans_b 1) F16->F16 +bias") == 1);
+  CHECK(calls_named("gemm_epilogue_kernel") == 3);
+}
+#endif

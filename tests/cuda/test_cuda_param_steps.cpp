@@ -32,14 +32,16 @@
 namespace mixprec::cuda_test {
 namespace {
 
-// Sizes one short of a piece, one piece, one past it, two pieces and a bit, two tiny ones and
-// an empty one.
+// Sizes one short of a piece, one piece, one past it, two pieces and a bit, two tiny ones,
+// and empty ones first, in the middle and last (an empty parameter shares its first piece
+// number with the next one, which the kernel's lookup of a piece's owner must skip).
 constexpr int64_t kChunk = kernels::kParamStepChunk;
-const std::vector<int64_t> kSizes = {kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 3, 1, 3, 0};
+const std::vector<int64_t> kSizes = {0, kChunk - 1, kChunk, 0, kChunk + 1, 2 * kChunk + 3, 1, 3, 0};
 
 // The working copy of each parameter in kSizes: none, 16-bit, or a distinct F32 tensor.
 enum class Working { None, F16, BF16, F32 };
-const std::vector<Working> kWorkings = {Working::F16,  Working::None, Working::BF16, Working::F32,
+const std::vector<Working> kWorkings = {Working::F16,  Working::F16, Working::None,
+                                        Working::BF16, Working::BF16, Working::F32,
                                         Working::BF16, Working::F16,  Working::F16};
 
 std::vector<Tensor> copies_on(const std::vector<Tensor>& ts, Device device) {
@@ -437,8 +439,8 @@ TEST_CASE("cuda deferred adam_steps and sgd_steps pick entry j from the device c
   const SgdSet sgd_initial = sgd_set(rng);
   const std::vector<AdamHyper> adam_base = adam_hypers();
   const std::vector<SgdHyper> sgd_base = sgd_hypers();
-  // Parameter 2 has a table of one entry: from j = 1 on it sits the step out.
-  const std::vector<int32_t> counts = {3, 2, 1, 4, 2, kMaxDeferredSteps, 3};
+  // Parameter 4 has a table of one entry: from j = 1 on it sits the step out.
+  const std::vector<int32_t> counts = {2, 3, 2, 5, 1, 4, 2, kMaxDeferredSteps, 3};
   const std::vector<AdamRateTable> adam_table = adam_tables(adam_base, counts);
   const std::vector<SgdRateTable> sgd_table = sgd_tables(sgd_base, counts);
   const Tensor cpu_clear = Tensor::zeros({1});
@@ -681,6 +683,30 @@ TEST_CASE("cuda Adam over six FP16 parameters steps as on the CPU", "[cuda]") {
       CHECK(element_bits(gpu_master) != element_bits(values[i]));
     }
   }
+}
+
+}  // namespace mixprec::cuda_test
+
+namespace mixprec::cuda_test {
+
+TEST_CASE("cuda deferred Adam refuses parameters on two devices before updating any",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // The flag and the count of a deferred step live on one device; a parameter elsewhere is
+  // refused up front, so the one on the flag's device is not left updated alone.
+  std::vector<Parameter> params;
+  params.emplace_back("on_cpu", Tensor::from_vector({1.0f, 2.0f}, {2}));
+  params.emplace_back("on_gpu", Tensor::from_vector({3.0f, 4.0f}, {2}).to(gpu()));
+  Adam adam(params);
+  params[0].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}));
+  params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
+  const std::vector<float> before = params[0].master().to_float_vector();
+  CHECK_THROWS_WITH(adam.step_deferred(Tensor::zeros({1}), {adam.lr()}),
+                    Catch::Contains("'on_gpu' is on cuda:0") &&
+                        Catch::Contains("keep the trainable parameters on one device"));
+  CHECK(params[0].master().to_float_vector() == before);
+  CHECK(params[1].master().to_float_vector() == std::vector<float>{3.0f, 4.0f});
+  CHECK(adam.deferred_pending() == 0);
 }
 
 }  // namespace mixprec::cuda_test

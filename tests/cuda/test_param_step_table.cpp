@@ -19,9 +19,6 @@ namespace {
 using namespace mixprec;
 using namespace mixprec::kernels;
 
-static_assert(kParamStepChunk % 4 == 0,
-              "a piece must start 16-byte aligned in a 16-byte aligned F32 tensor");
-
 template <class T>
 T* fake_address(size_t i, size_t which) {
   return reinterpret_cast<T*>(uintptr_t{0x100000} * (i + 1) + uintptr_t{0x1000} * which);
@@ -157,6 +154,35 @@ TEST_CASE("param step table numbers every parameter's pieces after those before 
   }
   CHECK(table.rates == 1);
   CHECK(rates_at(decoded.rates, 0, rates));
+}
+
+TEST_CASE("param step owner maps every piece to the parameter that holds it", "[cuda_plan]") {
+  // The kernel's lookup, run on the host over the decoded entries: empty parameters first,
+  // in runs in the middle and last must never own a piece.
+  constexpr int64_t kChunk = kParamStepChunk;
+  const std::vector<int64_t> sizes = {0, 0, 5, 0, kChunk + 1, 0, 0, 0, 2 * kChunk, 1, 0};
+  const std::vector<AdamStepRates> rates = adam_rates(1, 1e-3f, 1);
+  std::vector<AdamStepSource> sources;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    AdamStepSource s;
+    s.rates = rates.data();
+    s.rates_count = 1;
+    s.buffers = buffers(i, sizes[i], kNoWorking);
+    sources.push_back(s);
+  }
+  const ParamStepTable table = make_param_step_table("test", sources);
+  const auto decoded = decode<AdamHyper, AdamStepRates>(table);
+  REQUIRE(table.chunks == 1 + 2 + 2 + 1);
+  // The owners of the pieces in order, and the piece's place inside its owner.
+  const std::vector<int32_t> owners = {2, 4, 4, 8, 8, 9};
+  for (int64_t c = 0; c < table.chunks; ++c) {
+    CAPTURE(c);
+    const int32_t owner = param_step_owner(decoded.entries.data(), table.params, c);
+    CHECK(owner == owners[static_cast<size_t>(c)]);
+    const ParamStepEntry<AdamHyper>& e = decoded.entries[static_cast<size_t>(owner)];
+    CHECK(e.first_chunk <= c);
+    CHECK((c - e.first_chunk) * kChunk < e.buffers.numel);
+  }
 }
 
 TEST_CASE("param step table stores identical rate tables once and distinct ones apart",
