@@ -163,6 +163,7 @@ std::vector<AdamHyper> adam_hypers() {
 // Per-parameter entries j: steps t0 + j at a decaying rate, from each parameter's base.
 std::vector<AdamRateTable> adam_tables(const std::vector<AdamHyper>& bases,
                                        const std::vector<int32_t>& counts) {
+  REQUIRE(counts.size() == bases.size());
   std::vector<AdamRateTable> tables;
   for (size_t i = 0; i < bases.size(); ++i) {
     AdamRateTable t;
@@ -255,6 +256,7 @@ std::vector<SgdHyper> sgd_hypers() {
 
 std::vector<SgdRateTable> sgd_tables(const std::vector<SgdHyper>& bases,
                                      const std::vector<int32_t>& counts) {
+  REQUIRE(counts.size() == bases.size());
   std::vector<SgdRateTable> tables;
   for (size_t i = 0; i < bases.size(); ++i) {
     SgdRateTable t;
@@ -406,8 +408,9 @@ TEST_CASE("cuda adam_steps and sgd_steps with found_inf set leave every buffer u
   const SgdSet sgd_initial = sgd_set(rng);
   const std::vector<AdamHyper> adam_hyper = adam_hypers();
   const std::vector<SgdHyper> sgd_hyper = sgd_hypers();
-  const std::vector<AdamRateTable> adam_table = adam_tables(adam_hyper, {2, 2, 2, 2, 2, 2, 2});
-  const std::vector<SgdRateTable> sgd_table = sgd_tables(sgd_hyper, {2, 2, 2, 2, 2, 2, 2});
+  const std::vector<int32_t> counts(kSizes.size(), 2);
+  const std::vector<AdamRateTable> adam_table = adam_tables(adam_hyper, counts);
+  const std::vector<SgdRateTable> sgd_table = sgd_tables(sgd_hyper, counts);
   const Tensor taken = taken_on(0, gpu());
   for (double flag : {1.0, std::nan("")}) {
     for (bool deferred : {false, true}) {
@@ -578,14 +581,19 @@ TEST_CASE("cuda adam_steps and sgd_steps over six parameters are one param_steps
   std::mt19937 rng(306);
   AdamSet adam = adam_set(rng).on(gpu());
   SgdSet sgd = sgd_set(rng).on(gpu());
-  // The first six parameters: none of them empty.
-  std::vector<AdamParamStep> adam_steps = adam.steps(adam_hypers(), nullptr);
-  std::vector<SgdParamStep> sgd_steps = sgd.steps(sgd_hypers(), nullptr);
-  adam_steps.resize(6);
-  sgd_steps.resize(6);
-  const std::vector<AdamRateTable> tables = adam_tables(adam_hypers(), {2, 3, 1, 2, 2, 4, 2});
-  std::vector<AdamParamStep> deferred = adam.steps(adam_hypers(), &tables);
-  deferred.resize(6);
+  // The six parameters that are not empty.
+  const auto non_empty = [](auto steps) {
+    decltype(steps) kept;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (kSizes[i] > 0) kept.push_back(steps[i]);
+    REQUIRE(kept.size() == 6);
+    return kept;
+  };
+  const std::vector<AdamParamStep> adam_steps = non_empty(adam.steps(adam_hypers(), nullptr));
+  const std::vector<SgdParamStep> sgd_steps = non_empty(sgd.steps(sgd_hypers(), nullptr));
+  const std::vector<AdamRateTable> tables =
+      adam_tables(adam_hypers(), {2, 2, 3, 2, 1, 2, 2, 4, 2});
+  const std::vector<AdamParamStep> deferred = non_empty(adam.steps(adam_hypers(), &tables));
   const Tensor taken = taken_on(1, gpu());
   const Tensor clear = Tensor::zeros({1}, DType::F32, gpu());
 
