@@ -440,7 +440,7 @@ for run in runs:
                     except ValueError:
                         pass
             return total / steps
-        amp = per_step_ms([r"launch_unscale", r"count_taken_step", r"launch_fused_step",
+        amp = per_step_ms([r"launch_unscale", r"count_taken_step", r"launch_param_steps",
                            r"update_loss_scale", r"loss_scale_factor"])
         clip = per_step_ms([r"squared_norms", r"clip_by_total_norm"])
         widen = per_step_ms([r"launch_cast \[with Src = [_a-z0-9]*(half|bfloat16); Dst = float"])
