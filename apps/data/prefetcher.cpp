@@ -5,11 +5,26 @@
 #include <utility>
 
 #include "apps/data/input_scan.h"
+#include "core/error.h"
 
 namespace mixprec {
 
-Prefetcher::Prefetcher(const BatchSource& source, int64_t first, Device device)
-    : source_(source), device_(device), wanted_(first), worker_([this] { run(); }) {}
+namespace {
+
+// Checked before the worker starts: a constructor that throws afterwards would destroy a
+// running thread.
+std::optional<DType> checked_input_dtype(std::optional<DType> dtype) {
+  MIXPREC_CHECK(!dtype || is_floating(*dtype), "Prefetcher: the input dtype must be F32, F16 "
+                "or BF16, got ", *dtype);
+  return dtype;
+}
+
+}  // namespace
+
+Prefetcher::Prefetcher(const BatchSource& source, int64_t first, Device device,
+                       std::optional<DType> input_dtype)
+    : source_(source), device_(device), input_dtype_(checked_input_dtype(input_dtype)),
+      wanted_(first), worker_([this] { run(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -48,6 +63,8 @@ Batch Prefetcher::build(int64_t number) const {
   // Scanned on the host, before the upload: reading the inputs back from a device would cost
   // a host synchronisation.
   batch.input_scan = scan_inputs(batch.inputs);
+  if (input_dtype_ && is_floating(batch.inputs.dtype()) && batch.inputs.dtype() != *input_dtype_)
+    batch.inputs = batch.inputs.to(*input_dtype_);
   if (!device_.is_cpu()) {
     batch.inputs = batch.inputs.to(device_);
     batch.targets = batch.targets.to(device_);

@@ -4,6 +4,9 @@
 // - it scans the inputs for Inf/NaN on the host (scan_inputs, apps/data/input_scan.h) and
 //   sets the batch's input_scan, so the training loop's input check reads a result instead
 //   of the data;
+// - given an input dtype, it casts floating inputs to it (the model's working dtype: FP16 for
+//   an FP16 run) after the scan, with the CPU backend's rounding, which every backend shares;
+//   the training step's own cast then has nothing to do, and an upload moves half the bytes;
 // - for a device other than the CPU, it then uploads inputs and targets (Tensor::to), so the
 //   trainer receives them on the device and its own `to(device)` returns them unchanged.
 //   The same bytes reach the device as from the training thread. Uploading from the worker
@@ -24,13 +27,16 @@
 
 #include "apps/data/batch.h"
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace mixprec {
 
 class Prefetcher {
  public:
-  // Starts building batch `first` at once; its batches are handed out on `device`.
-  Prefetcher(const BatchSource& source, int64_t first, Device device = kCPU);
+  // Starts building batch `first` at once; its batches are handed out on `device`, their
+  // floating inputs in `input_dtype` when one is given (F32, F16 or BF16).
+  Prefetcher(const BatchSource& source, int64_t first, Device device = kCPU,
+             std::optional<DType> input_dtype = std::nullopt);
   ~Prefetcher();  // stops and joins the thread; never throws
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -46,6 +52,7 @@ class Prefetcher {
 
   const BatchSource& source_;
   const Device device_;
+  const std::optional<DType> input_dtype_;
   std::mutex mutex_;
   std::condition_variable cv_;
   int64_t wanted_ = 0;   // the number the worker builds next

@@ -202,8 +202,9 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   }
 
   AnomalyModeGuard anomaly(config.debug.detect_anomaly);
-  // The worker scans each batch's inputs and uploads them to the device, off this thread.
-  Prefetcher batches(*s.data, position.next_batch, s.device);
+  // The worker scans each batch's inputs, casts them to the working dtype and uploads them to
+  // the device, off this thread.
+  Prefetcher batches(*s.data, position.next_batch, s.device, s.precision.working_dtype());
   RunStats stats;
   std::vector<Tensor> pending_losses;  // losses of the steps since they were last read
   double step_loss = std::numeric_limits<double>::quiet_NaN();  // the last loss read

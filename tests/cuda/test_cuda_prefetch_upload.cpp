@@ -104,6 +104,25 @@ TEST_CASE("cuda: the prefetcher hands out train_batch(n) on cuda:0, scanned on t
   }
 }
 
+TEST_CASE("cuda: the prefetcher casts images to FP16 on the host before the upload",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  const DeviceTestSource source(false);
+  Prefetcher prefetcher(source, 1, gpu(), DType::F16);
+  for (int64_t n = 1; n < 5; ++n) {
+    INFO("batch " << n);
+    const Batch batch = prefetcher.next();
+    const Batch expected = source.train_batch(n);
+    REQUIRE(batch.inputs.device() == gpu());
+    REQUIRE(batch.inputs.dtype() == DType::F16);
+    // The bits the training step's own cast on the device would have produced.
+    CHECK(mixprec_test::raw_bytes(batch.inputs.to(kCPU)) ==
+          mixprec_test::raw_bytes(expected.inputs.to(gpu()).to(DType::F16).to(kCPU)));
+    REQUIRE(batch.input_scan.has_value());
+    CHECK(batch.input_scan->element == expected_bad_element(n));
+  }
+}
+
 TEST_CASE("cuda: the prefetcher on cuda:0 rethrows a failed batch from next()", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   const DeviceTestSource source(false, 3);

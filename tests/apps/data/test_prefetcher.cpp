@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -239,6 +240,16 @@ TEST_CASE("scan_inputs finds the first non-finite value of every floating dtype"
 
 namespace {
 
+// Two characters' worth of text in windows of 8, two to a batch.
+std::unique_ptr<BatchSource> small_char_text(const TempDir& dir) {
+  CharTextOptions o;
+  o.path = dir.file("text.txt");
+  data_test::write_text(o.path, std::string(500, 'x') + std::string(500, 'y'));
+  o.block_size = 8;
+  o.batch_size = 2;
+  return load_char_text(o);
+}
+
 // The first `count` prefetched batches of `data` come with a scan that found nothing.
 void expect_finite_scans(const BatchSource& data, int64_t count) {
   Prefetcher prefetcher(data, 0);
@@ -291,12 +302,7 @@ TEST_CASE("Prefetcher batches carry the scan of their inputs", "[data][prefetch]
   }
   SECTION("token ids") {
     TempDir dir;
-    CharTextOptions o;
-    o.path = dir.file("text.txt");
-    data_test::write_text(o.path, std::string(500, 'x') + std::string(500, 'y'));
-    o.block_size = 8;
-    o.batch_size = 2;
-    const auto data = load_char_text(o);
+    const auto data = small_char_text(dir);
     expect_finite_scans(*data, 3);
   }
 }
@@ -319,5 +325,40 @@ TEST_CASE("Prefetcher rethrows a failed scan or upload for the batch it belongs 
     const FloatSource source;
     Prefetcher prefetcher(source, 4, cuda_device(0));
     CHECK_THROWS_WITH(prefetcher.next(), Catch::Contains("no backend for device cuda:0"));
+  }
+}
+
+TEST_CASE("Prefetcher casts floating inputs to the input dtype after scanning them",
+          "[data][prefetch][input_scan]") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    const FloatSource source;
+    Prefetcher prefetcher(source, 3, kCPU, dtype);
+    for (int64_t n = 3; n < 10; ++n) {
+      INFO("batch " << n);
+      const Batch batch = prefetcher.next();
+      const Batch expected = source.train_batch(n);
+      REQUIRE(batch.inputs.dtype() == dtype);
+      // The CPU backend's cast, bit for bit (Inf and NaN included).
+      CHECK(mixprec_test::raw_bytes(batch.inputs) ==
+            mixprec_test::raw_bytes(expected.inputs.to(dtype)));
+      // Scanned before the cast: the F32 values' findings.
+      REQUIRE(batch.input_scan.has_value());
+      CHECK(batch.input_scan->element == FloatSource::bad_element(n));
+      CHECK(batch.targets.to_int_vector() == expected.targets.to_int_vector());
+    }
+  }
+  SECTION("token ids stay I32") {
+    TempDir dir;
+    const auto data = small_char_text(dir);
+    Prefetcher prefetcher(*data, 0, kCPU, DType::F16);
+    const Batch batch = prefetcher.next();
+    CHECK(batch.inputs.dtype() == DType::I32);
+    check_same_batch(batch, data->train_batch(0));
+  }
+  SECTION("an input dtype that is not floating is refused before the worker starts") {
+    const FloatSource source;
+    CHECK_THROWS_WITH(Prefetcher(source, 0, kCPU, DType::I32),
+                      Catch::Contains("the input dtype must be F32, F16 or BF16, got I32"));
   }
 }
