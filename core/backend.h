@@ -328,11 +328,11 @@ class Backend {
   // parameters (one launch on a GPU, however many there are). Everything is checked before
   // anything is written: each step as its per-parameter call checks it (the message names
   // the step), and no two steps may share memory (a master, gradient, state buffer or
-  // working copy). The default runs the per-parameter calls in order.
+  // working copy). The CPU backend runs the per-parameter updates in order.
   virtual void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
-                          const Tensor* found_inf);
+                          const Tensor* found_inf) = 0;
   virtual void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
-                         const Tensor* found_inf);
+                         const Tensor* found_inf) = 0;
   // taken[0] (I32 [1]) += 1 when found_inf[0] (F32 [1]) is 0; a non-zero or NaN flag leaves
   // it. Queued after an optimizer's deferred updates, so they all read the count before it.
   virtual void count_taken_step(const Tensor& found_inf, Tensor& taken) = 0;

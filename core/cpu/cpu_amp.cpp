@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -201,6 +202,42 @@ const auto* deferred_entry(const Table& table, const Tensor& taken) {
   return j >= 0 && j < table.count ? &table.entry[j] : nullptr;
 }
 
+// The hyperparameters of one step of a validated call: its own, or (taken given) those of
+// entry taken[0] of its table; none when that is past the table.
+std::optional<AdamHyper> step_hyper(const AdamParamStep& s, const Tensor* taken) {
+  if (taken == nullptr) return s.hyper;
+  const AdamStepRates* rates = deferred_entry(*s.table, *taken);
+  if (rates == nullptr) return std::nullopt;
+  return adam_hyper_with(s.hyper, *rates);
+}
+
+std::optional<SgdHyper> step_hyper(const SgdParamStep& s, const Tensor* taken) {
+  if (taken == nullptr) return s.hyper;
+  const SgdStepRates* rates = deferred_entry(*s.table, *taken);
+  if (rates == nullptr) return std::nullopt;
+  return sgd_hyper_with(s.hyper, *rates);
+}
+
+// The updates of a validated call, in order, each with its step_hyper (a step past its table
+// is skipped); nothing when found_inf is set. `op` names the primitive in a dtype error.
+void run_adam_steps(const char* op, const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                    const Tensor* found_inf) {
+  if (flag_set(found_inf)) return;
+  for (const AdamParamStep& s : steps) {
+    if (const std::optional<AdamHyper> hyper = step_hyper(s, taken))
+      apply_adam(op, *hyper, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq, s.working);
+  }
+}
+
+void run_sgd_steps(const char* op, const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                   const Tensor* found_inf) {
+  if (flag_set(found_inf)) return;
+  for (const SgdParamStep& s : steps) {
+    if (const std::optional<SgdHyper> hyper = step_hyper(s, taken))
+      apply_sgd(op, *hyper, *s.master, *s.grad, s.momentum, s.working);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv_scale,
@@ -248,16 +285,16 @@ void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
 void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                           Tensor* momentum, Tensor* working, const Tensor* found_inf) {
   backend_checks::sgd_step(kCPU, hyper, master, grad, momentum, working, found_inf);
-  if (flag_set(found_inf)) return;
-  apply_sgd("sgd_step", hyper, master, grad, momentum, working);
+  run_sgd_steps("sgd_step", {{hyper, nullptr, &master, &grad, momentum, working}}, nullptr,
+                found_inf);
 }
 
 void CpuBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
                            Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
                            const Tensor* found_inf) {
   backend_checks::adam_step(kCPU, hyper, master, grad, exp_avg, exp_avg_sq, working, found_inf);
-  if (flag_set(found_inf)) return;
-  apply_adam("adam_step", hyper, master, grad, exp_avg, exp_avg_sq, working);
+  run_adam_steps("adam_step", {{hyper, nullptr, &master, &grad, &exp_avg, &exp_avg_sq, working}},
+                 nullptr, found_inf);
 }
 
 void CpuBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
@@ -305,10 +342,8 @@ void CpuBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& tab
                                    Tensor* momentum, Tensor* working, const Tensor& found_inf) {
   backend_checks::sgd_step_deferred(kCPU, base, table, taken, master, grad, momentum, working,
                                     found_inf);
-  if (flag_set(&found_inf)) return;
-  const SgdStepRates* rates = deferred_entry(table, taken);
-  if (rates == nullptr) return;
-  apply_sgd("sgd_step_deferred", sgd_hyper_with(base, *rates), master, grad, momentum, working);
+  run_sgd_steps("sgd_step_deferred", {{base, &table, &master, &grad, momentum, working}}, &taken,
+                &found_inf);
 }
 
 void CpuBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
@@ -317,11 +352,21 @@ void CpuBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& 
                                     const Tensor& found_inf) {
   backend_checks::adam_step_deferred(kCPU, base, table, taken, master, grad, exp_avg, exp_avg_sq,
                                      working, found_inf);
-  if (flag_set(&found_inf)) return;
-  const AdamStepRates* rates = deferred_entry(table, taken);
-  if (rates == nullptr) return;
-  apply_adam("adam_step_deferred", adam_hyper_with(base, *rates), master, grad, exp_avg,
-             exp_avg_sq, working);
+  run_adam_steps("adam_step_deferred", {{base, &table, &master, &grad, &exp_avg, &exp_avg_sq,
+                                         working}},
+                 &taken, &found_inf);
+}
+
+void CpuBackend::adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                            const Tensor* found_inf) {
+  backend_checks::adam_steps(kCPU, steps, taken, found_inf);
+  run_adam_steps("adam_steps", steps, taken, found_inf);
+}
+
+void CpuBackend::sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                           const Tensor* found_inf) {
+  backend_checks::sgd_steps(kCPU, steps, taken, found_inf);
+  run_sgd_steps("sgd_steps", steps, taken, found_inf);
 }
 
 void CpuBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {

@@ -112,6 +112,11 @@ class CpuBackend final : public Backend {
                           Tensor& master, const Tensor& grad, Tensor& exp_avg,
                           Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
   void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
+  // The per-parameter updates in order, after one validation of the whole call.
+  void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
+                  const Tensor* found_inf) override;
+  void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,
+                 const Tensor* found_inf) override;
 };
 
 }  // namespace mixprec

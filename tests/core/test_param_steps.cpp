@@ -1,5 +1,5 @@
-// The multi-tensor optimizer steps of the CPU backend (Backend::adam_steps / sgd_steps, the
-// default implementation of core/backend.cpp): one call over parameters of different sizes,
+// The multi-tensor optimizer steps of the CPU backend (Backend::adam_steps / sgd_steps in
+// core/cpu/cpu_amp.cpp): one call over parameters of different sizes,
 // working copies and hyperparameters must leave every master, state buffer and working copy
 // with the bits of the per-parameter primitive (adam_step, sgd_step and their deferred forms)
 // run on clones; a deferred call picks each parameter's own entry j or leaves the parameter
