@@ -30,6 +30,8 @@ struct PendingPair {
   uint64_t id;
   const char* kernel;
   const char* site;
+  int64_t blocks;
+  int64_t threads_per_block;
   cudaEvent_t start;
   cudaEvent_t stop;
   bool stopped;
@@ -38,7 +40,20 @@ struct PendingPair {
 struct Totals {
   int64_t calls = 0;
   double ms = 0.0;
+  int64_t max_blocks = 0;
+  int64_t threads_per_block = 0;
+
+  void add_shape(int64_t blocks, int64_t threads) {
+    if (blocks > max_blocks) {
+      max_blocks = blocks;
+      threads_per_block = threads;
+    }
+  }
 };
+
+int64_t count_of(dim3 shape) {
+  return static_cast<int64_t>(shape.x) * shape.y * shape.z;
+}
 
 // The launching function as an error message names it (function_name, cuda_check.h), with
 // its template arguments where the compiler gives them, without the project's namespaces.
@@ -68,7 +83,8 @@ class Profile {
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
 
   // The id of the pair now recording, or 0 when this launch is not timed.
-  uint64_t begin(const char* kernel, const char* site, cudaStream_t stream) {
+  uint64_t begin(const char* kernel, const char* site, cudaStream_t stream, dim3 grid,
+                 dim3 block) {
     // An error already pending belongs to an earlier call; recording an event could end up
     // clearing it (see ok()), so that launch goes untimed and the error to its check.
     if (cudaPeekAtLastError() != cudaSuccess) return 0;
@@ -87,7 +103,7 @@ class Profile {
       return 0;
     }
     const uint64_t id = ++last_id_;
-    pending_.push_back({id, kernel, site, start, stop, false});
+    pending_.push_back({id, kernel, site, count_of(grid), count_of(block), start, stop, false});
     return id;
   }
 
@@ -118,10 +134,12 @@ class Profile {
       Totals& into = merged[{key.first, short_site(key.second)}];
       into.calls += totals.calls;
       into.ms += totals.ms;
+      into.add_shape(totals.max_blocks, totals.threads_per_block);
     }
     std::vector<KernelProfileRow> out;
     for (const auto& [key, totals] : merged) {
-      out.push_back({key.first, key.second, totals.calls, totals.ms});
+      out.push_back({key.first, key.second, totals.calls, totals.ms, totals.max_blocks,
+                     totals.threads_per_block});
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const KernelProfileRow& a, const KernelProfileRow& b) {
@@ -169,6 +187,7 @@ class Profile {
         Totals& totals = totals_[{pair.kernel, pair.site}];
         ++totals.calls;
         totals.ms += ms;
+        totals.add_shape(pair.blocks, pair.threads_per_block);
       }
       give_back_locked(pair.start);
       give_back_locked(pair.stop);
@@ -221,26 +240,32 @@ std::string kernel_profile_table() {
     calls += row.calls;
   }
   std::ostringstream out;
-  char line[160];
-  std::snprintf(line, sizeof line, "%7s %12s %9s %10s  %s\n", "share", "total ms", "calls",
-                "mean us", "kernel  (launched by)");
+  char line[192];
+  std::snprintf(line, sizeof line, "%7s %12s %9s %10s %14s  %s\n", "share", "total ms", "calls",
+                "mean us", "largest grid", "kernel  (launched by)");
   out << line;
   for (const KernelProfileRow& row : rows) {
-    std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10.2f  ",
+    char grid[48] = "-";
+    if (row.max_blocks > 0) {
+      std::snprintf(grid, sizeof grid, "%lldx%lld", static_cast<long long>(row.max_blocks),
+                    static_cast<long long>(row.threads_per_block));
+    }
+    std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10.2f %14s  ",
                   total_ms > 0.0 ? 100.0 * row.total_ms / total_ms : 0.0, row.total_ms,
-                  static_cast<long long>(row.calls), 1e3 * row.total_ms / row.calls);
+                  static_cast<long long>(row.calls), 1e3 * row.total_ms / row.calls, grid);
     out << line << row.kernel << "  (" << row.site << ")\n";
   }
-  std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10s  ", 100.0, total_ms,
-                static_cast<long long>(calls), "");
+  std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10s %14s  ", 100.0, total_ms,
+                static_cast<long long>(calls), "", "");
   out << line << "all timed launches\n";
   return out.str();
 }
 
-ProfiledLaunch::ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream)
+ProfiledLaunch::ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream,
+                               dim3 grid, dim3 block)
     : stream_(stream) {
   Profile& profile = Profile::instance();
-  if (profile.enabled()) id_ = profile.begin(kernel, site, stream);
+  if (profile.enabled()) id_ = profile.begin(kernel, site, stream, grid, block);
 }
 
 ProfiledLaunch::~ProfiledLaunch() {

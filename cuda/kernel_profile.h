@@ -37,6 +37,10 @@ struct KernelProfileRow {
   std::string site;    // the host function that launched it
   int64_t calls = 0;
   double total_ms = 0.0;  // summed device time between each call's two events
+  // The largest grid among the calls, in blocks, and its threads per block: a kernel that
+  // gives the device's SMs too few blocks shows here. 0 for library calls (cuBLASLt, cuDNN).
+  int64_t max_blocks = 0;
+  int64_t threads_per_block = 0;
 };
 
 // Whether launches are being timed. The first call reads MIXPREC_KERNEL_PROFILE.
@@ -49,17 +53,19 @@ void reset_kernel_profile();
 // The measurements so far, largest total first (reads back pending pairs).
 std::vector<KernelProfileRow> kernel_profile();
 // kernel_profile() as a text table: share of the summed time, total ms, calls, mean us,
-// kernel and launch site; "no kernel launches were timed" when there are none.
+// largest grid (blocks x threads, "-" for a library call), kernel and launch site; "no kernel launches were timed" when there are none.
 std::string kernel_profile_table();
 
 // Brackets one launch on `stream` from construction to destruction when profiling is on;
 // does nothing otherwise, and leaves a launch untimed when a CUDA error is already pending
 // (that error stays for the launch's check). `kernel` and `site` must outlive the process's
 // profile, its report at exit included: string literals, __PRETTY_FUNCTION__, or strings
-// never freed.
+// never freed. `grid` and `block` are the kernel's launch shape; a library call leaves them
+// empty.
 class ProfiledLaunch {
  public:
-  ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream);
+  ProfiledLaunch(const char* kernel, const char* site, cudaStream_t stream,
+                 dim3 grid = dim3(0, 0, 0), dim3 block = dim3(0, 0, 0));
   ~ProfiledLaunch();
   ProfiledLaunch(const ProfiledLaunch&) = delete;
   ProfiledLaunch& operator=(const ProfiledLaunch&) = delete;

@@ -61,13 +61,13 @@ inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 // therefore be a statement of its own.
 #if defined(MIXPREC_CUDA_EMULATION)
 #define MIXPREC_LAUNCH(grid, block, stream, ...)                                       \
-  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream),                \
+  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream, grid, block),   \
       ::mixprec::emulation::KernelLaunch(grid, block, stream, [&](auto... arguments) { \
         __VA_ARGS__(arguments...);                                                     \
       })
 #else
 #define MIXPREC_LAUNCH(grid, block, stream, ...)                        \
-  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream), \
+  ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream, grid, block), \
       __VA_ARGS__<<<grid, block, 0, stream>>>
 #endif
 

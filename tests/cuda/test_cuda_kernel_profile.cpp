@@ -80,6 +80,7 @@ TEST_CASE("the kernel profile names cuBLASLt calls by their problem", "[cuda]") 
   CHECK(rows[0].kernel.find("cublasLtMatmul gemm 8x24x16") == 0);
   CHECK(rows[0].kernel.find("F16->F32") != std::string::npos);
   CHECK(rows[0].site.find("gemm") != std::string::npos);
+  CHECK(rows[0].max_blocks == 0);  // a library call: its grid is cuBLASLt's
 }
 
 TEST_CASE("the kernel profile reads its events back in batches without losing a launch",
@@ -93,6 +94,25 @@ TEST_CASE("the kernel profile reads its events back in batches without losing a 
   }
   CHECK(all_calls() == launches);
   CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(3, static_cast<float>(launches - 1)));
+}
+
+TEST_CASE("the kernel profile keeps each kernel's largest grid", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  Tensor out = Tensor::empty({1000}, DType::F32, gpu());
+  const ProfilingScope profiling;
+  auto* data = static_cast<float*>(out.data());
+  kernels::fill_f32(data, 1.0f, 3, nullptr);     // one block
+  kernels::fill_f32(data, 1.0f, 1000, nullptr);  // four blocks of 256 threads
+  kernels::fill_f32(data, 1.0f, 300, nullptr);   // two
+  const std::vector<KernelProfileRow> rows = kernel_profile();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].calls == 3);
+  CHECK(rows[0].max_blocks == 4);
+  CHECK(rows[0].threads_per_block == 256);
+  const std::string table = kernel_profile_table();
+  INFO(table);
+  CHECK(table.find("largest grid") != std::string::npos);
+  CHECK(table.find(" 4x256  fill_f32_kernel") != std::string::npos);
 }
 
 TEST_CASE("a profiled launch still reports a stale CUDA error at its check", "[cuda]") {
