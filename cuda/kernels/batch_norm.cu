@@ -5,6 +5,7 @@
 #include "core/math/elementwise.h"
 #include "core/math/norm.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/split_totals.cuh"
 
 namespace mixprec::kernels {
 namespace {
@@ -96,12 +97,11 @@ __device__ __forceinline__ void block_sum2(double& a, double& b) {
   b = sb[0];
 }
 
-// Sum of channel c's partials, in split order.
+// Sum of channel c's partials, added by the calling warp (warp_split_total): every lane of
+// the warp must call it, and every lane gets the total.
 __device__ __forceinline__ double channel_total(const double* partial, const ChannelGrid& g,
                                                 int64_t c) {
-  double total = 0.0;
-  for (int64_t k = 0; k < g.splits; ++k) total += partial[c * g.splits + k];
-  return total;
+  return warp_split_total(partial + c * g.splits, g.splits, 1);
 }
 
 // ---- forward ------------------------------------------------------------------------------
@@ -115,9 +115,12 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(const T* x, ChannelGrid g
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
+// The per-channel kernels below run a warp per channel (warp_per_output_grid).
 __global__ void mean_kernel(const double* partial, ChannelGrid g, double* mean) {
-  for (int64_t c = first_thread(); c < g.channels; c += thread_stride())
-    mean[c] = norm_mean(channel_total(partial, g, c), static_cast<double>(g.values));
+  for (int64_t c = first_warp_output(); c < g.channels; c += warp_output_stride()) {
+    const double total = channel_total(partial, g, c);
+    if (first_lane()) mean[c] = norm_mean(total, static_cast<double>(g.values));
+  }
 }
 
 template <class T>
@@ -139,8 +142,10 @@ __global__ void training_stats_kernel(const double* partial, const double* mean,
                                       float momentum, float eps, float* running_mean,
                                       float* running_var, float* save_mean, float* save_invstd) {
   const double count = static_cast<double>(g.values);
-  for (int64_t c = first_thread(); c < g.channels; c += thread_stride()) {
-    const float var = static_cast<float>(norm_variance(channel_total(partial, g, c), count));
+  for (int64_t c = first_warp_output(); c < g.channels; c += warp_output_stride()) {
+    const double total = channel_total(partial, g, c);
+    if (!first_lane()) continue;
+    const float var = static_cast<float>(norm_variance(total, count));
     const float m = static_cast<float>(mean[c]);
     save_mean[c] = m;
     save_invstd[c] = norm_rstd(var, eps);
@@ -213,9 +218,10 @@ __global__ void backward_coefficients_kernel(const double* sum_dy, const double*
                                              const T* weight, const float* save_invstd,
                                              ChannelGrid g, bool training, T* dweight, T* dbias,
                                              float* coefficients) {
-  for (int64_t c = first_thread(); c < g.channels; c += thread_stride()) {
+  for (int64_t c = first_warp_output(); c < g.channels; c += warp_output_stride()) {
     const double a = channel_total(sum_dy, g, c);
     const double b = channel_total(sum_dy_xhat, g, c);
+    if (!first_lane()) continue;
     dweight[c] = from_float<T>(static_cast<float>(b));
     dbias[c] = from_float<T>(static_cast<float>(a));
     const NormBackwardMeans means =
@@ -280,12 +286,14 @@ void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* 
       const unsigned blocks = split_blocks("batch_norm", g);
       MIXPREC_LAUNCH(blocks, kThreads, stream, sum_kernel<scalar_t>)(px, g, s.partial0);
       CUDA_CHECK_LAST();
-      MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, mean_kernel)(s.partial0, g, s.mean);
+      MIXPREC_LAUNCH(warp_per_output_grid(g.channels), kThreads, stream, mean_kernel)(s.partial0,
+          g, s.mean);
       CUDA_CHECK_LAST();
       MIXPREC_LAUNCH(blocks, kThreads, stream, squared_deviation_kernel<scalar_t>)(px, g, s.mean,
           s.partial1);
       CUDA_CHECK_LAST();
-      MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, training_stats_kernel)(s.partial1,
+      MIXPREC_LAUNCH(warp_per_output_grid(g.channels), kThreads, stream,
+                     training_stats_kernel)(s.partial1,
           s.mean, g, momentum, eps, running_mean, running_var, save_mean, save_invstd);
       CUDA_CHECK_LAST();
     } else {
@@ -320,7 +328,8 @@ void batch_norm_backward(DType dtype, const BatchNormLayout& layout, const void*
     MIXPREC_LAUNCH(blocks, kThreads, stream, backward_sums_kernel<scalar_t>)(
         px, pdy, pw, prelu, save_mean, save_invstd, g, s.partial0, s.partial1);
     CUDA_CHECK_LAST();
-    MIXPREC_LAUNCH(grid_for(g.channels), kThreads, stream, backward_coefficients_kernel<scalar_t>)(
+    MIXPREC_LAUNCH(warp_per_output_grid(g.channels), kThreads, stream,
+                   backward_coefficients_kernel<scalar_t>)(
         s.partial0, s.partial1, pw, save_invstd, g, training, static_cast<scalar_t*>(dweight),
         static_cast<scalar_t*>(dbias), s.coefficients);
     CUDA_CHECK_LAST();

@@ -8,6 +8,7 @@
 #include "core/math/elementwise.h"
 #include "core/op_dispatch.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/split_totals.cuh"
 
 namespace mixprec::kernels {
 namespace {
@@ -214,16 +215,15 @@ __global__ void __launch_bounds__(kThreads) sum_outer_kernel(const T* x, T* y, f
   }
 }
 
-// y[o] = scale * (sum of the splits' partials of output o, in split order).
+// y[o] = scale * (sum of the splits' partials of output o, added by a warp:
+// warp_split_total).
 template <class T>
 __global__ void __launch_bounds__(kThreads) sum_splits_kernel(const float* scratch, T* y,
                                                              int64_t outputs, int64_t splits,
                                                              float scale) {
-  const int64_t stride = thread_stride();
-  for (int64_t o = first_thread(); o < outputs; o += stride) {
-    float total = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) total += scratch[s * outputs + o];
-    y[o] = from_float<T>(scale * total);
+  for (int64_t o = first_warp_output(); o < outputs; o += warp_output_stride()) {
+    const float total = warp_split_total(scratch + o, splits, outputs);
+    if (first_lane()) y[o] = from_float<T>(scale * total);
   }
 }
 
@@ -252,7 +252,8 @@ void launch_sum_to(const SumToPlan& plan, const T* x, T* y, float scale, float* 
   }
   CUDA_CHECK_LAST();
   if (plan.splits > 1) {
-    MIXPREC_LAUNCH(grid_for(plan.outputs), kThreads, stream, sum_splits_kernel<T>)(scratch, y,
+    MIXPREC_LAUNCH(warp_per_output_grid(plan.outputs), kThreads, stream,
+                   sum_splits_kernel<T>)(scratch, y,
         plan.outputs, plan.splits, scale);
     CUDA_CHECK_LAST();
   }

@@ -23,6 +23,7 @@
 namespace mixprec::kernels {
 
 inline constexpr int kThreads = 256;
+inline constexpr int kWarp = 32;
 // Enough blocks to keep every SM of a large GPU busy many times over; grid-stride loops
 // cover the rest.
 inline constexpr int64_t kMaxBlocks = int64_t{1} << 16;

@@ -4,6 +4,7 @@
 
 #include "core/math/norm.h"
 #include "cuda/kernels/rows.cuh"
+#include "cuda/kernels/split_totals.cuh"
 
 namespace mixprec::kernels {
 namespace {
@@ -129,19 +130,16 @@ __global__ void __launch_bounds__(kThreads) layer_norm_params_kernel(
   pw[cols + col] = total_b;
 }
 
-// Per column: the splits' partial sums added in split order, rounded once.
+// Per weight and per bias column (j < cols and j >= cols of a partial row): the splits'
+// partial sums added by a warp (warp_split_total), rounded once.
 template <class T>
 __global__ void __launch_bounds__(kThreads) layer_norm_params_total_kernel(
     const float* partial, int64_t splits, int64_t cols, T* dw, T* db) {
-  const int64_t stride = thread_stride();
-  for (int64_t col = first_thread(); col < cols; col += stride) {
-    float total_w = 0.0f, total_b = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      total_w += partial[s * 2 * cols + col];
-      total_b += partial[s * 2 * cols + cols + col];
-    }
-    if (dw != nullptr) dw[col] = from_float<T>(total_w);
-    if (db != nullptr) db[col] = from_float<T>(total_b);
+  const int64_t width = 2 * cols;
+  for (int64_t j = first_warp_output(); j < width; j += warp_output_stride()) {
+    const float total = warp_split_total(partial + j, splits, width);
+    T* out = j < cols ? dw : db;
+    if (first_lane() && out != nullptr) out[j < cols ? j : j - cols] = from_float<T>(total);
   }
 }
 
@@ -195,7 +193,8 @@ void layer_norm_backward(DType dtype, const void* x, const void* weight, const f
         cols, s.rows_each, pdw, pdb, partial);
     CUDA_CHECK_LAST();
     if (partial == nullptr) return;
-    MIXPREC_LAUNCH(grid_for(cols), kThreads, stream, layer_norm_params_total_kernel)(partial,
+    MIXPREC_LAUNCH(warp_per_output_grid(2 * cols), kThreads, stream,
+                   layer_norm_params_total_kernel)(partial,
         s.count, cols, pdw, pdb);
     CUDA_CHECK_LAST();
   });

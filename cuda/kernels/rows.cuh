@@ -18,7 +18,6 @@
 
 namespace mixprec::kernels {
 
-inline constexpr int kWarp = 32;
 inline constexpr int64_t kWarpRowMax = 1024;
 
 // Threads per row for rows of `cols` values.
