@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -35,11 +36,13 @@ struct PendingPair {
   cudaEvent_t start;
   cudaEvent_t stop;
   bool stopped;
+  double host_ms;  // the host's time inside the call, known once stopped
 };
 
 struct Totals {
   int64_t calls = 0;
   double ms = 0.0;
+  double host_ms = 0.0;
   int64_t max_blocks = 0;
   int64_t threads_per_block = 0;
 
@@ -53,6 +56,12 @@ struct Totals {
 
 int64_t count_of(dim3 shape) {
   return static_cast<int64_t>(shape.x) * shape.y * shape.z;
+}
+
+int64_t host_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // The launching function as an error message names it (function_name, cuda_check.h), with
@@ -103,16 +112,18 @@ class Profile {
       return 0;
     }
     const uint64_t id = ++last_id_;
-    pending_.push_back({id, kernel, site, count_of(grid), count_of(block), start, stop, false});
+    pending_.push_back(
+        {id, kernel, site, count_of(grid), count_of(block), start, stop, false, 0.0});
     return id;
   }
 
-  void end(uint64_t id, cudaStream_t stream) {
+  void end(uint64_t id, cudaStream_t stream, double host_ms) {
     if (cudaPeekAtLastError() != cudaSuccess) return;  // the launch's own error: left to it
     std::lock_guard<std::mutex> lock(mutex_);
     // Almost always the newest pair; one drained meanwhile is not found and stays untimed.
     for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
       if (it->id == id) {
+        it->host_ms = host_ms;
         it->stopped = ok(cudaEventRecord(it->stop, stream));
         return;
       }
@@ -134,12 +145,13 @@ class Profile {
       Totals& into = merged[{key.first, short_site(key.second)}];
       into.calls += totals.calls;
       into.ms += totals.ms;
+      into.host_ms += totals.host_ms;
       into.add_shape(totals.max_blocks, totals.threads_per_block);
     }
     std::vector<KernelProfileRow> out;
     for (const auto& [key, totals] : merged) {
-      out.push_back({key.first, key.second, totals.calls, totals.ms, totals.max_blocks,
-                     totals.threads_per_block});
+      out.push_back({key.first, key.second, totals.calls, totals.ms, totals.host_ms,
+                     totals.max_blocks, totals.threads_per_block});
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const KernelProfileRow& a, const KernelProfileRow& b) {
@@ -187,6 +199,7 @@ class Profile {
         Totals& totals = totals_[{pair.kernel, pair.site}];
         ++totals.calls;
         totals.ms += ms;
+        totals.host_ms += pair.host_ms;
         totals.add_shape(pair.blocks, pair.threads_per_block);
       }
       give_back_locked(pair.start);
@@ -233,16 +246,17 @@ std::vector<KernelProfileRow> kernel_profile() { return Profile::instance().rows
 std::string kernel_profile_table() {
   const std::vector<KernelProfileRow> rows = kernel_profile();
   if (rows.empty()) return "no kernel launches were timed\n";
-  double total_ms = 0.0;
+  double total_ms = 0.0, host_ms = 0.0;
   int64_t calls = 0;
   for (const KernelProfileRow& row : rows) {
     total_ms += row.total_ms;
+    host_ms += row.host_ms;
     calls += row.calls;
   }
   std::ostringstream out;
   char line[192];
-  std::snprintf(line, sizeof line, "%7s %12s %9s %10s %14s  %s\n", "share", "total ms", "calls",
-                "mean us", "largest grid", "kernel  (launched by)");
+  std::snprintf(line, sizeof line, "%7s %12s %9s %10s %10s %14s  %s\n", "share", "total ms",
+                "calls", "mean us", "host us", "largest grid", "kernel  (launched by)");
   out << line;
   for (const KernelProfileRow& row : rows) {
     char grid[48] = "-";
@@ -250,14 +264,18 @@ std::string kernel_profile_table() {
       std::snprintf(grid, sizeof grid, "%lldx%lld", static_cast<long long>(row.max_blocks),
                     static_cast<long long>(row.threads_per_block));
     }
-    std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10.2f %14s  ",
+    std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10.2f %10.2f %14s  ",
                   total_ms > 0.0 ? 100.0 * row.total_ms / total_ms : 0.0, row.total_ms,
-                  static_cast<long long>(row.calls), 1e3 * row.total_ms / row.calls, grid);
+                  static_cast<long long>(row.calls), 1e3 * row.total_ms / row.calls,
+                  1e3 * row.host_ms / row.calls, grid);
     out << line << row.kernel << "  (" << row.site << ")\n";
   }
-  std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10s %14s  ", 100.0, total_ms,
-                static_cast<long long>(calls), "", "");
+  std::snprintf(line, sizeof line, "%6.2f%% %12.3f %9lld %10s %10s %14s  ", 100.0, total_ms,
+                static_cast<long long>(calls), "", "", "");
   out << line << "all timed launches\n";
+  // Read by scripts/gpu_check.sh beside the device total above.
+  std::snprintf(line, sizeof line, "host time inside the timed calls: %.3f ms\n", host_ms);
+  out << line;
   return out.str();
 }
 
@@ -266,10 +284,13 @@ ProfiledLaunch::ProfiledLaunch(const char* kernel, const char* site, cudaStream_
     : stream_(stream) {
   Profile& profile = Profile::instance();
   if (profile.enabled()) id_ = profile.begin(kernel, site, stream, grid, block);
+  if (id_ != 0) host_start_ns_ = host_now_ns();
 }
 
 ProfiledLaunch::~ProfiledLaunch() {
-  if (id_ != 0) Profile::instance().end(id_, stream_);
+  if (id_ == 0) return;
+  const double host_ms = static_cast<double>(host_now_ns() - host_start_ns_) * 1e-6;
+  Profile::instance().end(id_, stream_, host_ms);
 }
 
 }  // namespace mixprec

@@ -6,7 +6,10 @@
 // bracketed by two CUDA events on its stream, and the pairs are read back in batches:
 // every kProfileBatch launches, when the table is asked for, and at exit. Reading them
 // waits for the device, so a profiled run is slower and its step times mean nothing; the
-// device times between the events are what it is for.
+// device times between the events are what it is for. Beside them, the host's time inside
+// each bracketed call (between the two event records, so the profiler's own work is left
+// out): what a launch, a cuBLASLt matmul or a cuDNN call costs the host, which decides
+// whether a step of many small launches can keep the device busy.
 //
 // A launch site is named by the kernel expression (e.g. "softmax_kernel<R>") and the host
 // function that launches it, with its template arguments where the compiler names them
@@ -37,6 +40,7 @@ struct KernelProfileRow {
   std::string site;    // the host function that launched it
   int64_t calls = 0;
   double total_ms = 0.0;  // summed device time between each call's two events
+  double host_ms = 0.0;   // summed host time inside the calls
   // The largest grid among the calls, in blocks, and its threads per block: a kernel that
   // gives the device's SMs too few blocks shows here. 0 for library calls (cuBLASLt, cuDNN).
   int64_t max_blocks = 0;
@@ -53,7 +57,8 @@ void reset_kernel_profile();
 // The measurements so far, largest total first (reads back pending pairs).
 std::vector<KernelProfileRow> kernel_profile();
 // kernel_profile() as a text table: share of the summed time, total ms, calls, mean us,
-// largest grid (blocks x threads, "-" for a library call), kernel and launch site; "no kernel launches were timed" when there are none.
+// mean host us, largest grid (blocks x threads, "-" for a library call), kernel and launch
+// site; "no kernel launches were timed" when there are none.
 std::string kernel_profile_table();
 
 // Brackets one launch on `stream` from construction to destruction when profiling is on;
@@ -73,6 +78,7 @@ class ProfiledLaunch {
  private:
   uint64_t id_ = 0;  // the pending pair this launch records into; 0 when not timed
   cudaStream_t stream_;
+  int64_t host_start_ns_ = 0;  // when the call began, after its start event was recorded
 };
 
 }  // namespace mixprec

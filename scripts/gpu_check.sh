@@ -409,13 +409,19 @@ for run in runs:
     table = run.get("kernel_profile")
     if not table:
         continue
-    print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(table) - 2}")
-    for row in table[:13] + table[-1:]:
-        print("  " + row[:150])
+    # The header, a row per kernel, the total row, then the host's time inside the calls.
+    total_at = next((i for i, row in enumerate(table) if row.endswith("all timed launches")),
+                    len(table) - 1)
+    host_line = next((row for row in table if row.startswith("host time inside")), "")
+    rows = table[1:total_at]
+    print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(rows)}")
+    for row in table[:13] + [table[total_at]]:
+        print("  " + row[:170])
     # The kernels' device time per step (evaluation and the first step's set-up included, so
     # an upper bound) beside the untimed FP16 run's median step: a step much longer than its
-    # kernels waits for the host (launch-bound), one close to it is bound by the device.
-    fields = table[-1].split()
+    # kernels waits for the host (launch-bound), one close to it is bound by the device. The
+    # host's time inside the launch calls says how much of such a wait they explain.
+    fields = table[total_at].split()
     steps = number(run.get("summary", {}).get("steps"))
     base = run["config"].replace(" (kernels timed)", "")
     median = next((number(r.get("summary", {}).get("median_step_ms")) for r in runs
@@ -425,14 +431,17 @@ for run in runs:
             per_step = float(fields[1]) / steps
             print(f"  kernels: {per_step:.2f} ms of device time per step (at most), "
                   f"against a median FP16 step of {median:.2f} ms ({100 * per_step / median:.0f}%)")
-        except ValueError:
+            host_ms = float(host_line.split(":")[1].split()[0])
+            print(f"  host: {host_ms / steps:.2f} ms per step inside the launch calls "
+                  f"(kernels, cuBLASLt, cuDNN; profiled, so an upper bound)")
+        except (ValueError, IndexError):
             pass
         # The issue's amp budget: unscale + check, the scale's update and the optimizer
         # together within 5% of the step. Clipping and the widening casts (the FP16 gradients
         # into the FP32 .grad, mostly) are shown beside it, not in it.
         def per_step_ms(patterns):
             total = 0.0
-            for row in table[1:-1]:
+            for row in rows:
                 cells = row.split()
                 if len(cells) > 4 and any(re.search(p, row) for p in patterns):
                     try:

@@ -1,6 +1,7 @@
 // The kernel profile (cuda/kernel_profile.h): every launch of a profiled stretch is counted
 // once under its kernel and launching function, nothing is counted while it is off, the
 // read-back in batches loses no launch, and a launch's own error still reaches its check.
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -96,23 +97,31 @@ TEST_CASE("the kernel profile reads its events back in batches without losing a 
   CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(3, static_cast<float>(launches - 1)));
 }
 
-TEST_CASE("the kernel profile keeps each kernel's largest grid", "[cuda]") {
+TEST_CASE("the kernel profile keeps each kernel's largest grid and the host's time in it",
+          "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   Tensor out = Tensor::empty({1000}, DType::F32, gpu());
   const ProfilingScope profiling;
   auto* data = static_cast<float*>(out.data());
+  const auto before = std::chrono::steady_clock::now();
   kernels::fill_f32(data, 1.0f, 3, nullptr);     // one block
   kernels::fill_f32(data, 1.0f, 1000, nullptr);  // four blocks of 256 threads
   kernels::fill_f32(data, 1.0f, 300, nullptr);   // two
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count();
   const std::vector<KernelProfileRow> rows = kernel_profile();
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].calls == 3);
   CHECK(rows[0].max_blocks == 4);
   CHECK(rows[0].threads_per_block == 256);
+  // Each launch call takes some host time, and all of it lies within the three calls.
+  CHECK(rows[0].host_ms > 0.0);
+  CHECK(rows[0].host_ms <= wall_ms);
   const std::string table = kernel_profile_table();
   INFO(table);
   CHECK(table.find("largest grid") != std::string::npos);
   CHECK(table.find(" 4x256  fill_f32_kernel") != std::string::npos);
+  CHECK(table.find("host time inside the timed calls: ") != std::string::npos);
 }
 
 TEST_CASE("a profiled launch still reports a stale CUDA error at its check", "[cuda]") {
