@@ -293,17 +293,35 @@ void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& 
   taken_counter(kOp, taken, device);
 }
 
+namespace {
+
+// Every entry of a deferred Adam table with base's other hyperparameters, as the kernel will
+// use it.
+void adam_table(const char* op, const AdamHyper& base, const AdamRateTable& table) {
+  table_count(op, table.count);
+  for (int32_t j = 0; j < table.count; ++j)
+    adam_hyper(op, EntryName{j}, adam_hyper_with(base, table.entry[j]));
+}
+
+// What adam_step_deferred checks besides the table.
+void adam_deferred_operands(const char* op, Device device, const Tensor& taken,
+                            const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, const Tensor* working,
+                            const Tensor& found_inf) {
+  adam_operands(op, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
+  taken_counter(op, taken, device);
+}
+
+}  // namespace
+
 void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
                         const Tensor& taken, const Tensor& master, const Tensor& grad,
                         const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
                         const Tensor& found_inf) {
   constexpr const char* kOp = "adam_step_deferred";
-  table_count(kOp, table.count);
-  // Every entry with base's other hyperparameters, as the kernel will use it.
-  for (int32_t j = 0; j < table.count; ++j)
-    adam_hyper(kOp, EntryName{j}, adam_hyper_with(base, table.entry[j]));
-  adam_operands(kOp, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
-  taken_counter(kOp, taken, device);
+  adam_table(kOp, base, table);
+  adam_deferred_operands(kOp, device, taken, master, grad, exp_avg, exp_avg_sq, working,
+                         found_inf);
 }
 
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken) {
@@ -386,18 +404,42 @@ void param_steps(const char* op, const std::vector<ParamStep>& steps, const Tens
 
 }  // namespace
 
+namespace {
+
+// Whether adam_hyper_with gives a and b's steps the same hyperparameters for every entry of
+// one table: the fields it keeps from the base are equal.
+bool same_base(const AdamHyper& a, const AdamHyper& b) {
+  return a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weight_decay == b.weight_decay && a.decoupled_weight_decay == b.decoupled_weight_decay;
+}
+
+}  // namespace
+
 void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
                 const Tensor* found_inf) {
+  constexpr const char* kOp = "adam_step_deferred";
+  // A deferred table checks count entries with two pow() each; optimizers hand one table to
+  // every parameter that shares its rates (usually two tables for a model), so a table and
+  // base already checked in this call are not checked again.
+  std::vector<const AdamParamStep*> checked_tables;
   param_steps("adam_steps", steps, taken, found_inf, [&](const AdamParamStep& s) {
     MIXPREC_CHECK(s.exp_avg != nullptr && s.exp_avg_sq != nullptr,
                   "exp_avg and exp_avg_sq are both required");
     if (taken == nullptr) {
       adam_step(device, s.hyper, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq, s.working,
                 found_inf);
-    } else {
-      adam_step_deferred(device, s.hyper, *s.table, *taken, *s.master, *s.grad, *s.exp_avg,
-                         *s.exp_avg_sq, s.working, *found_inf);
+      return;
     }
+    const bool checked =
+        std::any_of(checked_tables.begin(), checked_tables.end(), [&](const AdamParamStep* p) {
+          return p->table == s.table && same_base(p->hyper, s.hyper);
+        });
+    if (!checked) {
+      adam_table(kOp, s.hyper, *s.table);
+      checked_tables.push_back(&s);
+    }
+    adam_deferred_operands(kOp, device, *taken, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq,
+                           s.working, *found_inf);
   });
 }
 

@@ -122,7 +122,15 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
   if (n == 0) return;
   // Sized before any pointer into them is taken.
   std::vector<Tensor> masters(n), grads(n), exp_avgs(n), exp_avg_sqs(n), workings(n);
-  std::vector<AdamRateTable> tables(deferred != nullptr ? n : 0);
+  // Parameters with the same decay and update count share one table (usually two tables for
+  // a whole model), so each is computed, and checked, once. Reserved so that pointers into it
+  // stay valid.
+  std::vector<AdamRateTable> tables;
+  std::vector<size_t> table_owner;  // the index whose decay and count each table is for
+  if (deferred != nullptr) {
+    tables.reserve(n);
+    table_owner.reserve(n);
+  }
   std::vector<AdamParamStep> steps(n);
   for (size_t k = 0; k < n; ++k) {
     const size_t index = indices[k];
@@ -134,8 +142,16 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
     AdamParamStep& step = steps[k];
     step.hyper = base_hyper(index, lr());
     if (deferred != nullptr) {
-      tables[k] = rate_table(index, *deferred);
-      step.table = &tables[k];
+      size_t t = 0;
+      while (t < tables.size() && (decays_[table_owner[t]] != decays_[index] ||
+                                   param_steps_[table_owner[t]] != param_steps_[index])) {
+        ++t;
+      }
+      if (t == tables.size()) {
+        tables.push_back(rate_table(index, *deferred));
+        table_owner.push_back(index);
+      }
+      step.table = &tables[t];
     } else {
       // set_step reads lr, the betas and weight_decay, so it comes last.
       step.hyper.set_step(param_steps_[index] + 1);

@@ -530,6 +530,25 @@ TEST_CASE("adam_steps rejects a bad call before it writes any parameter", "[amp]
     const Tensor int_flag = Tensor::zeros({1}, DType::I32);
     CHECK_THAT(run(immediate, nullptr, &int_flag), named && Catch::Contains("found_inf"));
   }
+  SECTION("a table shared by two steps is checked against each step's base") {
+    // A table is checked once per call for steps that share it and their base; step 1's
+    // base must still be checked when it differs from step 0's.
+    const AdamRateTable shared = adam_table(call.params[0].hyper, 2, 4, 2e-3f);
+    deferred[0].table = &shared;
+    deferred[1].table = &shared;
+    deferred[1].hyper = deferred[0].hyper;
+    AdamRateTable stale = call.tables[3];
+    stale.entry[0].step += 1;
+    deferred[3].table = &stale;
+    // Steps 0 to 2 pass: the call is refused at step 3.
+    CHECK_THAT(run(deferred, &taken, &clear), named && Catch::Contains("step 3 of 4"));
+    deferred[1].hyper.beta1 = deferred[0].hyper.beta1 / 2;  // the step sizes no longer match
+    CHECK_THAT(run(deferred, &taken, &clear),
+               named && Catch::Contains("step 1 of 4") && Catch::Contains("entry 0"));
+    deferred[1].hyper = deferred[0].hyper;
+    deferred[1].hyper.eps = deferred[0].hyper.eps * 2;  // not in the table: passes again
+    CHECK_THAT(run(deferred, &taken, &clear), named && Catch::Contains("step 3 of 4"));
+  }
   call.expect_untouched();
 }
 
