@@ -149,6 +149,8 @@ Pool2dGeometry pool2d_backward(Device device, const Pool2dDesc& desc, const Tens
 void unscale_and_check(Device device, const std::vector<Tensor>& grads, double inv_scale,
                        const Tensor& found_inf, const Tensor& tensor_flags);
 void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out);
+// The optimizer steps below refuse buffers that overlap: the master, gradient, state buffers
+// in use and working copy of a step, and its found_inf and taken, are distinct memory.
 void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
               const Tensor* momentum, const Tensor* working, const Tensor* found_inf);
 // Also checks the hyperparameters as torch.optim.Adam does, and that the fields set_step()
@@ -184,8 +186,9 @@ void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTabl
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken);
 // Backend::adam_steps / sgd_steps: every step as adam_step (taken null) or
 // adam_step_deferred checks it, the message prefixed with the step's index; no null operand,
-// no table on an immediate step and none missing on a deferred one, no master shared by two
-// steps.
+// no table on an immediate step and none missing on a deferred one; found_inf and taken as
+// above whenever given, even with no steps; and no memory named twice in the whole call (a
+// buffer of two steps, or of one step in two roles, or the flag or counter as a buffer).
 void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
                 const Tensor* found_inf);
 void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,

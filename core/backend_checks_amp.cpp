@@ -3,8 +3,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "core/backend_checks.h"
 #include "core/error.h"
@@ -199,9 +202,90 @@ void table_count(const char* op, int32_t count) {
 
 }  // namespace
 
+namespace {
+
+// ---- memory shared between the buffers of an update ------------------------------------------
+
+// Who names a range of bytes: step i of a call (0 for a one-step primitive), or the call's
+// found_inf flag or taken counter.
+constexpr size_t kFoundInfOwner = std::numeric_limits<size_t>::max();
+constexpr size_t kTakenOwner = kFoundInfOwner - 1;
+
+struct OwnedRange {
+  uintptr_t begin, end;
+  size_t owner;
+};
+
+std::string owner_name(size_t owner, bool one_step) {
+  if (owner == kFoundInfOwner) return "found_inf";
+  if (owner == kTakenOwner) return "taken";
+  return one_step ? "the step" : "step " + std::to_string(owner);
+}
+
+void add_range(std::vector<OwnedRange>& ranges, const Tensor* t, size_t owner) {
+  if (t == nullptr || !t->defined() || t->numel() == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(t->data());
+  ranges.push_back({begin, begin + t->nbytes(), owner});
+}
+
+// The flag and counter of a call, when given.
+void add_call_ranges(std::vector<OwnedRange>& ranges, const Tensor* found_inf,
+                     const Tensor* taken) {
+  add_range(ranges, found_inf, kFoundInfOwner);
+  add_range(ranges, taken, kTakenOwner);
+}
+
+// Throws when any two ranges overlap. An update reads and writes all of them at once (one
+// launch over every step on a GPU, with each value loaded once; restrict-qualified loops on
+// the CPU), so a buffer that is also another buffer of the same step or of another, or the
+// flag or counter every thread reads, would make the result depend on the order of loads and
+// stores, and differ between backends. Valid calls never overlap: a master that is its own
+// working copy is passed as null, and a momentum buffer is named only when it is used. One
+// sweep in address order, remembering the range that reaches furthest: a range that starts
+// before it ends overlaps it.
+void no_memory_shared(const char* op, std::vector<OwnedRange> ranges, bool one_step) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const OwnedRange& a, const OwnedRange& b) { return a.begin < b.begin; });
+  const OwnedRange* furthest = nullptr;
+  for (const OwnedRange& r : ranges) {
+    if (furthest != nullptr && r.begin < furthest->end) {
+      MIXPREC_CHECK(furthest->owner != r.owner, op, ": ", owner_name(r.owner, one_step),
+                    " names the same memory twice; its master, gradient, state buffers and "
+                    "working copy must be distinct");
+      const size_t first = std::min(furthest->owner, r.owner);
+      const size_t second = std::max(furthest->owner, r.owner);
+      MIXPREC_CHECK(second >= kTakenOwner, op, ": steps ", first, " and ", second,
+                    " share memory (a master, gradient, state buffer or working copy); list "
+                    "each parameter once, with its own buffers");
+      MIXPREC_FAIL(op, ": ", owner_name(second, one_step), " shares memory with ",
+                   owner_name(first, one_step), "; pass a flag and a counter of their own");
+    }
+    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
+  }
+}
+
+// A one-step primitive's buffers, flag and counter: no two may overlap.
+void one_step_memory(const char* op, std::initializer_list<const Tensor*> buffers,
+                     const Tensor* found_inf, const Tensor* taken) {
+  std::vector<OwnedRange> ranges;
+  for (const Tensor* t : buffers) add_range(ranges, t, 0);
+  add_call_ranges(ranges, found_inf, taken);
+  no_memory_shared(op, std::move(ranges), true);
+}
+
+// The momentum buffer an SGD update uses: none when momentum is 0.
+const Tensor* used_momentum(const SgdHyper& hyper, const Tensor* momentum) {
+  return hyper.momentum != 0.0f ? momentum : nullptr;
+}
+
+}  // namespace
+
 void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
               const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
-  sgd_operands("sgd_step", device, hyper, master, grad, momentum, working, found_inf);
+  constexpr const char* kOp = "sgd_step";
+  sgd_operands(kOp, device, hyper, master, grad, momentum, working, found_inf);
+  one_step_memory(kOp, {&master, &grad, used_momentum(hyper, momentum), working}, found_inf,
+                  nullptr);
 }
 
 void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
@@ -210,6 +294,7 @@ void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, cons
   constexpr const char* kOp = "adam_step";
   adam_hyper(kOp, EntryName{}, hyper);
   adam_operands(kOp, device, master, grad, exp_avg, exp_avg_sq, working, found_inf);
+  one_step_memory(kOp, {&master, &grad, &exp_avg, &exp_avg_sq, working}, found_inf, nullptr);
 }
 
 void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
@@ -291,6 +376,8 @@ void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& 
   sgd_operands(kOp, device, sgd_hyper_with(base, table.entry[0]), master, grad, momentum, working,
                &found_inf);
   taken_counter(kOp, taken, device);
+  one_step_memory(kOp, {&master, &grad, used_momentum(base, momentum), working}, &found_inf,
+                  &taken);
 }
 
 namespace {
@@ -310,6 +397,7 @@ void adam_deferred_operands(const char* op, Device device, const Tensor& taken,
                             const Tensor& found_inf) {
   adam_operands(op, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
   taken_counter(op, taken, device);
+  one_step_memory(op, {&master, &grad, &exp_avg, &exp_avg_sq, working}, &found_inf, &taken);
 }
 
 }  // namespace
@@ -339,49 +427,20 @@ std::array<const Tensor*, 5> buffers_of(const AdamParamStep& s) {
 }
 
 std::array<const Tensor*, 5> buffers_of(const SgdParamStep& s) {
-  return {s.master, s.grad, s.hyper.momentum != 0.0f ? s.momentum : nullptr, s.working, nullptr};
-}
-
-// The bytes of one tensor a step names.
-struct StepRange {
-  uintptr_t begin, end;
-  size_t step;
-};
-
-// Throws when two steps name overlapping memory: one launch updates all steps at once, so a
-// buffer of one step that is also read or written by another would make the result depend
-// on the order (the per-step checks keep one step's own buffers apart). One sweep in address
-// order, remembering the range that reaches furthest. That suffices: at the first range that
-// overlaps another step's, the furthest-reaching earlier range is of another step, since
-// one of r's own step reaching that far would overlap the other step's range before r did.
-void no_memory_shared(const char* op, std::vector<StepRange> ranges) {
-  std::sort(ranges.begin(), ranges.end(),
-            [](const StepRange& a, const StepRange& b) { return a.begin < b.begin; });
-  const StepRange* furthest = nullptr;
-  for (const StepRange& r : ranges) {
-    if (furthest != nullptr && furthest->step != r.step && r.begin < furthest->end) {
-      MIXPREC_FAIL(op, ": steps ", std::min(furthest->step, r.step), " and ",
-                   std::max(furthest->step, r.step), " share memory (a master, gradient, state "
-                   "buffer or working copy); list each parameter once, with its own buffers");
-    }
-    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
-  }
-}
-
-void add_range(std::vector<StepRange>& ranges, const Tensor* t, size_t step) {
-  if (t == nullptr || t->numel() == 0) return;
-  const auto begin = reinterpret_cast<uintptr_t>(t->data());
-  ranges.push_back({begin, begin + t->nbytes(), step});
+  return {s.master, s.grad, used_momentum(s.hyper, s.momentum), s.working, nullptr};
 }
 
 // The checks common to every step of a multi-tensor call: operands present, a table exactly
 // on deferred steps, a flag on deferred calls, no memory shared between steps. `check_one`
 // then checks the step as its per-parameter call does; its message gains the step's index.
 template <class ParamStep, class CheckOne>
-void param_steps(const char* op, const std::vector<ParamStep>& steps, const Tensor* taken,
-                 const Tensor* found_inf, CheckOne check_one) {
+void param_steps(const char* op, Device device, const std::vector<ParamStep>& steps,
+                 const Tensor* taken, const Tensor* found_inf, CheckOne check_one) {
   MIXPREC_CHECK(taken == nullptr || found_inf != nullptr, op,
                 ": a deferred call (taken given) needs found_inf");
+  // Checked here too, for a call of no steps (which reads the flag all the same).
+  if (found_inf != nullptr) found_inf_flag(op, *found_inf, device);
+  if (taken != nullptr) taken_counter(op, *taken, device);
   for (size_t i = 0; i < steps.size(); ++i) {
     const ParamStep& step = steps[i];
     MIXPREC_CHECK(step.master != nullptr && step.grad != nullptr, op, ": step ", i,
@@ -395,11 +454,12 @@ void param_steps(const char* op, const std::vector<ParamStep>& steps, const Tens
       MIXPREC_FAIL(op, ": step ", i, " of ", steps.size(), ": ", e.what());
     }
   }
-  std::vector<StepRange> ranges;
+  std::vector<OwnedRange> ranges;
   for (size_t i = 0; i < steps.size(); ++i) {
     for (const Tensor* t : buffers_of(steps[i])) add_range(ranges, t, i);
   }
-  no_memory_shared(op, std::move(ranges));
+  add_call_ranges(ranges, found_inf, taken);
+  no_memory_shared(op, std::move(ranges), false);
 }
 
 }  // namespace
@@ -422,7 +482,7 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
   // every parameter that shares its rates (usually two tables for a model), so a table and
   // base already checked in this call are not checked again.
   std::vector<const AdamParamStep*> checked_tables;
-  param_steps("adam_steps", steps, taken, found_inf, [&](const AdamParamStep& s) {
+  param_steps("adam_steps", device, steps, taken, found_inf, [&](const AdamParamStep& s) {
     MIXPREC_CHECK(s.exp_avg != nullptr && s.exp_avg_sq != nullptr,
                   "exp_avg and exp_avg_sq are both required");
     if (taken == nullptr) {
@@ -445,7 +505,7 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
 
 void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,
                const Tensor* found_inf) {
-  param_steps("sgd_steps", steps, taken, found_inf, [&](const SgdParamStep& s) {
+  param_steps("sgd_steps", device, steps, taken, found_inf, [&](const SgdParamStep& s) {
     if (taken == nullptr) {
       sgd_step(device, s.hyper, *s.master, *s.grad, s.momentum, s.working, found_inf);
     } else {

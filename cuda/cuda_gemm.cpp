@@ -383,11 +383,13 @@ cublasStatus_t try_matmul(const MatmulContext& ctx, const GemmPlan& plan, const 
   Scratch workspace(ctx.allocator, plan.workspace);
   const void* lt_a_data = of_operand(plan.mapping.a.source, a.data(), b.data());
   const void* lt_b_data = of_operand(plan.mapping.b.source, a.data(), b.data());
-  const ProfiledLaunch timed(plan.label.c_str(), site, ctx.stream);
-  return cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(),
-                        lt_b_data, plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(), c.data(),
-                        plan.lt_c.get(), &plan.algo, workspace.get(), plan.workspace,
-                        ctx.stream);
+  ProfiledLaunch timed(plan.label.c_str(), site, ctx.stream);
+  const cublasStatus_t status =
+      cublasLtMatmul(ctx.handle, plan.desc.get(), &alpha, lt_a_data, plan.lt_a.get(), lt_b_data,
+                     plan.lt_b.get(), &beta, c.data(), plan.lt_c.get(), c.data(), plan.lt_c.get(),
+                     &plan.algo, workspace.get(), plan.workspace, ctx.stream);
+  if (status != CUBLAS_STATUS_SUCCESS) timed.cancel();  // nothing ran
+  return status;
 }
 
 // try_matmul, any failure an error.

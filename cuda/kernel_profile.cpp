@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -125,6 +126,19 @@ class Profile {
       if (it->id == id) {
         it->host_ms = host_ms;
         it->stopped = ok(cudaEventRecord(it->stop, stream));
+        return;
+      }
+    }
+  }
+
+  // Drops the pair `id` (its events go back to the pool; a recorded event is reusable).
+  void cancel(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+      if (it->id == id) {
+        give_back_locked(it->start);
+        give_back_locked(it->stop);
+        pending_.erase(std::next(it).base());
         return;
       }
     }
@@ -285,6 +299,11 @@ ProfiledLaunch::ProfiledLaunch(const char* kernel, const char* site, cudaStream_
   Profile& profile = Profile::instance();
   if (profile.enabled()) id_ = profile.begin(kernel, site, stream, grid, block);
   if (id_ != 0) host_start_ns_ = host_now_ns();
+}
+
+void ProfiledLaunch::cancel() {
+  if (id_ != 0) Profile::instance().cancel(id_);
+  id_ = 0;
 }
 
 ProfiledLaunch::~ProfiledLaunch() {

@@ -74,6 +74,9 @@ class ProfiledLaunch {
   ~ProfiledLaunch();
   ProfiledLaunch(const ProfiledLaunch&) = delete;
   ProfiledLaunch& operator=(const ProfiledLaunch&) = delete;
+  // Leaves this call out of the profile: a library call that refused its operands ran
+  // nothing, and counting it would skew its row's means.
+  void cancel();
 
  private:
   uint64_t id_ = 0;  // the pending pair this launch records into; 0 when not timed

@@ -1,6 +1,7 @@
 // Optimizer base: parameter bookkeeping, the step loop and the learning rate.
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -118,7 +119,12 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
     MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
                   "optimizer '", name_, "': a deferred learning rate must be finite, "
                   "non-negative and within FP32's range, got ", lr);
-  const Device device = params_.front().device();
+  // The device of the updates: the first trainable parameter's (a frozen parameter may live
+  // anywhere).
+  const auto first_trainable = std::find_if(params_.begin(), params_.end(),
+                                            [](const Parameter& p) { return p.requires_grad(); });
+  const Device device = (first_trainable != params_.end() ? *first_trainable : params_.front())
+                            .device();
   MIXPREC_CHECK(found_inf.defined() && found_inf.dtype() == DType::F32 &&
                     found_inf.numel() == 1 && found_inf.device() == device,
                 "optimizer '", name_, "': found_inf must be an F32 [1] tensor on ", device,

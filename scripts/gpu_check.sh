@@ -415,7 +415,7 @@ for run in runs:
     host_line = next((row for row in table if row.startswith("host time inside")), "")
     rows = table[1:total_at]
     print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(rows)}")
-    for row in table[:13] + [table[total_at]]:
+    for row in table[:min(13, total_at)] + [table[total_at]]:
         print("  " + row[:170])
     # The kernels' device time per step (evaluation and the first step's set-up included, so
     # an upper bound) beside the untimed FP16 run's median step: a step much longer than its

@@ -222,7 +222,7 @@ std::optional<SgdHyper> step_hyper(const SgdParamStep& s, const Tensor* taken) {
 // is skipped); nothing when found_inf is set. `op` names the primitive in a dtype error.
 void run_adam_steps(const char* op, const std::vector<AdamParamStep>& steps, const Tensor* taken,
                     const Tensor* found_inf) {
-  if (flag_set(found_inf)) return;
+  if (steps.empty() || flag_set(found_inf)) return;
   for (const AdamParamStep& s : steps) {
     if (const std::optional<AdamHyper> hyper = step_hyper(s, taken))
       apply_adam(op, *hyper, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq, s.working);
@@ -231,7 +231,7 @@ void run_adam_steps(const char* op, const std::vector<AdamParamStep>& steps, con
 
 void run_sgd_steps(const char* op, const std::vector<SgdParamStep>& steps, const Tensor* taken,
                    const Tensor* found_inf) {
-  if (flag_set(found_inf)) return;
+  if (steps.empty() || flag_set(found_inf)) return;
   for (const SgdParamStep& s : steps) {
     if (const std::optional<SgdHyper> hyper = step_hyper(s, taken))
       apply_sgd(op, *hyper, *s.master, *s.grad, s.momentum, s.working);

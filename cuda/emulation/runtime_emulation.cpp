@@ -101,10 +101,13 @@ bool host_only() {
 
 namespace {
 std::atomic<bool> refusing_epilogues{false};
+std::atomic<int64_t> refused_epilogues{0};
 }  // namespace
 
 void set_refuse_epilogue_matmuls(bool refuse) { refusing_epilogues.store(refuse); }
 bool refuse_epilogue_matmuls() { return refusing_epilogues.load(); }
+int64_t refused_epilogue_matmuls() { return refused_epilogues.load(); }
+void count_refused_epilogue_matmul() { refused_epilogues.fetch_add(1); }
 
 void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (!valid_configuration(grid, block)) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include <cuda_runtime_api.h>
@@ -68,6 +69,9 @@ bool host_only();
 // real cuBLASLt may for some layouts; the backend must then fall back to its own epilogue.
 void set_refuse_epilogue_matmuls(bool refuse);
 bool refuse_epilogue_matmuls();
+// The calls refused so far (counted by the matmul that refuses them).
+int64_t refused_epilogue_matmuls();
+void count_refused_epilogue_matmul();
 
 // Live allocations and their bytes (for tests of the emulation itself).
 size_t live_allocations();

@@ -30,6 +30,13 @@ ParamStepTable make_table(const char* op,
                   p.rates == nullptr ? 0 : p.rates_count);
     MIXPREC_CHECK(valid_working(p.buffers.working_dtype), op, ": parameter ", i,
                   "'s working copy has the unsupported dtype value ", p.buffers.working_dtype);
+    // An empty parameter's buffers may all be null.
+    MIXPREC_CHECK(p.buffers.numel == 0 ||
+                      (p.buffers.working == nullptr) == (p.buffers.working_dtype == kNoWorking),
+                  op,
+                  ": parameter ", i, p.buffers.working == nullptr
+                                         ? " has a working dtype but no working copy"
+                                         : " has a working copy but no working dtype");
     int32_t begin = -1;
     for (const auto& [first, count] : stored) {
       if (count == p.rates_count &&

@@ -106,7 +106,8 @@ struct ParamStepTable {
 };
 
 // Throws mixprec::Error (naming `op` and the parameter) for a rates_count outside
-// [1, kMaxDeferredSteps], null rates, or a working dtype that is not F32, F16 or BF16.
+// [1, kMaxDeferredSteps], null rates, a working dtype that is not F32, F16 or BF16, or a
+// working pointer without a working dtype or the reverse (in a parameter of any elements).
 ParamStepTable make_param_step_table(const char* op, const std::vector<AdamStepSource>& params);
 ParamStepTable make_param_step_table(const char* op, const std::vector<SgdStepSource>& params);
 

@@ -242,6 +242,9 @@ SgdRateTable sgd_table(int32_t count, float lr0, bool first) {
 
 // ---- immediate steps ---------------------------------------------------------------------
 
+// The per-parameter primitives and the multi-tensor call share one runner on the CPU, so the
+// two tests below hold the call's dispatch and order (each step its own hyper, operands and
+// table entry); the arithmetic itself is held to PyTorch's by test_amp_primitives.cpp.
 TEST_CASE("adam_steps updates every parameter as adam_step would, bit for bit", "[amp]") {
   const std::vector<AdamParam> initial = adam_params(100);
   // No flag, and a clear one (a step whose flag the device wrote as 0).
@@ -662,4 +665,70 @@ TEST_CASE("adam_steps refuses buffers shared between steps, whichever role they 
   const std::string message = error_message([&] { cpu().adam_steps(steps, nullptr, nullptr); });
   CHECK_THAT(message, Catch::Contains("adam_steps") && Catch::Contains("share memory"));
   for (size_t i = 0; i < params.size(); ++i) CHECK(bits_of(params[i].master) == before[i]);
+}
+
+TEST_CASE("the optimizer steps refuse memory named twice within a step or as the flag",
+          "[amp]") {
+  const int64_t n = 8;
+  AdamHyper hyper;
+  hyper.set_step(1);
+  Tensor master = random_tensor(n, 1, 1.0), grad = random_tensor(n, 2, 0.1);
+  Tensor exp_avg = Tensor::zeros({n}), exp_avg_sq = Tensor::zeros({n});
+  const std::vector<uint32_t> before = bits_of(master);
+  // One buffer in two roles passes each role's own check (F32, the master's shape).
+  CHECK_THAT(error_message([&] {
+               cpu().adam_step(hyper, master, grad, master, exp_avg_sq, nullptr, nullptr);
+             }),
+             Catch::Contains("adam_step: the step names the same memory twice"));
+  SgdHyper sgd;
+  sgd.momentum = 0.9f;
+  CHECK_THAT(error_message([&] { cpu().sgd_step(sgd, master, grad, &grad, nullptr, nullptr); }),
+             Catch::Contains("sgd_step: the step names the same memory twice"));
+  // Without momentum the buffer is not used, so naming the gradient there is harmless.
+  sgd.momentum = 0.0f;
+  Tensor sgd_master = master.clone();
+  CHECK_NOTHROW(cpu().sgd_step(sgd, sgd_master, grad, &grad, nullptr, nullptr));
+  // A flag that is a one-element master.
+  Tensor single = Tensor::zeros({1});
+  const Tensor single_grad = Tensor::zeros({1});
+  CHECK_THAT(error_message([&] {
+               cpu().sgd_step(sgd, single, single_grad, nullptr, nullptr, &single);
+             }),
+             Catch::Contains("sgd_step: found_inf shares memory with the step"));
+
+  // In a multi-tensor call the message names the step.
+  std::vector<AdamParam> params;
+  for (uint32_t i = 0; i < 3; ++i) {
+    params.push_back({hyper, random_tensor(n, 10 + i, 1.0), random_tensor(n, 20 + i, 0.1),
+                      Tensor::zeros({n}), Tensor::zeros({n}), Tensor()});
+  }
+  std::vector<AdamParamStep> steps;
+  for (AdamParam& p : params) steps.push_back(p.step());
+  steps[1].exp_avg_sq = steps[1].master;
+  CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, nullptr); }),
+             Catch::Contains("adam_steps: step 1 of 3") &&
+                 Catch::Contains("names the same memory twice"));
+  steps[1].exp_avg_sq = &params[1].exp_avg_sq;
+  // The flag is the gradient of a one-element step, checked with that step.
+  AdamParam tiny{hyper, Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1}),
+                 Tensor::zeros({1}), Tensor()};
+  steps.push_back(tiny.step());
+  CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, &tiny.grad); }),
+             Catch::Contains("adam_steps: step 3 of 4") &&
+                 Catch::Contains("found_inf shares memory with the step"));
+  CHECK(bits_of(master) == before);
+  for (const AdamParam& p : params) CHECK(bits_of(p.exp_avg) == bits_of(Tensor::zeros({n})));
+}
+
+TEST_CASE("adam_steps and sgd_steps of no parameters still check their flag and counter",
+          "[amp]") {
+  const Tensor taken = taken_tensor(0), clear = Tensor::zeros({1});
+  const Tensor int_flag = Tensor::zeros({1}, DType::I32), empty_flag = Tensor::zeros({0});
+  const Tensor float_taken = Tensor::zeros({1});
+  CHECK_THAT(error_message([&] { cpu().adam_steps({}, nullptr, &int_flag); }),
+             Catch::Contains("adam_steps: found_inf must be F32 [1]"));
+  CHECK_THAT(error_message([&] { cpu().sgd_steps({}, nullptr, &empty_flag); }),
+             Catch::Contains("sgd_steps: found_inf must be F32 [1]"));
+  CHECK_THAT(error_message([&] { cpu().adam_steps({}, &float_taken, &clear); }),
+             Catch::Contains("adam_steps: taken must be I32 [1]"));
 }

@@ -717,4 +717,24 @@ TEST_CASE("cuda deferred Adam refuses parameters on two devices before updating 
   CHECK(adam.deferred_pending() == 0);
 }
 
+TEST_CASE("cuda deferred Adam runs on its trainable parameters' device past a frozen one",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // A frozen parameter is not updated, so where it lives does not matter: the deferred step
+  // runs on the device of the trainable ones, with its flag there.
+  std::vector<Parameter> params;
+  params.emplace_back("frozen_on_cpu", Tensor::from_vector({1.0f, 2.0f}, {2}));
+  params.emplace_back("on_gpu", Tensor::from_vector({3.0f, 4.0f}, {2}).to(gpu()));
+  params[0].set_requires_grad(false);
+  Adam adam(params);
+  params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
+  adam.step_deferred(Tensor::zeros({1}, DType::F32, gpu()), {adam.lr()});
+  CHECK(adam.deferred_pending() == 1);
+  CHECK(params[0].master().to_float_vector() == std::vector<float>{1.0f, 2.0f});
+  CHECK(params[1].master().to_float_vector() != std::vector<float>{3.0f, 4.0f});
+  // A flag on the frozen parameter's device is refused, naming the trainable one's.
+  CHECK_THROWS_WITH(adam.step_deferred(Tensor::zeros({1}), {adam.lr(), adam.lr()}),
+                    Catch::Contains("found_inf must be an F32 [1] tensor on cuda:0"));
+}
+
 }  // namespace mixprec::cuda_test

@@ -277,7 +277,7 @@ TEST_CASE("param step table of no parameters or only empty ones has no pieces", 
   }
 }
 
-TEST_CASE("param step table rejects bad rate counts, null rates and bad working dtypes",
+TEST_CASE("param step table rejects bad rate counts, null rates and bad working copies",
           "[cuda_plan]") {
   const std::vector<AdamStepRates> rates = adam_rates(kMaxDeferredSteps + 1, 1e-3f, 1);
   // Parameter 0 is valid; parameter 1 is spoiled by `spoil`, and the message names it.
@@ -310,7 +310,21 @@ TEST_CASE("param step table rejects bad rate counts, null rates and bad working 
   // The limits themselves are valid.
   CHECK_NOTHROW(build([](AdamStepSource& s) { s.rates_count = kMaxDeferredSteps; }));
   CHECK_NOTHROW(build([](AdamStepSource& s) { s.rates_count = 1; }));
-  CHECK_NOTHROW(build([](AdamStepSource& s) { s.buffers.working_dtype = kNoWorking; }));
+  CHECK_NOTHROW(build([](AdamStepSource& s) {
+    s.buffers.working = nullptr;
+    s.buffers.working_dtype = kNoWorking;
+  }));
+  // A dtype without a pointer would write through null; a pointer without a dtype is never
+  // written, which the caller cannot have meant.
+  CHECK_THROWS_WITH(build([](AdamStepSource& s) { s.buffers.working = nullptr; }),
+                    op && param && Catch::Contains("no working copy"));
+  CHECK_THROWS_WITH(build([](AdamStepSource& s) { s.buffers.working_dtype = kNoWorking; }),
+                    op && param && Catch::Contains("no working dtype"));
+  // An empty parameter's buffers may all be null.
+  CHECK_NOTHROW(build([](AdamStepSource& s) {
+    s.buffers = ParamStepBuffers{};
+    s.buffers.working_dtype = kF16;
+  }));
 
   std::vector<SgdStepSource> sgd(1);
   sgd[0].rates = nullptr;
