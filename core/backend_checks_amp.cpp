@@ -222,17 +222,17 @@ std::string owner_name(size_t owner, bool one_step) {
   return one_step ? "the step" : "step " + std::to_string(owner);
 }
 
-void add_range(std::vector<OwnedRange>& ranges, const Tensor* t, size_t owner) {
-  if (t == nullptr || !t->defined() || t->numel() == 0) return;
+// Appends t's bytes at `out` when it names any; returns the next free slot.
+OwnedRange* add_range(OwnedRange* out, const Tensor* t, size_t owner) {
+  if (t == nullptr || !t->defined() || t->numel() == 0) return out;
   const auto begin = reinterpret_cast<uintptr_t>(t->data());
-  ranges.push_back({begin, begin + t->nbytes(), owner});
+  *out = {begin, begin + t->nbytes(), owner};
+  return out + 1;
 }
 
 // The flag and counter of a call, when given.
-void add_call_ranges(std::vector<OwnedRange>& ranges, const Tensor* found_inf,
-                     const Tensor* taken) {
-  add_range(ranges, found_inf, kFoundInfOwner);
-  add_range(ranges, taken, kTakenOwner);
+OwnedRange* add_call_ranges(OwnedRange* out, const Tensor* found_inf, const Tensor* taken) {
+  return add_range(add_range(out, found_inf, kFoundInfOwner), taken, kTakenOwner);
 }
 
 // Throws when any two ranges overlap. An update reads and writes all of them at once (one
@@ -243,11 +243,13 @@ void add_call_ranges(std::vector<OwnedRange>& ranges, const Tensor* found_inf,
 // working copy is passed as null, and a momentum buffer is named only when it is used. One
 // sweep in address order, remembering the range that reaches furthest: a range that starts
 // before it ends overlaps it.
-void no_memory_shared(const char* op, std::vector<OwnedRange> ranges, bool one_step) {
-  std::sort(ranges.begin(), ranges.end(),
+void no_memory_shared(const char* op, OwnedRange* first_range, OwnedRange* last_range,
+                      bool one_step) {
+  std::sort(first_range, last_range,
             [](const OwnedRange& a, const OwnedRange& b) { return a.begin < b.begin; });
   const OwnedRange* furthest = nullptr;
-  for (const OwnedRange& r : ranges) {
+  for (const OwnedRange* it = first_range; it != last_range; ++it) {
+    const OwnedRange& r = *it;
     if (furthest != nullptr && r.begin < furthest->end) {
       MIXPREC_CHECK(furthest->owner != r.owner, op, ": ", owner_name(r.owner, one_step),
                     " names the same memory twice; its master, gradient, state buffers and "
@@ -264,18 +266,53 @@ void no_memory_shared(const char* op, std::vector<OwnedRange> ranges, bool one_s
   }
 }
 
-// A one-step primitive's buffers, flag and counter: no two may overlap.
+// A one-step primitive's buffers (at most five), flag and counter: no two may overlap.
 void one_step_memory(const char* op, std::initializer_list<const Tensor*> buffers,
                      const Tensor* found_inf, const Tensor* taken) {
-  std::vector<OwnedRange> ranges;
-  for (const Tensor* t : buffers) add_range(ranges, t, 0);
-  add_call_ranges(ranges, found_inf, taken);
-  no_memory_shared(op, std::move(ranges), true);
+  std::array<OwnedRange, 7> ranges;
+  OwnedRange* end = ranges.data();
+  for (const Tensor* t : buffers) end = add_range(end, t, 0);
+  end = add_call_ranges(end, found_inf, taken);
+  no_memory_shared(op, ranges.data(), end, true);
 }
 
 // The momentum buffer an SGD update uses: none when momentum is 0.
 const Tensor* used_momentum(const SgdHyper& hyper, const Tensor* momentum) {
   return hyper.momentum != 0.0f ? momentum : nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+// What the deferred SGD step checks besides memory. An entry changes only lr and first_step,
+// which sgd_step does not constrain: the checks of base (the momentum buffer) hold for every
+// entry.
+void sgd_deferred_operands(const char* op, Device device, const SgdHyper& base,
+                           const SgdRateTable& table, const Tensor& taken, const Tensor& master,
+                           const Tensor& grad, const Tensor* momentum, const Tensor* working,
+                           const Tensor& found_inf) {
+  table_count(op, table.count);
+  sgd_operands(op, device, sgd_hyper_with(base, table.entry[0]), master, grad, momentum, working,
+               &found_inf);
+  taken_counter(op, taken, device);
+}
+
+// Every entry of a deferred Adam table with base's other hyperparameters, as the kernel will
+// use it.
+void adam_table(const char* op, const AdamHyper& base, const AdamRateTable& table) {
+  table_count(op, table.count);
+  for (int32_t j = 0; j < table.count; ++j)
+    adam_hyper(op, EntryName{j}, adam_hyper_with(base, table.entry[j]));
+}
+
+// What the deferred Adam step checks besides the table and memory.
+void adam_deferred_operands(const char* op, Device device, const Tensor& taken,
+                            const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+                            const Tensor& exp_avg_sq, const Tensor* working,
+                            const Tensor& found_inf) {
+  adam_operands(op, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
+  taken_counter(op, taken, device);
 }
 
 }  // namespace
@@ -370,37 +407,11 @@ void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& 
                        const Tensor& taken, const Tensor& master, const Tensor& grad,
                        const Tensor* momentum, const Tensor* working, const Tensor& found_inf) {
   constexpr const char* kOp = "sgd_step_deferred";
-  table_count(kOp, table.count);
-  // An entry changes only lr and first_step, which sgd_step does not constrain: the checks
-  // of base (the momentum buffer) hold for every entry.
-  sgd_operands(kOp, device, sgd_hyper_with(base, table.entry[0]), master, grad, momentum, working,
-               &found_inf);
-  taken_counter(kOp, taken, device);
+  sgd_deferred_operands(kOp, device, base, table, taken, master, grad, momentum, working,
+                        found_inf);
   one_step_memory(kOp, {&master, &grad, used_momentum(base, momentum), working}, &found_inf,
                   &taken);
 }
-
-namespace {
-
-// Every entry of a deferred Adam table with base's other hyperparameters, as the kernel will
-// use it.
-void adam_table(const char* op, const AdamHyper& base, const AdamRateTable& table) {
-  table_count(op, table.count);
-  for (int32_t j = 0; j < table.count; ++j)
-    adam_hyper(op, EntryName{j}, adam_hyper_with(base, table.entry[j]));
-}
-
-// What adam_step_deferred checks besides the table.
-void adam_deferred_operands(const char* op, Device device, const Tensor& taken,
-                            const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
-                            const Tensor& exp_avg_sq, const Tensor* working,
-                            const Tensor& found_inf) {
-  adam_operands(op, device, master, grad, exp_avg, exp_avg_sq, working, &found_inf);
-  taken_counter(op, taken, device);
-  one_step_memory(op, {&master, &grad, &exp_avg, &exp_avg_sq, working}, &found_inf, &taken);
-}
-
-}  // namespace
 
 void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
                         const Tensor& taken, const Tensor& master, const Tensor& grad,
@@ -410,6 +421,7 @@ void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTabl
   adam_table(kOp, base, table);
   adam_deferred_operands(kOp, device, taken, master, grad, exp_avg, exp_avg_sq, working,
                          found_inf);
+  one_step_memory(kOp, {&master, &grad, &exp_avg, &exp_avg_sq, working}, &found_inf, &taken);
 }
 
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken) {
@@ -454,12 +466,13 @@ void param_steps(const char* op, Device device, const std::vector<ParamStep>& st
       MIXPREC_FAIL(op, ": step ", i, " of ", steps.size(), ": ", e.what());
     }
   }
-  std::vector<OwnedRange> ranges;
+  std::vector<OwnedRange> ranges(5 * steps.size() + 2);
+  OwnedRange* end = ranges.data();
   for (size_t i = 0; i < steps.size(); ++i) {
-    for (const Tensor* t : buffers_of(steps[i])) add_range(ranges, t, i);
+    for (const Tensor* t : buffers_of(steps[i])) end = add_range(end, t, i);
   }
-  add_call_ranges(ranges, found_inf, taken);
-  no_memory_shared(op, std::move(ranges), false);
+  end = add_call_ranges(end, found_inf, taken);
+  no_memory_shared(op, ranges.data(), end, false);
 }
 
 }  // namespace
@@ -485,9 +498,12 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
   param_steps("adam_steps", device, steps, taken, found_inf, [&](const AdamParamStep& s) {
     MIXPREC_CHECK(s.exp_avg != nullptr && s.exp_avg_sq != nullptr,
                   "exp_avg and exp_avg_sq are both required");
+    // As the per-parameter calls check a step, less the memory, which the call's sweep covers.
     if (taken == nullptr) {
-      adam_step(device, s.hyper, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq, s.working,
-                found_inf);
+      constexpr const char* kImmediate = "adam_step";
+      adam_hyper(kImmediate, EntryName{}, s.hyper);
+      adam_operands(kImmediate, device, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq,
+                    s.working, found_inf);
       return;
     }
     const bool checked =
@@ -506,11 +522,13 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
 void sgd_steps(Device device, const std::vector<SgdParamStep>& steps, const Tensor* taken,
                const Tensor* found_inf) {
   param_steps("sgd_steps", device, steps, taken, found_inf, [&](const SgdParamStep& s) {
+    // As the per-parameter calls check a step, less the memory, which the call's sweep covers.
     if (taken == nullptr) {
-      sgd_step(device, s.hyper, *s.master, *s.grad, s.momentum, s.working, found_inf);
+      sgd_operands("sgd_step", device, s.hyper, *s.master, *s.grad, s.momentum, s.working,
+                   found_inf);
     } else {
-      sgd_step_deferred(device, s.hyper, *s.table, *taken, *s.master, *s.grad, s.momentum,
-                        s.working, *found_inf);
+      sgd_deferred_operands("sgd_step_deferred", device, s.hyper, *s.table, *taken, *s.master,
+                            *s.grad, s.momentum, s.working, *found_inf);
     }
   });
 }

@@ -706,16 +706,14 @@ TEST_CASE("the optimizer steps refuse memory named twice within a step or as the
   for (AdamParam& p : params) steps.push_back(p.step());
   steps[1].exp_avg_sq = steps[1].master;
   CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, nullptr); }),
-             Catch::Contains("adam_steps: step 1 of 3") &&
-                 Catch::Contains("names the same memory twice"));
+             Catch::Contains("adam_steps: step 1 names the same memory twice"));
   steps[1].exp_avg_sq = &params[1].exp_avg_sq;
-  // The flag is the gradient of a one-element step, checked with that step.
+  // The flag is the gradient of a one-element step.
   AdamParam tiny{hyper, Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1}),
                  Tensor::zeros({1}), Tensor()};
   steps.push_back(tiny.step());
   CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, &tiny.grad); }),
-             Catch::Contains("adam_steps: step 3 of 4") &&
-                 Catch::Contains("found_inf shares memory with the step"));
+             Catch::Contains("adam_steps: found_inf shares memory with step 3"));
   CHECK(bits_of(master) == before);
   for (const AdamParam& p : params) CHECK(bits_of(p.exp_avg) == bits_of(Tensor::zeros({n})));
 }
