@@ -115,20 +115,24 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(const T* x, ChannelGrid g
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// The per-channel kernels below run a warp per channel (warp_per_output_grid).
-__global__ void mean_kernel(const double* partial, ChannelGrid g, double* mean) {
-  for (int64_t c = first_warp_output(); c < g.channels; c += warp_output_stride()) {
-    const double total = channel_total(partial, g, c);
-    if (first_lane()) mean[c] = norm_mean(total, static_cast<double>(g.values));
-  }
-}
-
+// Each block first finds its channel's mean from sum_kernel's partials: the block's first warp
+// adds them (channel_total), in the same order in every block of the channel, so all get the
+// same bits, and the channel's first block stores it for training_stats_kernel. (A kernel of
+// its own for the means cost a launch per batch norm.)
 template <class T>
 __global__ void __launch_bounds__(kThreads) squared_deviation_kernel(const T* x, ChannelGrid g,
-                                                                    const double* mean,
+                                                                    const double* sums,
+                                                                    double* mean,
                                                                     double* partial) {
   const SplitRange r = split_range(g);
-  const double m = mean[r.c];
+  __shared__ double channel_mean;
+  if (threadIdx.x < kWarp) {
+    const double total = channel_total(sums, g, r.c);
+    if (threadIdx.x == 0) channel_mean = norm_mean(total, static_cast<double>(g.values));
+  }
+  __syncthreads();
+  const double m = channel_mean;
+  if (r.k == 0 && threadIdx.x == 0) mean[r.c] = m;
   double sum = 0.0, unused = 0.0;
   walk_split(g, r, [&](int64_t o) {
     const double d = to_float(x[o]) - m;
@@ -138,6 +142,7 @@ __global__ void __launch_bounds__(kThreads) squared_deviation_kernel(const T* x,
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
+// The per-channel kernels below run a warp per channel (warp_per_output_grid).
 __global__ void training_stats_kernel(const double* partial, const double* mean, ChannelGrid g,
                                       float momentum, float eps, float* running_mean,
                                       float* running_var, float* save_mean, float* save_invstd) {
@@ -286,11 +291,8 @@ void batch_norm_forward(DType dtype, const BatchNormLayout& layout, const void* 
       const unsigned blocks = split_blocks("batch_norm", g);
       MIXPREC_LAUNCH(blocks, kThreads, stream, sum_kernel<scalar_t>)(px, g, s.partial0);
       CUDA_CHECK_LAST();
-      MIXPREC_LAUNCH(warp_per_output_grid(g.channels), kThreads, stream, mean_kernel)(s.partial0,
-          g, s.mean);
-      CUDA_CHECK_LAST();
-      MIXPREC_LAUNCH(blocks, kThreads, stream, squared_deviation_kernel<scalar_t>)(px, g, s.mean,
-          s.partial1);
+      MIXPREC_LAUNCH(blocks, kThreads, stream, squared_deviation_kernel<scalar_t>)(px, g,
+          s.partial0, s.mean, s.partial1);
       CUDA_CHECK_LAST();
       MIXPREC_LAUNCH(warp_per_output_grid(g.channels), kThreads, stream,
                      training_stats_kernel)(s.partial1,
