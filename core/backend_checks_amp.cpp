@@ -200,10 +200,6 @@ void table_count(const char* op, int32_t count) {
                 "the host resolves them), got ", count);
 }
 
-}  // namespace
-
-namespace {
-
 // ---- memory shared between the buffers of an update ------------------------------------------
 
 // Who names a range of bytes: step i of a call (0 for a one-step primitive), or the call's
@@ -280,10 +276,6 @@ void one_step_memory(const char* op, std::initializer_list<const Tensor*> buffer
 const Tensor* used_momentum(const SgdHyper& hyper, const Tensor* momentum) {
   return hyper.momentum != 0.0f ? momentum : nullptr;
 }
-
-}  // namespace
-
-namespace {
 
 // What the deferred SGD step checks besides memory. An entry changes only lr and first_step,
 // which sgd_step does not constrain: the checks of base (the momentum buffer) hold for every
@@ -475,10 +467,6 @@ void param_steps(const char* op, Device device, const std::vector<ParamStep>& st
   no_memory_shared(op, ranges.data(), end, false);
 }
 
-}  // namespace
-
-namespace {
-
 // Whether adam_hyper_with gives a and b's steps the same hyperparameters for every entry of
 // one table: the fields it keeps from the base are equal.
 bool same_base(const AdamHyper& a, const AdamHyper& b) {
@@ -490,7 +478,7 @@ bool same_base(const AdamHyper& a, const AdamHyper& b) {
 
 void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
                 const Tensor* found_inf) {
-  constexpr const char* kOp = "adam_step_deferred";
+  constexpr const char* kDeferred = "adam_step_deferred";
   // A deferred table checks count entries with two pow() each; optimizers hand one table to
   // every parameter that shares its rates (usually two tables for a model), so a table and
   // base already checked in this call are not checked again.
@@ -511,11 +499,11 @@ void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Te
           return p->table == s.table && same_base(p->hyper, s.hyper);
         });
     if (!checked) {
-      adam_table(kOp, s.hyper, *s.table);
+      adam_table(kDeferred, s.hyper, *s.table);
       checked_tables.push_back(&s);
     }
-    adam_deferred_operands(kOp, device, *taken, *s.master, *s.grad, *s.exp_avg, *s.exp_avg_sq,
-                           s.working, *found_inf);
+    adam_deferred_operands(kDeferred, device, *taken, *s.master, *s.grad, *s.exp_avg,
+                           *s.exp_avg_sq, s.working, *found_inf);
   });
 }
 

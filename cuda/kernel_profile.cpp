@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <iterator>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -121,27 +121,21 @@ class Profile {
   void end(uint64_t id, cudaStream_t stream, double host_ms) {
     if (cudaPeekAtLastError() != cudaSuccess) return;  // the launch's own error: left to it
     std::lock_guard<std::mutex> lock(mutex_);
-    // Almost always the newest pair; one drained meanwhile is not found and stays untimed.
-    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
-      if (it->id == id) {
-        it->host_ms = host_ms;
-        it->stopped = ok(cudaEventRecord(it->stop, stream));
-        return;
-      }
-    }
+    // One drained meanwhile is not found and stays untimed.
+    const auto it = find_pending_locked(id);
+    if (it == pending_.rend()) return;
+    it->host_ms = host_ms;
+    it->stopped = ok(cudaEventRecord(it->stop, stream));
   }
 
   // Drops the pair `id` (its events go back to the pool; a recorded event is reusable).
   void cancel(uint64_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
-      if (it->id == id) {
-        give_back_locked(it->start);
-        give_back_locked(it->stop);
-        pending_.erase(std::next(it).base());
-        return;
-      }
-    }
+    const auto it = find_pending_locked(id);
+    if (it == pending_.rend()) return;
+    give_back_locked(it->start);
+    give_back_locked(it->stop);
+    pending_.erase(std::next(it).base());
   }
 
   void reset() {
@@ -181,6 +175,13 @@ class Profile {
       report_path_ = path;
       enabled_.store(true, std::memory_order_relaxed);
     }
+  }
+
+  // The pending pair `id`, searched from the newest (almost always the one sought); rend()
+  // when it was drained meanwhile.
+  std::vector<PendingPair>::reverse_iterator find_pending_locked(uint64_t id) {
+    return std::find_if(pending_.rbegin(), pending_.rend(),
+                        [id](const PendingPair& pair) { return pair.id == id; });
   }
 
   cudaEvent_t take_event_locked() {

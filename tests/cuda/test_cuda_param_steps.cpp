@@ -696,15 +696,26 @@ TEST_CASE("cuda Adam over six FP16 parameters steps as on the CPU", "[cuda]") {
 }  // namespace mixprec::cuda_test
 
 namespace mixprec::cuda_test {
+namespace {
+
+// Two parameters, `first` = {1, 2} on the CPU and "on_gpu" = {3, 4} on the GPU, the first
+// frozen or not.
+std::vector<Parameter> cpu_and_gpu_params(const char* first, bool freeze_first) {
+  std::vector<Parameter> params;
+  params.emplace_back(first, Tensor::from_vector({1.0f, 2.0f}, {2}));
+  params.emplace_back("on_gpu", Tensor::from_vector({3.0f, 4.0f}, {2}).to(gpu()));
+  params[0].set_requires_grad(!freeze_first);
+  return params;
+}
+
+}  // namespace
 
 TEST_CASE("cuda deferred Adam refuses parameters on two devices before updating any",
           "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // The flag and the count of a deferred step live on one device; a parameter elsewhere is
   // refused up front, so the one on the flag's device is not left updated alone.
-  std::vector<Parameter> params;
-  params.emplace_back("on_cpu", Tensor::from_vector({1.0f, 2.0f}, {2}));
-  params.emplace_back("on_gpu", Tensor::from_vector({3.0f, 4.0f}, {2}).to(gpu()));
+  std::vector<Parameter> params = cpu_and_gpu_params("on_cpu", false);
   Adam adam(params);
   params[0].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}));
   params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
@@ -722,10 +733,7 @@ TEST_CASE("cuda deferred Adam runs on its trainable parameters' device past a fr
   MIXPREC_REQUIRE_CUDA();
   // A frozen parameter is not updated, so where it lives does not matter: the deferred step
   // runs on the device of the trainable ones, with its flag there.
-  std::vector<Parameter> params;
-  params.emplace_back("frozen_on_cpu", Tensor::from_vector({1.0f, 2.0f}, {2}));
-  params.emplace_back("on_gpu", Tensor::from_vector({3.0f, 4.0f}, {2}).to(gpu()));
-  params[0].set_requires_grad(false);
+  std::vector<Parameter> params = cpu_and_gpu_params("frozen_on_cpu", true);
   Adam adam(params);
   params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
   adam.step_deferred(Tensor::zeros({1}, DType::F32, gpu()), {adam.lr()});
