@@ -182,6 +182,7 @@ struct ConvPlan {
   ConvDesc conv;
   int algo = 0;
   size_t workspace = 0;
+  std::string label;  // the problem and its algorithm, as the kernel profile names its calls
 };
 
 std::string problem_str(const ConvKey& k) {
@@ -191,6 +192,76 @@ std::string problem_str(const ConvKey& k) {
          std::to_string(k.kh) + ", " + std::to_string(k.kw) + "], stride " +
          std::to_string(k.sh) + "x" + std::to_string(k.sw) + ", padding " +
          std::to_string(k.ph) + "x" + std::to_string(k.pw);
+}
+
+// The extents of a tensor as "n x c x h x w".
+std::string extents_str(int64_t n, int64_t c, int64_t h, int64_t w) {
+  return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
+         std::to_string(w);
+}
+
+// cuDNN's name of a pass's algorithm, without its enum prefix.
+const char* algorithm_name(ConvPass pass, int algo) {
+  switch (pass) {
+    case ConvPass::Forward:
+      switch (static_cast<cudnnConvolutionFwdAlgo_t>(algo)) {
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+        default: return "unknown";
+      }
+    case ConvPass::BackwardData:
+      switch (static_cast<cudnnConvolutionBwdDataAlgo_t>(algo)) {
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "ALGO_0";
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "ALGO_1";
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "FFT";
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "FFT_TILING";
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "WINOGRAD";
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+        default: return "unknown";
+      }
+    case ConvPass::BackwardFilter:
+      switch (static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo)) {
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: return "ALGO_0";
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: return "ALGO_1";
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: return "FFT";
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3: return "ALGO_3";
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return "FFT_TILING";
+        default: return "unknown";
+      }
+  }
+  return "unknown";
+}
+
+const char* math_name(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH: return "default math";
+    case CUDNN_TENSOR_OP_MATH: return "tensor op math";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor op math with conversion";
+    case CUDNN_FMA_MATH: return "FMA math";
+  }
+  return "unknown math";
+}
+
+// How the kernel profile names a plan's calls: the cuDNN function, the problem (input and
+// filter extents, stride, padding, dtype) and the algorithm with its math type, e.g.
+// "cudnnConvolutionBackwardFilter 512x1x28x28 * 32x1x3x3 (stride 1x1, padding 1x1) F16,
+// ALGO_1, tensor op math": a slow pass then shows which algorithm it ran.
+std::string plan_label(const ConvKey& k, int algo, cudnnMathType_t math) {
+  const char* function = k.pass == ConvPass::Forward        ? "cudnnConvolutionForward"
+                         : k.pass == ConvPass::BackwardData ? "cudnnConvolutionBackwardData"
+                                                            : "cudnnConvolutionBackwardFilter";
+  return std::string(function) + " " + extents_str(k.n, k.c, k.h, k.w) + " * " +
+         extents_str(k.o, k.c, k.kh, k.kw) + " (stride " + std::to_string(k.sh) + "x" +
+         std::to_string(k.sw) + ", padding " + std::to_string(k.ph) + "x" +
+         std::to_string(k.pw) + ") " + std::string(dtype_name(k.dtype)) + ", " +
+         algorithm_name(k.pass, algo) + ", " + math_name(math);
 }
 
 // An algorithm a plan may run: its enum value as an int, the math type it runs with, and the
@@ -332,6 +403,7 @@ void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan,
   plan.conv.set_math(candidates[chosen].math);
   plan.algo = candidates[chosen].algo;
   plan.workspace = candidates[chosen].workspace;
+  plan.label = plan_label(key, plan.algo, candidates[chosen].math);
 }
 
 // Plans of every problem met so far, never evicted (a training run has a fixed set of
@@ -356,9 +428,11 @@ class PlanCache {
   std::map<ConvKey, std::unique_ptr<ConvPlan>> plans_;
 };
 
+// Never destroyed: plans' labels name convolutions in the kernel profile, whose report is
+// written at exit (cuda/kernel_profile.h), and the descriptors need no release at exit.
 PlanCache& plan_cache() {
-  static PlanCache cache;
-  return cache;
+  static PlanCache* cache = new PlanCache;
+  return *cache;
 }
 
 ConvKey conv_key(int device, ConvPass pass, DType dtype, const Conv2dGeometry& g) {
@@ -399,7 +473,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor* bias,
       plan_cache().get(handle, conv_key(device_index_, ConvPass::Forward, x.dtype(), g),
                        {x.data(), w.data(), y.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const ProfiledLaunch timed("cudnnConvolutionForward", __PRETTY_FUNCTION__, stream_);
+  const ProfiledLaunch timed(plan.label.c_str(), __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(run_pass(handle, ConvPass::Forward, plan, plan.algo, x.data(), w.data(),
                        workspace.get(), plan.workspace, beta, y.data()));
 }
@@ -418,7 +492,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const 
       plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardData, dy.dtype(), g),
                        {w.data(), dy.data(), dx.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const ProfiledLaunch timed("cudnnConvolutionBackwardData", __PRETTY_FUNCTION__, stream_);
+  const ProfiledLaunch timed(plan.label.c_str(), __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(run_pass(handle, ConvPass::BackwardData, plan, plan.algo, w.data(), dy.data(),
                        workspace.get(), plan.workspace, 0.0f, dx.data()));
 }
@@ -453,7 +527,7 @@ void CudaBackend::conv2d_backward_filter(const Tensor& x, const Tensor& dy, cons
       plan_cache().get(handle, conv_key(device_index_, ConvPass::BackwardFilter, x.dtype(), g),
                        {x.data(), dy.data(), dw.nbytes(), stream_, allocator_});
   Scratch workspace(allocator_, plan.workspace);
-  const ProfiledLaunch timed("cudnnConvolutionBackwardFilter", __PRETTY_FUNCTION__, stream_);
+  const ProfiledLaunch timed(plan.label.c_str(), __PRETTY_FUNCTION__, stream_);
   CUDNN_CHECK(run_pass(handle, ConvPass::BackwardFilter, plan, plan.algo, x.data(), dy.data(),
                        workspace.get(), plan.workspace, 0.0f, dw.data()));
 }

@@ -15,7 +15,8 @@
 // function that launches it, with its template arguments where the compiler names them
 // (the elementwise functor and dtype of a launch_map, the row width of a softmax), so one
 // kernel template used by many ops is counted per op. Launchers that dispatch on the dtype
-// at run time count every dtype in one row.
+// at run time count every dtype in one row. Library calls are named by their plans: a
+// cuBLASLt matmul by its problem, a cuDNN convolution by its problem and chosen algorithm.
 //
 // Switched on by set_kernel_profile(true), or for a whole process by the environment:
 // MIXPREC_KERNEL_PROFILE=FILE writes kernel_profile_table() to FILE when the process exits

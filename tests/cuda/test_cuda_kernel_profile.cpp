@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/ops/gemm_desc.h"
+#include "cuda/conv_autotune.h"
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/fill.h"
 #include "tests/cuda/backend_agreement.h"
@@ -82,6 +83,66 @@ TEST_CASE("the kernel profile names cuBLASLt calls by their problem", "[cuda]") 
   CHECK(rows[0].kernel.find("F16->F32") != std::string::npos);
   CHECK(rows[0].site.find("gemm") != std::string::npos);
   CHECK(rows[0].max_blocks == 0);  // a library call: its grid is cuBLASLt's
+}
+
+// Checks that exactly one profiled row is named for `function` and that its name is
+// `function`, `problem` and then `algorithm` (the chosen algorithm and math type). A GPU's
+// cuDNN ranks algorithms its own way, so there only the part up to the algorithm is
+// checked; the emulated heuristic's ranking is fixed, and its choice checked too.
+void check_conv_row(const std::string& function, const std::string& problem,
+                    const std::string& algorithm) {
+  std::vector<std::string> names;
+  for (const KernelProfileRow& row : kernel_profile())
+    if (row.kernel.rfind(function + " ", 0) == 0) names.push_back(row.kernel);
+  REQUIRE(names.size() == 1);
+  INFO(names[0]);
+  CHECK(names[0].rfind(function + " " + problem, 0) == 0);
+#if MIXPREC_CUDA_EMULATION
+  CHECK(names[0] == function + " " + problem + algorithm);
+#else
+  (void)algorithm;
+#endif
+}
+
+TEST_CASE("the kernel profile names cuDNN convolutions by their problem and algorithm",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(7);
+  // Extents no other test uses, so each pass's plan is made here.
+  const Conv2dDesc desc{.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 0};
+  const Tensor x = random_tensor({3, 2, 7, 9}, DType::F16, rng).to(gpu());
+  const Tensor w = random_tensor({5, 2, 3, 3}, DType::F16, rng).to(gpu());
+  const Tensor dy = random_tensor({3, 5, 7, 4}, DType::F16, rng).to(gpu());
+  Tensor y = Tensor::empty({3, 5, 7, 4}, DType::F16, gpu());
+  Tensor dx = Tensor::empty(x.shape(), DType::F16, gpu());
+  Tensor dw = Tensor::empty(w.shape(), DType::F16, gpu());
+  const std::string problem = "3x2x7x9 * 5x2x3x3 (stride 1x2, padding 1x0) F16, ";
+  {
+    const ConvNondeterministicScope deterministic(false);
+    const ConvAutotuneScope heuristic(false);
+    const ProfilingScope profiling;
+    gpu_backend().conv2d(x, w, nullptr, desc, y);
+    gpu_backend().conv2d_backward_data(dy, w, desc, dx);
+    gpu_backend().conv2d_backward_filter(x, dy, desc, dw, nullptr);
+    // The emulated heuristic ranks IMPLICIT_PRECOMP_GEMM first for the forward pass and
+    // ALGO_1 first for both backward passes, all deterministic; 16-bit data runs on tensor
+    // cores.
+    check_conv_row("cudnnConvolutionForward", problem, "IMPLICIT_PRECOMP_GEMM, tensor op math");
+    check_conv_row("cudnnConvolutionBackwardData", problem, "ALGO_1, tensor op math");
+    check_conv_row("cudnnConvolutionBackwardFilter", problem, "ALGO_1, tensor op math");
+  }
+  {
+    // F32 with TF32 off runs on FMA math whatever the heuristic names (on a GPU too, but only
+    // the emulation's check reaches the math type).
+    const Tensor x32 = x.to(DType::F32), w32 = w.to(DType::F32);
+    Tensor y32 = Tensor::empty(y.shape(), DType::F32, gpu());
+    const ConvNondeterministicScope deterministic(false);
+    const ConvAutotuneScope heuristic(false);
+    const ProfilingScope profiling;
+    gpu_backend().conv2d(x32, w32, nullptr, desc, y32);
+    check_conv_row("cudnnConvolutionForward", "3x2x7x9 * 5x2x3x3 (stride 1x2, padding 1x0) F32, ",
+                   "IMPLICIT_PRECOMP_GEMM, FMA math");
+  }
 }
 
 TEST_CASE("the kernel profile reads its events back in batches without losing a launch",
