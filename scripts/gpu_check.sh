@@ -456,6 +456,13 @@ for run in runs:
         print(f"  amp: {amp:.3f} ms per step in unscale + check, scale update and optimizer "
               f"({100 * amp / median:.1f}% of the median step, target <= 5%); clipping "
               f"{clip:.3f} ms, 16-bit -> FP32 casts {widen:.3f} ms")
+        # Which side of the device time to work on: the libraries' GEMMs and convolutions,
+        # or the project's own kernels (everything else).
+        gemm = per_step_ms([r"\scublasLtMatmul "])
+        conv = per_step_ms([r"\scudnnConvolution"])
+        own = per_step_ms([r""]) - gemm - conv  # the empty pattern takes every row
+        print(f"  split: {gemm:.2f} ms per step in cuBLASLt matmuls, {conv:.2f} ms in cuDNN "
+              f"convolutions, {own:.2f} ms in the project's own kernels")
 EOF
   else
     printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
