@@ -456,8 +456,12 @@ void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, con
       const cublasStatus_t status = try_matmul(ctx, plan, desc, a, b, c, __PRETTY_FUNCTION__);
       if (status == CUBLAS_STATUS_SUCCESS) return;
       // The heuristic offered an algorithm that the call refuses for these operands: this
-      // problem takes the separate epilogue from now on. Any other failure is an error.
-      if (status != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(status);
+      // problem takes the separate epilogue from now on. cuBLASLt says a heuristic's offer
+      // does not guarantee that the algorithm runs (operand alignment, for one), and such a
+      // refusal comes as NOT_SUPPORTED or INVALID_VALUE; the separate epilogue computes the
+      // same, and the kernel profile shows which form ran. Any other failure is an error.
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
+        CUBLAS_CHECK(status);
       plan.available.store(false);
     }
   }

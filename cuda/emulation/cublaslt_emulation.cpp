@@ -304,9 +304,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
   Problem p;
   const cublasStatus_t status = validate(desc, la, lb, lc, as<Layout>(d_desc), p);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && mixprec::emulation::refuse_epilogue_matmuls()) {
+  const int refusal = mixprec::emulation::refuse_epilogue_matmuls();
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && refusal != CUBLAS_STATUS_SUCCESS) {
     mixprec::emulation::count_refused_epilogue_matmul();
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+    return static_cast<cublasStatus_t>(refusal);
   }
   if (mixprec::emulation::host_only()) return CUBLAS_STATUS_SUCCESS;
   const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);

@@ -100,12 +100,12 @@ bool host_only() {
 }
 
 namespace {
-std::atomic<bool> refusing_epilogues{false};
+std::atomic<int> refusing_epilogues{0};  // a cublasStatus_t; 0: none
 std::atomic<int64_t> refused_epilogues{0};
 }  // namespace
 
-void set_refuse_epilogue_matmuls(bool refuse) { refusing_epilogues.store(refuse); }
-bool refuse_epilogue_matmuls() { return refusing_epilogues.load(); }
+void set_refuse_epilogue_matmuls(int status) { refusing_epilogues.store(status); }
+int refuse_epilogue_matmuls() { return refusing_epilogues.load(); }
 int64_t refused_epilogue_matmuls() { return refused_epilogues.load(); }
 void count_refused_epilogue_matmul() { refused_epilogues.fetch_add(1); }
 
@@ -232,6 +232,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+// Work queued before it on the stream has finished already, so the host function runs now;
+// the stream's later work waits for it, as on a GPU, because it is queued after it returns.
+cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* user_data) {
+  if (fn == nullptr) return record(cudaErrorInvalidValue);
+  fn(user_data);
+  return cudaSuccess;
+}
 
 // Events: work on an emulated stream has finished when the call queuing it returns, so an
 // event completes when it is recorded and its timestamp is the host's clock at that moment.

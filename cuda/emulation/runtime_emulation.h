@@ -64,11 +64,13 @@ class KernelLaunch {
 // measure: `MIXPREC_EMULATION_HOST_ONLY=1 mixprec_emulated bench CONFIG --set device=cuda`.
 bool host_only();
 
-// Test hook: while set, cublasLtMatmul refuses (CUBLAS_STATUS_NOT_SUPPORTED) every call whose
-// descriptor carries an epilogue, although the heuristic offered an algorithm for it, as a
-// real cuBLASLt may for some layouts; the backend must then fall back to its own epilogue.
-void set_refuse_epilogue_matmuls(bool refuse);
-bool refuse_epilogue_matmuls();
+// Test hook: while set to a cublasStatus_t other than CUBLAS_STATUS_SUCCESS (0, the default),
+// cublasLtMatmul answers that status to every call whose descriptor carries an epilogue,
+// although the heuristic offered an algorithm for it, as a real cuBLASLt may for some layouts
+// (NOT_SUPPORTED, or INVALID_VALUE for operands it cannot take); the backend must then fall
+// back to its own epilogue. An int, so that this header needs no cuBLAS header.
+void set_refuse_epilogue_matmuls(int status);
+int refuse_epilogue_matmuls();
 // The calls refused so far (counted by the matmul that refuses them).
 int64_t refused_epilogue_matmuls();
 void count_refused_epilogue_matmul();

@@ -16,6 +16,7 @@
 #include "gemm_magnitude.h"
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
 #include "cuda/gemm_autotune.h"
 #include "tests/error_message.h"
 
@@ -82,11 +83,16 @@ TEST_CASE("gemm autotune picks the fastest median, skips failed launches, falls 
   backend.synchronize();
   using std::chrono::milliseconds;
 
-  // Host pauses between the launches show as device time between the events too: the stream
-  // is otherwise idle, so each event completes as soon as it is queued. The 25 ms pauses are
-  // orders of magnitude above the empty calls' timing noise, so the ranking cannot flip on a
-  // busy machine; nothing here asserts a duration.
-  constexpr milliseconds kSlow{25};
+  // A slow candidate's "work" is a host function on the stream that sleeps: the stream holds
+  // its later work, the end event included, until it returns, so the pause lies between the
+  // candidate's two events however the driver submits them. The 25 ms pauses are orders of
+  // magnitude above the empty calls' timing noise, so the ranking cannot flip on a busy
+  // machine; nothing here asserts a duration.
+  const auto pause_stream = [&] {
+    CUDA_CHECK(cudaLaunchHostFunc(
+        backend.stream(), [](void*) { std::this_thread::sleep_for(milliseconds(25)); },
+        nullptr));
+  };
   std::vector<int> launches;
   std::vector<bool> workspace_given;
   GemmTuning tuning;
@@ -103,7 +109,7 @@ TEST_CASE("gemm autotune picks the fastest median, skips failed launches, falls 
     same_output = same_output && output != nullptr && output == first_output;
     workspace_given[i] = workspace != nullptr;
     if (i == 4 || (i == 3 && launches[i] == 2)) return false;
-    if (i == 0 || i == 2) std::this_thread::sleep_for(kSlow);
+    if (i == 0 || i == 2) pause_stream();
     return true;
   };
   const uint64_t timed_before = gemm_autotune_candidates_timed();

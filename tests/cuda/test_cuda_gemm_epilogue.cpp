@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend_agreement.h"
@@ -15,7 +17,10 @@
 #include "gemm_magnitude.h"
 #include "profiling_scope.h"
 #if MIXPREC_CUDA_EMULATION
+#include <cublasLt.h>
+
 #include "cuda/emulation/runtime_emulation.h"
+#include "tests/error_message.h"
 #endif
 
 namespace {
@@ -177,33 +182,60 @@ TEST_CASE("cuda gemm_epilogue takes its own epilogue when cuBLASLt refuses the f
           "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   // The emulated cuBLASLt's heuristic offers an algorithm for the fused epilogue and its
-  // matmul then refuses it, as a real one may for some layouts: the result must still be the
-  // CPU's, and the plan must remember the refusal (one refused call, not one per call).
+  // matmul then refuses it, as a real one may for some layouts, with either status a real one
+  // answers: the result must still be the CPU's, and the plan must remember the refusal (one
+  // refused call, not one per call).
+  const auto [status, rows] = GENERATE(std::pair{CUBLAS_STATUS_NOT_SUPPORTED, int64_t{19}},
+                                       std::pair{CUBLAS_STATUS_INVALID_VALUE, int64_t{21}});
+  INFO("status " << static_cast<int>(status));
   std::mt19937 rng(44);
-  const GemmDesc d = ops::gemm_desc(false, true, 19, 40, 23);  // a problem of this test only
-  const Tensor x = random_tensor({19, 23}, DType::F16, rng);
+  // A problem of this test and status only, so that its plan is new here.
+  const GemmDesc d = ops::gemm_desc(false, true, rows, 40, 23);
+  const Tensor x = random_tensor({rows, 23}, DType::F16, rng);
   const Tensor w = random_tensor({40, 23}, DType::F16, rng);
   const Tensor bias = random_tensor({40}, DType::F16, rng);
   const Tensor gx = x.to(gpu()), gw = w.to(gpu()), gbias = bias.to(gpu());
-  Tensor expected = Tensor::empty({19, 40}, DType::F16);
+  Tensor expected = Tensor::empty({rows, 40}, DType::F16);
   cpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, x, w, &bias, expected, nullptr);
 
   struct RefusalScope {
-    RefusalScope() { emulation::set_refuse_epilogue_matmuls(true); }
-    ~RefusalScope() { emulation::set_refuse_epilogue_matmuls(false); }
-  } refusing;
+    explicit RefusalScope(cublasStatus_t refusal) {
+      emulation::set_refuse_epilogue_matmuls(static_cast<int>(refusal));
+    }
+    ~RefusalScope() { emulation::set_refuse_epilogue_matmuls(CUBLAS_STATUS_SUCCESS); }
+  } refusing(status);
   ProfilingScope profiling;
   const int64_t refused_before = emulation::refused_epilogue_matmuls();
   for (int call = 0; call < 3; ++call) {
     INFO("call " << call);
-    Tensor actual = poisoned({19, 40}, DType::F16);
+    Tensor actual = poisoned({rows, 40}, DType::F16);
     gpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, gx, gw, &gbias, actual, nullptr);
     expect_close(expected, actual, accumulation_tolerance(DType::F16, 23),
                  epilogue_magnitude(d, x, w, bias));
   }
   CHECK(emulation::refused_epilogue_matmuls() - refused_before == 1);
   // The refused call ran nothing, and the profile leaves it out.
-  CHECK(calls_named("19x40x23 (batch 1, trans_a 0, trans_b 1) F16->F16 +bias") == 0);
+  CHECK(calls_named(std::to_string(rows) + "x40x23 (batch 1, trans_a 0, trans_b 1) F16->F16 +bias") ==
+        0);
   CHECK(calls_named("gemm_epilogue_kernel") == 3);
+}
+
+TEST_CASE("cuda gemm_epilogue reports a cuBLASLt failure that is not a refusal", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  // Only NOT_SUPPORTED and INVALID_VALUE mean "not for these operands"; any other status of
+  // the fused call is an error, not a silent fallback.
+  std::mt19937 rng(45);
+  const GemmDesc d = ops::gemm_desc(false, true, 17, 40, 23);  // a problem of this test only
+  const Tensor gx = random_tensor({17, 23}, DType::F16, rng).to(gpu());
+  const Tensor gw = random_tensor({40, 23}, DType::F16, rng).to(gpu());
+  const Tensor gbias = random_tensor({40}, DType::F16, rng).to(gpu());
+  struct FailureScope {
+    FailureScope() { emulation::set_refuse_epilogue_matmuls(CUBLAS_STATUS_EXECUTION_FAILED); }
+    ~FailureScope() { emulation::set_refuse_epilogue_matmuls(CUBLAS_STATUS_SUCCESS); }
+  } failing;
+  Tensor actual = Tensor::empty({17, 40}, DType::F16, gpu());
+  const std::string message = mixprec_test::error_message(
+      [&] { gpu_backend().gemm_epilogue(d, GemmEpilogue::Bias, gx, gw, &gbias, actual, nullptr); });
+  CHECK(message.find("CUBLAS_STATUS_EXECUTION_FAILED") != std::string::npos);
 }
 #endif

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/ops/gemm_desc.h"
 #include "cuda/conv_autotune.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/kernel_profile.h"
 #include "cuda/kernels/fill.h"
 #include "tests/cuda/backend_agreement.h"
@@ -191,8 +192,10 @@ TEST_CASE("a profiled launch still reports a stale CUDA error at its check", "[c
   const ProfilingScope profiling;
   REQUIRE(cudaSetDevice(1 << 20) != cudaSuccess);
   CHECK_THROWS_AS(kernels::fill_f32(static_cast<float*>(out.data()), 1.0f, 4, nullptr), Error);
-  // The device is still usable, and profiling goes on.
-  kernels::fill_f32(static_cast<float*>(out.data()), 2.0f, 4, nullptr);
+  // The device is still usable, and profiling goes on. On the backend's stream, which the
+  // read below copies on: the default stream is not ordered with that one.
+  kernels::fill_f32(static_cast<float*>(out.data()), 2.0f, 4,
+                    dynamic_cast<CudaBackend&>(gpu_backend()).stream());
   CHECK(out.to(kCPU).to_float_vector() == std::vector<float>(4, 2.0f));
   CHECK(all_calls() >= 1);
 }
