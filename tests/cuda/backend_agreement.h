@@ -60,9 +60,22 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng, 
   return Tensor::from_vector(values, shape, dtype);
 }
 
-// The poison of one element: a NaN for the floating dtypes (0x7FFFFFFF, 0x7FFF), the largest
-// int for I32. No primitive under test produces these bits from the inputs the tests use.
-inline uint32_t poison_bits(DType dtype) { return dtype_size(dtype) == 2 ? 0x7FFFu : 0x7FFFFFFFu; }
+// The poison of one element: for the floating dtypes a signaling NaN with a payload of its
+// own (F32 0x7FA5A5A5, F16 0x7D5A, BF16 0x7FA5), the largest int for I32. Not the GPU's
+// canonical NaN (0x7FFFFFFF, and 0x7FFF once narrowed), which kernels compute from NaN
+// inputs, so an unwritten element never looks like a computed NaN; arithmetic never yields a
+// signaling NaN, and no input of the tests holds these bits, so no primitive under test
+// produces them. expect_close and expect_bits_equal accept them only where the expected
+// tensor holds them too (an element both backends were to leave untouched).
+inline uint32_t poison_bits(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 0x7FA5A5A5u;
+    case DType::F16: return 0x7D5Au;
+    case DType::BF16: return 0x7FA5u;
+    case DType::I32: return 0x7FFFFFFFu;
+  }
+  return 0x7FFFFFFFu;
+}
 
 // Overwrites every element of a tensor (on any device) with the poison.
 inline void poison(Tensor& t) {
@@ -131,18 +144,24 @@ inline Tolerance tolerance_for(DType dtype) {
 
 // |actual - expected| <= atol + rtol * (|expected| + magnitude[i]) element by element, where
 // `magnitude` (optional) is the size of what was summed into element i, for reductions.
-// Infinities must match exactly; an expected NaN needs a NaN.
+// Infinities must match exactly; an expected NaN needs a NaN. The poison's bits pass only
+// where the expected element has them too, so an element left unwritten fails even where
+// the result is NaN.
 inline void expect_close(const Tensor& expected, const Tensor& actual, Tolerance tol,
                          const std::vector<float>& magnitude = {}) {
   REQUIRE(expected.dtype() == actual.dtype());
   REQUIRE(expected.shape() == actual.shape());
   const std::vector<float> e = expected.to_float_vector(), a = actual.to_float_vector();
+  const std::vector<uint32_t> e_bits = element_bits(expected), a_bits = element_bits(actual);
+  const uint32_t poison = poison_bits(actual.dtype());
   REQUIRE((magnitude.empty() || magnitude.size() == e.size()));
   std::ostringstream report;
   int64_t mismatches = 0;
   for (size_t i = 0; i < e.size(); ++i) {
     bool ok;
-    if (std::isnan(e[i])) {
+    if (a_bits[i] == poison || e_bits[i] == poison) {
+      ok = a_bits[i] == e_bits[i];
+    } else if (std::isnan(e[i])) {
       ok = std::isnan(a[i]);
     } else if (std::isinf(e[i])) {
       ok = a[i] == e[i];
@@ -152,7 +171,9 @@ inline void expect_close(const Tensor& expected, const Tensor& actual, Tolerance
     }
     if (ok) continue;
     if (++mismatches <= 5) {
-      report << "element " << i << ": expected " << e[i] << ", got " << a[i] << "\n";
+      report << "element " << i << ": expected " << e[i] << ", got "
+             << (a_bits[i] == poison ? std::string("the poison (unwritten)") : std::to_string(a[i]))
+             << "\n";
     }
   }
   INFO(describe(actual) << ", rtol " << tol.rtol << ", atol " << tol.atol << ": " << mismatches

@@ -356,13 +356,24 @@ TEST_CASE("cuda sgd_steps kernel handles misaligned buffers with scalar loads", 
                       one_past<float>(gpu_momentum), nullptr, one_past<mixprec::half>(gpu_working),
                       static_cast<int32_t>(DType::F16), n};
     step_one_past_alignment(source, &kernels::sgd_steps);
-    const std::vector<float> e = cpu_master.to_float_vector(), a = gpu_master.to_float_vector();
-    CHECK(a[0] == master.to_float_vector()[0]);  // outside the range: untouched
-    for (int64_t i = 1; i <= n; ++i) {
-      INFO("element " << i);
-      CHECK(std::fabs(a[static_cast<size_t>(i)] - e[static_cast<size_t>(i)]) <=
-            1e-5 * (1.0 + std::fabs(e[static_cast<size_t>(i)])));
-    }
+    // Elements 1..n of each buffer against the CPU's within `rtol`; element 0 lies outside
+    // the range and must keep what it held.
+    const auto check_range = [n](const char* name, const Tensor& expected, const Tensor& actual,
+                                 double rtol) {
+      INFO(name);
+      const std::vector<float> e = expected.to_float_vector(), a = actual.to_float_vector();
+      for (int64_t i = 1; i <= n; ++i) {
+        INFO("element " << i);
+        const auto k = static_cast<size_t>(i);
+        CHECK(std::fabs(a[k] - e[k]) <= rtol * (1.0 + std::fabs(e[k])));
+      }
+    };
+    check_range("master", cpu_master, gpu_master, 1e-5);
+    check_range("momentum", cpu_momentum, gpu_momentum, 1e-5);
+    // The working copy rounds the master, which may differ from the CPU's by an FP32 ulp.
+    check_range("working", cpu_working, gpu_working, 1e-3);
+    CHECK(gpu_master.to_float_vector()[0] == master.to_float_vector()[0]);
+    CHECK(gpu_momentum.to_float_vector()[0] == momentum.to_float_vector()[0]);
     CHECK(element_bits(gpu_working)[0] == poison_bits(DType::F16));
   }
 }
