@@ -413,30 +413,32 @@ TEST_CASE("cuda cross_entropy_backward matches the CPU and reads dloss on the de
 
 // ---- layer norm ---------------------------------------------------------------------------------
 
-TEST_CASE("cuda layer_norm matches the CPU with and without affine parameters", "[cuda]") {
+TEST_CASE("cuda layer_norm matches the CPU with any of its affine parameters", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(47);
   const float eps = 1e-5f;
   for (int64_t cols : kColumns) {
     for (const Shape& shape : {Shape{1, cols}, Shape{2, 3, cols}}) {
       for (DType dtype : kFloatingTypes) {
-        for (bool affine : {false, true}) {
-          INFO(dtype << " " << shape_str(shape) << (affine ? " with" : " without")
-                     << " weight and bias");
+        // Bit 0: a weight; bit 1: a bias (a weight alone is GPT's bias: false).
+        for (const int params : {0, 1, 2, 3}) {
+          const bool with_weight = (params & 1) != 0, with_bias = (params & 2) != 0;
+          INFO(dtype << " " << shape_str(shape) << (with_weight ? " with" : " without")
+                     << " weight, " << (with_bias ? "with" : "without") << " bias");
           const int64_t rows = shape_numel(shape) / cols;
           const Tensor x = random_tensor(shape, dtype, rng, -3.0f, 5.0f);
           const Tensor w = random_tensor({cols}, dtype, rng, 0.5f, 1.5f);
           const Tensor b = random_tensor({cols}, dtype, rng);
           Tensor y = Tensor::empty(shape, dtype);
           Tensor mean = Tensor::empty({rows}, DType::F32), rstd = Tensor::empty({rows}, DType::F32);
-          cpu_backend().layer_norm(x, affine ? &w : nullptr, affine ? &b : nullptr, eps, y, mean,
-                                   rstd);
+          cpu_backend().layer_norm(x, with_weight ? &w : nullptr, with_bias ? &b : nullptr, eps,
+                                   y, mean, rstd);
 
           const Tensor gw = on_gpu(w), gb = on_gpu(b);
           Tensor gy = poisoned(shape, dtype);
           Tensor gmean = poisoned({rows}, DType::F32), grstd = poisoned({rows}, DType::F32);
-          gpu_backend().layer_norm(on_gpu(x), affine ? &gw : nullptr, affine ? &gb : nullptr, eps,
-                                   gy, gmean, grstd);
+          gpu_backend().layer_norm(on_gpu(x), with_weight ? &gw : nullptr,
+                                   with_bias ? &gb : nullptr, eps, gy, gmean, grstd);
           expect_close(y, gy);
           expect_close(mean, gmean, tolerance_for(DType::F32));
           expect_close(rstd, grstd, tolerance_for(DType::F32));
@@ -488,6 +490,10 @@ TEST_CASE("cuda layer_norm_backward matches the CPU, parameter gradients include
         gpu_backend().layer_norm_backward(gx, affine ? &gw : nullptr, gmean, grstd, gdy, again,
                                           &dw_again, nullptr);
         expect_bits_equal(gdw, dw_again);
+        Tensor db_again = poisoned({cols}, dtype);
+        gpu_backend().layer_norm_backward(gx, affine ? &gw : nullptr, gmean, grstd, gdy, again,
+                                          nullptr, &db_again);
+        expect_bits_equal(gdb, db_again);
       }
     }
   }
