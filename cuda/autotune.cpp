@@ -2,13 +2,20 @@
 #include "cuda/autotune.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_event.h"
+#include "cuda/report_file.h"
 
 namespace mixprec {
 namespace {
@@ -20,7 +27,60 @@ struct CandidateRun {
   CudaEvent marks[kAutotuneTimedCalls + 1];
 };
 
+// The process's tuning log (autotune_log() in autotune.h), written at exit where
+// MIXPREC_AUTOTUNE_LOG names a file.
+class TuningLog {
+ public:
+  static TuningLog& instance() {
+    static TuningLog* log = new TuningLog;  // never destroyed: read by the exit handler
+    return *log;
+  }
+
+  // One timed problem: medians[i] is NaN for a candidate that failed.
+  void add(const TuningCandidates& candidates, const std::vector<float>& medians, size_t chosen) {
+    std::string entry = (candidates.problem.empty() ? "a problem" : candidates.problem) + "\n";
+    for (size_t i = 0; i < medians.size(); ++i) {
+      entry += "  " + (candidates.name ? candidates.name(i) : "candidate " + std::to_string(i));
+      if (std::isnan(medians[i])) {
+        entry += "  failed\n";
+        continue;
+      }
+      char time[48];
+      std::snprintf(time, sizeof time, "  median %.3f us", 1e3 * medians[i]);
+      entry += time;
+      entry += i == chosen ? "  (chosen)\n" : "\n";
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!path_.empty() && !exit_handler_registered_) {
+      // Registered after the CUDA runtime's own teardown (a tuning has launched), so it runs
+      // before it.
+      std::atexit([] { TuningLog::instance().write(); });
+      exit_handler_registered_ = true;
+    }
+    text_ += entry;
+  }
+
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return text_;
+  }
+
+ private:
+  TuningLog() {
+    const char* path = std::getenv("MIXPREC_AUTOTUNE_LOG");
+    if (path != nullptr) path_ = path;
+  }
+  void write() { write_report_file("MIXPREC_AUTOTUNE_LOG", path_, text()); }
+
+  std::mutex mutex_;
+  std::string text_;
+  std::string path_;
+  bool exit_handler_registered_ = false;
+};
+
 }  // namespace
+
+std::string autotune_log() { return TuningLog::instance().text(); }
 
 size_t Autotuner::pick_fastest(const TuningCandidates& candidates, CUstream_st* stream,
                                CachingAllocator& allocator) {
@@ -64,6 +124,7 @@ size_t Autotuner::pick_fastest(const TuningCandidates& candidates, CUstream_st* 
   float best_ms = 0.0f;
   bool found = false;
   uint64_t timed = 0;
+  std::vector<float> medians(count, std::numeric_limits<float>::quiet_NaN());
   for (size_t i = 0; i < count; ++i) {
     if (!runs[i].all_launched) continue;
     float ms[kAutotuneTimedCalls];
@@ -73,6 +134,7 @@ size_t Autotuner::pick_fastest(const TuningCandidates& candidates, CUstream_st* 
     }
     std::sort(ms, ms + kAutotuneTimedCalls);
     const float median = ms[kAutotuneTimedCalls / 2];
+    medians[i] = median;
     ++timed;
     if (!found || median < best_ms) {
       best = i;
@@ -81,6 +143,7 @@ size_t Autotuner::pick_fastest(const TuningCandidates& candidates, CUstream_st* 
     }
   }
   timed_.fetch_add(timed, std::memory_order_relaxed);
+  if (found) TuningLog::instance().add(candidates, medians, best);
   return found ? best : 0;
 }
 

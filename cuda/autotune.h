@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "cuda/environment_switch.h"
@@ -43,7 +44,21 @@ struct TuningCandidates {
   // using `workspace` (at least workspace_bytes[index] bytes, null when that is 0); returns
   // false when the launch failed.
   std::function<bool(size_t index, void* output, void* workspace)> launch;
+  // For the tuning log (below): the problem, and the name of candidate `index` (when empty,
+  // "candidate INDEX").
+  std::string problem;
+  std::function<std::string(size_t index)> name;
 };
+
+// The tuning log: every problem that pick_fastest timed, in order, with each candidate's
+// median time (or that it failed) and the one chosen, as text:
+//   PROBLEM
+//     NAME  median 12.345 us  (chosen)
+//     NAME  failed
+// For choosing defaults by hand: what the heuristic's first choice costs beside the others.
+// MIXPREC_AUTOTUNE_LOG=FILE ("-": standard error) writes it to FILE at exit, if anything
+// was timed.
+std::string autotune_log();
 
 // One autotuner: a process-wide switch (environment_switch.h) and the count of candidates it
 // has timed.

@@ -249,19 +249,22 @@ const char* math_name(cudnnMathType_t math) {
   return "unknown math";
 }
 
-// How the kernel profile names a plan's calls: the cuDNN function, the problem (input and
-// filter extents, stride, padding, dtype) and the algorithm with its math type, e.g.
-// "cudnnConvolutionBackwardFilter 512x1x28x28 * 32x1x3x3 (stride 1x1, padding 1x1) F16,
-// ALGO_1, tensor op math": a slow pass then shows which algorithm it ran.
-std::string plan_label(const ConvKey& k, int algo, cudnnMathType_t math) {
+// The cuDNN function and the problem (input and filter extents, stride, padding, dtype), e.g.
+// "cudnnConvolutionBackwardFilter 512x1x28x28 * 32x1x3x3 (stride 1x1, padding 1x1) F16".
+std::string problem_label(const ConvKey& k) {
   const char* function = k.pass == ConvPass::Forward        ? "cudnnConvolutionForward"
                          : k.pass == ConvPass::BackwardData ? "cudnnConvolutionBackwardData"
                                                             : "cudnnConvolutionBackwardFilter";
   return std::string(function) + " " + extents_str(k.n, k.c, k.h, k.w) + " * " +
          extents_str(k.o, k.c, k.kh, k.kw) + " (stride " + std::to_string(k.sh) + "x" +
          std::to_string(k.sw) + ", padding " + std::to_string(k.ph) + "x" +
-         std::to_string(k.pw) + ") " + std::string(dtype_name(k.dtype)) + ", " +
-         algorithm_name(k.pass, algo) + ", " + math_name(math);
+         std::to_string(k.pw) + ") " + std::string(dtype_name(k.dtype));
+}
+
+// How the kernel profile names a plan's calls: the problem, then the algorithm with its math
+// type (", ALGO_1, tensor op math"): a slow pass then shows which algorithm it ran.
+std::string plan_label(const ConvKey& k, int algo, cudnnMathType_t math) {
+  return problem_label(k) + ", " + algorithm_name(k.pass, algo) + ", " + math_name(math);
 }
 
 // An algorithm a plan may run: its enum value as an int, the math type it runs with, and the
@@ -270,6 +273,7 @@ struct ConvCandidate {
   int algo;
   cudnnMathType_t math;
   size_t workspace;
+  bool deterministic;
 };
 
 // The algorithms of the heuristic's ranking `perfs` (best first) that a plan may run, in that
@@ -296,7 +300,8 @@ std::vector<ConvCandidate> eligible_algorithms(const ConvKey& key, ConvPlan& pla
       plan.conv.set_math(math);
       size_t bytes = 0;
       if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
-      found.push_back({static_cast<int>(p.algo), math, bytes});
+      found.push_back(
+          {static_cast<int>(p.algo), math, bytes, p.determinism == CUDNN_DETERMINISTIC});
       if (!key.tuned) break;
     }
     if (!found.empty()) return found;
@@ -397,6 +402,13 @@ void choose_algorithm(cudnnHandle_t handle, const ConvKey& key, ConvPlan& plan,
       plan.conv.set_math(candidates[i].math);
       return run_pass(handle, key.pass, plan, candidates[i].algo, call.in0, call.in1, workspace,
                       candidates[i].workspace, 0.0f, output) == CUDNN_STATUS_SUCCESS;
+    };
+    tuning.problem = problem_label(key);
+    tuning.name = [&](size_t i) {
+      const ConvCandidate& c = candidates[i];
+      return std::string(algorithm_name(key.pass, c.algo)) + ", " + math_name(c.math) +
+             (c.deterministic ? "" : ", non-deterministic") + ", workspace " +
+             std::to_string(c.workspace) + " bytes";
     };
     chosen = conv_autotuner().pick_fastest(tuning, call.stream, call.allocator);
   }

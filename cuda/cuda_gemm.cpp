@@ -255,6 +255,12 @@ struct TuningCall {
   CachingAllocator& allocator;
 };
 
+// How the kernel profile and the tuning log name a problem's calls.
+std::string plan_label(const GemmKey& key) {
+  return "cublasLtMatmul " + problem_str(key) + " " + std::string(dtype_name(key.ab)) + "->" +
+         std::string(dtype_name(key.c)) + epilogue_str(key.epilogue);
+}
+
 // Chooses the plan's algorithm among those that fit kMaxWorkspace, the operands' alignments
 // and, for a 16-bit D, keep split-K partial sums in FP32: the heuristic's first choice, or
 // with key.tuned the fastest of up to kGemmAutotuneCandidates, timed with `call`'s data.
@@ -304,6 +310,11 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
                             output, plan.lt_c.get(), &valid[i].algo, workspace,
                             valid[i].workspaceSize, call.stream) == CUBLAS_STATUS_SUCCESS;
     };
+    tuning.problem = plan_label(key);
+    tuning.name = [&](size_t i) {
+      return "heuristic's choice " + std::to_string(i + 1) + ", workspace " +
+             std::to_string(valid[i].workspaceSize) + " bytes";
+    };
     chosen = pick_fastest_gemm_candidate(tuning, call.stream, call.allocator);
   }
   plan.algo = valid[chosen].algo;
@@ -325,9 +336,7 @@ class PlanCache {
       auto plan = std::make_unique<GemmPlan>(key);
       if (key.epilogue) plan->point_epilogue(bias, pre_gelu);
       choose_algorithm(handle, key, *plan, call);
-      plan->label = "cublasLtMatmul " + problem_str(key) + " " +
-                    std::string(dtype_name(key.ab)) + "->" + std::string(dtype_name(key.c)) +
-                    epilogue_str(key.epilogue);
+      plan->label = plan_label(key);
       slot = std::move(plan);
     }
     return *slot;

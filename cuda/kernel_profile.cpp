@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/report_file.h"
 
 namespace mixprec {
 namespace {
@@ -224,19 +225,9 @@ class Profile {
   }
 
   void write_report() {
-    const std::string table = kernel_profile_table();
-    const std::string path = report_path_;
-    if (path == "-") {
-      std::fputs(table.c_str(), stderr);
-      return;
-    }
-    if (std::FILE* file = std::fopen(path.c_str(), "w")) {
-      std::fputs(table.c_str(), file);
-      std::fclose(file);
-    } else {
-      std::fprintf(stderr, "MIXPREC_KERNEL_PROFILE: cannot write %s\n", path.c_str());
-    }
+    write_report_file("MIXPREC_KERNEL_PROFILE", report_path_, kernel_profile_table());
   }
+
 
   std::atomic<bool> enabled_{false};
   std::mutex mutex_;

@@ -19,7 +19,9 @@
 # CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP32 and FP16
 # again with the GEMM (and for the CNN the convolution) algorithms autotuned, and a short FP16
 # run of each with every kernel timed, MIXPREC_KERNEL_PROFILE, whose tables go into
-# train.json and whose largest rows into the summary), then
+# train.json and whose largest rows into the summary; the tuned runs' MIXPREC_AUTOTUNE_LOG
+# logs go into train.json too, and each convolution's default, fastest deterministic and
+# fastest algorithm into the summary), then
 # PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py) and a PyTorch
 # autocast + GradScaler step for comparison, and prints a summary table last. Every step runs
 # under `timeout`; the whole run stays under 8 minutes. Logs (at most 8 files, all that comes
@@ -404,6 +406,35 @@ for run in runs:
     if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
         line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
     print(line)
+# What determinism costs each convolution, from the tuning logs of the runs that timed every
+# algorithm, atomics included (the whole logs are in train.json): the default plan's
+# algorithm (the heuristic's first deterministic one), the fastest deterministic one and the
+# fastest of all, each with its median time.
+for run in runs:
+    if "tuned nondet" not in run["config"] or not run.get("autotune"):
+        continue
+    sections, current = [], None
+    for line in run["autotune"]:
+        if not line.startswith("  "):
+            current = (line, [])
+            sections.append(current)
+        elif current is not None:
+            m = re.match(r"  (.*?)  median ([0-9.]+) us", line)
+            if m:
+                current[1].append((m.group(1), float(m.group(2))))
+    printed = False
+    for header, candidates in sections:
+        if not header.startswith("cudnnConvolution") or not candidates:
+            continue
+        if not printed:
+            print(f"convolution algorithms, {run['config']} {run['precision']} (median us):")
+            printed = True
+        deterministic = [c for c in candidates if "non-deterministic" not in c[0]]
+        def named(c):
+            return f"{c[0].split(',')[0]} {c[1]:.1f}" if c else "none"
+        print(f"  {header[:96]}: default {named(deterministic[0] if deterministic else None)}, "
+              f"fastest deterministic {named(min(deterministic, key=lambda c: c[1]) if deterministic else None)}, "
+              f"fastest {named(min(candidates, key=lambda c: c[1]))}")
 # The largest entries of each kernel profile (the whole tables are in train.json).
 for run in runs:
     table = run.get("kernel_profile")
@@ -521,7 +552,9 @@ train_one() {
     return
   fi
   log "mixprec train ${label} ${precision} (limit ${limit} s)"
-  timeout "${limit}" "${bin_dir}/mixprec" train "$@" --set "precision=${precision}" \
+  # A tuned run logs each problem's candidates with their times (cuda/autotune.h).
+  MIXPREC_AUTOTUNE_LOG="${run_dir}.autotune.txt" \
+    timeout "${limit}" "${bin_dir}/mixprec" train "$@" --set "precision=${precision}" \
     --out "${run_dir}" >"${run_log}" 2>&1
   local rc=$? status=ok
   if (( rc == 124 )); then
@@ -674,6 +707,9 @@ with open(sys.argv[1]) as f:
         if run_log and os.path.isfile(run_log):
             with open(run_log, errors="replace") as s:
                 run["output_tail"] = s.read().splitlines()[-20:]
+        if run_dir and os.path.isfile(run_dir + ".autotune.txt"):
+            with open(run_dir + ".autotune.txt", errors="replace") as s:
+                run["autotune"] = s.read().splitlines()
         runs.append(run)
 with open(sys.argv[2], "w") as f:
     json.dump({"runs": runs}, f, indent=2)

@@ -265,3 +265,48 @@ TEST_CASE("cuda conv2d with non-deterministic algorithms admitted tunes among th
   expect_close(dw_cpu, dw2, accumulation_tolerance(dtype, s.n * ys[2] * ys[3]),
                dw_mag.to_float_vector());
 }
+
+TEST_CASE("a tuned convolution's candidates and their times go to the tuning log", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(90);
+  // A problem no other test uses, so its plan is new here.
+  const TunedConv s{3, 2, 11, 6, 4, 3, 3, {1, 1, 0, 1}};
+  const Tensor gx = random_tensor({s.n, s.c, s.h, s.w}, DType::F16, rng).to(gpu());
+  const Tensor gdy = random_tensor(output_of(s), DType::F16, rng).to(gpu());
+  Tensor dw = poisoned({s.o, s.c, s.kh, s.kw}, DType::F16);
+  const ConvNondeterministicScope admitted(true);
+  const ConvAutotuneScope on(true);
+  const size_t before = autotune_log().size();
+  gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw, nullptr);
+  const std::string logged = autotune_log().substr(before);
+  INFO(logged);
+  std::vector<std::string> lines;
+  std::istringstream in(logged);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+#if !MIXPREC_CUDA_EMULATION
+  if (lines.empty()) {
+    // A cuDNN that offers one algorithm for this problem leaves nothing to time or log.
+    WARN("cuDNN offered one algorithm: nothing was timed");
+    return;
+  }
+#endif
+  REQUIRE(lines.size() >= 3);  // the problem and at least two candidates
+  CHECK(lines[0] == "cudnnConvolutionBackwardFilter 3x2x11x6 * 4x2x3x3 (stride 1x1, padding 0x1) F16");
+  int chosen = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    CHECK(lines[i].rfind("  ", 0) == 0);
+    const bool timed = lines[i].find(" bytes  median ") != std::string::npos;
+    const bool failed = lines[i].size() > 14 && lines[i].ends_with(" bytes  failed");
+    CHECK((timed || failed));
+    chosen += lines[i].find("(chosen)") != std::string::npos;
+  }
+  CHECK(chosen == 1);
+#if MIXPREC_CUDA_EMULATION
+  // The emulated ranking, every one admitted: ALGO_1, ALGO_0, ALGO_3 and FFT.
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[1].rfind("  ALGO_1, tensor op math, workspace 0 bytes", 0) == 0);
+  CHECK(lines[2].rfind("  ALGO_0, tensor op math, non-deterministic, workspace 0 bytes", 0) == 0);
+  CHECK(lines[3].rfind("  ALGO_3, tensor op math, non-deterministic, workspace 0 bytes", 0) == 0);
+  CHECK(lines[4].rfind("  FFT, tensor op math, workspace 2048 bytes", 0) == 0);
+#endif
+}

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,14 @@
 #include "tests/error_message.h"
 
 namespace {
+
+// The lines of `text`, without their line ends.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
@@ -112,8 +121,25 @@ TEST_CASE("gemm autotune picks the fastest median, skips failed launches, falls 
     if (i == 0 || i == 2) pause_stream();
     return true;
   };
+  tuning.problem = "the picking test's problem";
+  tuning.name = [](size_t i) { return "option " + std::to_string(i); };
   const uint64_t timed_before = gemm_autotune_candidates_timed();
+  const size_t log_before = autotune_log().size();
   CHECK(pick_fastest_gemm_candidate(tuning, backend.stream(), backend.allocator()) == 1);
+  // The tuning log gains the problem with each candidate's median, the failed ones marked
+  // and the fastest chosen.
+  const std::string logged = autotune_log().substr(log_before);
+  INFO(logged);
+  const std::vector<std::string> lines = lines_of(logged);
+  REQUIRE(lines.size() == 6);
+  CHECK(lines[0] == "the picking test's problem");
+  for (const int i : {0, 1, 2}) {
+    CHECK(lines[i + 1].rfind("  option " + std::to_string(i) + "  median ", 0) == 0);
+    CHECK(lines[i + 1].find(" us") != std::string::npos);
+    CHECK((lines[i + 1].find("(chosen)") != std::string::npos) == (i == 1));
+  }
+  CHECK(lines[4] == "  option 3  failed");
+  CHECK(lines[5] == "  option 4  failed");
   // One untimed and three timed calls each; a failed launch ends its candidate's calls.
   CHECK(launches == std::vector<int>{4, 4, 4, 2, 1});
   CHECK(gemm_autotune_candidates_timed() - timed_before == 3);
@@ -129,8 +155,10 @@ TEST_CASE("gemm autotune picks the fastest median, skips failed launches, falls 
     ++failed_launches;
     return false;
   };
+  const size_t log_before_failing = autotune_log().size();
   CHECK(pick_fastest_gemm_candidate(failing, backend.stream(), backend.allocator()) == 0);
   CHECK(failed_launches == 3);
+  CHECK(autotune_log().size() == log_before_failing);  // nothing timed, nothing logged
   CHECK(gemm_autotune_candidates_timed() - timed_before == 3);
 
   // One candidate: nothing to choose between, nothing launched.
