@@ -29,6 +29,7 @@
 // kernels::gemm_epilogue, with the stores of core/backend.h exactly.
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -284,9 +285,13 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
       handle, plan.desc.get(), plan.lt_a.get(), plan.lt_b.get(), plan.lt_c.get(), plan.lt_c.get(),
       pref.get(), key.tuned ? kGemmAutotuneCandidates : 1, results, &found);
   std::vector<cublasLtMatmulHeuristicResult_t> valid;
+  std::vector<int> rank;  // each valid result's place in the heuristic's list, from 1
   if (status == CUBLAS_STATUS_SUCCESS) {
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) valid.push_back(results[i]);
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      valid.push_back(results[i]);
+      rank.push_back(i + 1);
+    }
   }
   if (valid.empty() && key.epilogue) {
     plan.available = false;
@@ -312,7 +317,7 @@ void choose_algorithm(cublasLtHandle_t handle, const GemmKey& key, GemmPlan& pla
     };
     tuning.problem = plan_label(key);
     tuning.name = [&](size_t i) {
-      return "heuristic's choice " + std::to_string(i + 1) + ", workspace " +
+      return "heuristic's choice " + std::to_string(rank[i]) + ", workspace " +
              std::to_string(valid[i].workspaceSize) + " bytes";
     };
     chosen = pick_fastest_gemm_candidate(tuning, call.stream, call.allocator);
@@ -468,10 +473,17 @@ void CudaBackend::gemm_epilogue(const GemmDesc& desc, GemmEpilogue epilogue, con
       // problem takes the separate epilogue from now on. cuBLASLt says a heuristic's offer
       // does not guarantee that the algorithm runs (operand alignment, for one), and such a
       // refusal comes as NOT_SUPPORTED or INVALID_VALUE; the separate epilogue computes the
-      // same, and the kernel profile shows which form ran. Any other failure is an error.
+      // same. Any other failure is an error. INVALID_VALUE is also how cuBLASLt answers a
+      // misuse, so the switch is said once per problem on standard error, with the status,
+      // rather than shown only by the kernel profile.
       if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
         CUBLAS_CHECK(status);
-      plan.available.store(false);
+      if (plan.available.exchange(false)) {
+        std::fprintf(stderr,
+                     "mixprec: cuBLASLt refused the fused epilogue of %s (%s); this problem "
+                     "takes the separate epilogue kernel from now on\n",
+                     plan.label.c_str(), cublasGetStatusName(status));
+      }
     }
   }
   // No fused form: the FP32 sums (in C itself when it is F32), then the epilogue kernel.

@@ -228,7 +228,6 @@ class Profile {
     write_report_file("MIXPREC_KERNEL_PROFILE", report_path_, kernel_profile_table());
   }
 
-
   std::atomic<bool> enabled_{false};
   std::mutex mutex_;
   std::vector<PendingPair> pending_;

@@ -419,9 +419,12 @@ for run in runs:
             current = (line, [])
             sections.append(current)
         elif current is not None:
+            # A candidate: its name and median time, or None when it failed.
             m = re.match(r"  (.*?)  median ([0-9.]+) us", line)
             if m:
                 current[1].append((m.group(1), float(m.group(2))))
+            elif line.endswith("  failed"):
+                current[1].append((line[2:-len("  failed")], None))
     printed = False
     for header, candidates in sections:
         if not header.startswith("cudnnConvolution") or not candidates:
@@ -430,11 +433,17 @@ for run in runs:
             print(f"convolution algorithms, {run['config']} {run['precision']} (median us):")
             printed = True
         deterministic = [c for c in candidates if "non-deterministic" not in c[0]]
+        timed = [c for c in candidates if c[1] is not None]
+        timed_deterministic = [c for c in deterministic if c[1] is not None]
         def named(c):
-            return f"{c[0].split(',')[0]} {c[1]:.1f}" if c else "none"
+            if c is None:
+                return "none"
+            return f"{c[0].split(',')[0]} " + (f"{c[1]:.1f}" if c[1] is not None else "failed")
+        def fastest(cs):
+            return min(cs, key=lambda c: c[1]) if cs else None
         print(f"  {header[:96]}: default {named(deterministic[0] if deterministic else None)}, "
-              f"fastest deterministic {named(min(deterministic, key=lambda c: c[1]) if deterministic else None)}, "
-              f"fastest {named(min(candidates, key=lambda c: c[1]))}")
+              f"fastest deterministic {named(fastest(timed_deterministic))}, "
+              f"fastest {named(fastest(timed))}")
 # The largest entries of each kernel profile (the whole tables are in train.json).
 for run in runs:
     table = run.get("kernel_profile")
