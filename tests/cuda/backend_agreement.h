@@ -125,6 +125,18 @@ inline void expect_bits_equal(const Tensor& expected, const Tensor& actual) {
   CHECK(mismatches == 0);
 }
 
+// Runs `primitive(backend, device, out)` on the CPU (out empty) and on the GPU (out
+// poisoned), out of `shape` and `dtype`, and compares the two outputs bit for bit: for
+// primitives of one rounding, whose inputs the call moves to `device` itself.
+template <class Primitive>
+void expect_backends_agree_bitwise(const Shape& shape, DType dtype, const Primitive& primitive) {
+  Tensor expected = Tensor::empty(shape, dtype);
+  primitive(cpu_backend(), kCPU, expected);
+  Tensor actual = poisoned(shape, dtype);
+  primitive(gpu_backend(), gpu(), actual);
+  expect_bits_equal(expected, actual);
+}
+
 struct Tolerance {
   double rtol = 0.0;
   double atol = 0.0;

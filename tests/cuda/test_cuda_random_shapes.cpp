@@ -56,11 +56,10 @@ TEST_CASE("cuda binary matches the CPU on random broadcast shapes", "[cuda]") {
       const Tensor ga = a.to(gpu()), gb = b.to(gpu());
       for (const BinaryOp op : ops) {
         INFO("op " << static_cast<int>(op));
-        Tensor expected = Tensor::empty(result, dtype);
-        cpu_backend().binary(op, a, b, expected);
-        Tensor actual = poisoned(result, dtype);
-        gpu_backend().binary(op, ga, gb, actual);
-        expect_bits_equal(expected, actual);
+        expect_backends_agree_bitwise(result, dtype, [&](Backend& backend, Device device,
+                                                         Tensor& out) {
+          backend.binary(op, device.is_cpu() ? a : ga, device.is_cpu() ? b : gb, out);
+        });
       }
     }
   }
@@ -85,11 +84,9 @@ TEST_CASE("cuda sum_to and expand match the CPU on random broadcast shapes", "[c
       expect_close(sums, gpu_sums, tolerance_for(dtype), magnitudes.to_float_vector());
       // expand: one product and one rounding, the same bits.
       const Tensor small = random_tensor(ys, dtype, rng);
-      Tensor expanded = Tensor::empty(xs, dtype);
-      cpu_backend().expand(small, expanded, -1.25f);
-      Tensor gpu_expanded = poisoned(xs, dtype);
-      gpu_backend().expand(small.to(gpu()), gpu_expanded, -1.25f);
-      expect_bits_equal(expanded, gpu_expanded);
+      expect_backends_agree_bitwise(xs, dtype, [&](Backend& backend, Device device, Tensor& out) {
+        backend.expand(small.to(device), out, -1.25f);
+      });
     }
   }
 }
@@ -121,11 +118,9 @@ TEST_CASE("cuda permute and copy_narrow match the CPU on random shapes", "[cuda]
                    << dim << " from " << src_start << " for " << length << " into "
                    << shape_str(ds) << " at " << dst_start << ", " << dtype);
       const Tensor x = random_tensor(xs, DType::F32, rng, -100.0f, 100.0f).to(dtype);
-      Tensor expected = Tensor::empty(ys, dtype);
-      cpu_backend().permute(x, perm, expected);
-      Tensor actual = poisoned(ys, dtype);
-      gpu_backend().permute(x.to(gpu()), perm, actual);
-      expect_bits_equal(expected, actual);
+      expect_backends_agree_bitwise(ys, dtype, [&](Backend& backend, Device device, Tensor& out) {
+        backend.permute(x.to(device), perm, out);
+      });
 
       // The destination's other elements are kept: both start from the same values.
       const Tensor before = random_tensor(ds, DType::F32, rng, -100.0f, 100.0f).to(dtype);
