@@ -1,5 +1,5 @@
-// Broadcasting, broadcast reductions, expansion, permutation and narrow copies on shapes
-// drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// Broadcasting, broadcast reductions, expansion, permutation, narrow copies and the row
+// kernels (softmax, layer norm) on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -129,6 +129,53 @@ TEST_CASE("cuda permute and copy_narrow match the CPU on random shapes", "[cuda]
       Tensor gpu_narrowed = before.to(gpu());
       gpu_backend().copy_narrow(x.to(gpu()), dim, src_start, gpu_narrowed, dst_start, length);
       expect_bits_equal(narrowed, gpu_narrowed);
+    }
+  }
+}
+
+// Rows of a random length (1 to 40, or now and then up to 5000, so that the row kernels'
+// per-lane and per-block layouts all occur) under 0 to 3 random leading dims.
+Shape random_rows(std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(0, 3), small(1, 40), large(41, 5000);
+  Shape shape = random_shape(rng, 3);
+  // Few rows when they are long: the emulated device runs every thread on the CPU.
+  const int64_t cols = pick(rng) == 0 ? large(rng) : small(rng);
+  if (cols > 40) shape.resize(std::min<size_t>(shape.size(), 1));
+  shape.push_back(cols);
+  return shape;
+}
+
+TEST_CASE("cuda softmax, log-softmax and layer norm match the CPU on random row shapes",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(104);
+  for (int index = 0; index < kCases; ++index) {
+    const Shape shape = random_rows(rng);
+    const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+    for (DType dtype : kFloatingTypes) {
+      INFO("case " << index << ": " << shape_str(shape) << ", " << dtype);
+      const Tensor x = random_tensor(shape, dtype, rng, -6.0f, 6.0f);
+      const Tensor gx = x.to(gpu());
+      for (const bool log : {false, true}) {
+        INFO((log ? "log-softmax" : "softmax"));
+        Tensor expected = Tensor::empty(shape, dtype);
+        cpu_backend().softmax(x, expected, log);
+        Tensor actual = poisoned(shape, dtype);
+        gpu_backend().softmax(gx, actual, log);
+        expect_close(expected, actual);
+      }
+      const Tensor w = random_tensor({cols}, dtype, rng, 0.5f, 1.5f);
+      const Tensor b = random_tensor({cols}, dtype, rng);
+      Tensor y = Tensor::empty(shape, dtype);
+      Tensor mean = Tensor::empty({rows}, DType::F32), rstd = Tensor::empty({rows}, DType::F32);
+      cpu_backend().layer_norm(x, &w, &b, 1e-5f, y, mean, rstd);
+      const Tensor gw = w.to(gpu()), gb = b.to(gpu());
+      Tensor gy = poisoned(shape, dtype);
+      Tensor gmean = poisoned({rows}, DType::F32), grstd = poisoned({rows}, DType::F32);
+      gpu_backend().layer_norm(gx, &gw, &gb, 1e-5f, gy, gmean, grstd);
+      expect_close(y, gy);
+      expect_close(mean, gmean, tolerance_for(DType::F32));
+      expect_close(rstd, grstd, tolerance_for(DType::F32));
     }
   }
 }
