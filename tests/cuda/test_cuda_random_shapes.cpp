@@ -1,5 +1,5 @@
-// Broadcasting, broadcast reductions, expansion, permutation, narrow copies and the row
-// kernels (softmax, layer norm) on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// Broadcasting, broadcast reductions, expansion, permutation, narrow copies, the row
+// kernels (softmax, layer norm) and convolutions on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -176,6 +176,77 @@ TEST_CASE("cuda softmax, log-softmax and layer norm match the CPU on random row 
       expect_close(y, gy);
       expect_close(mean, gmean, tolerance_for(DType::F32));
       expect_close(rstd, grstd, tolerance_for(DType::F32));
+    }
+  }
+}
+
+// One convolution problem drawn at random: 1 to 3 images of 1 to 5 channels, 1 to 13 pixels
+// a side (at least the filter's extent less its padding), filters of 1 to 5 a side, padding
+// up to half the filter, strides 1 to 3, on each axis independently.
+struct RandomConv {
+  Shape x, w, y;
+  Conv2dDesc desc;
+};
+
+RandomConv random_conv(std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> batch(1, 3), channels(1, 5), kernel(1, 5), stride(1, 3);
+  RandomConv r;
+  const int64_t n = batch(rng), c = channels(rng), o = channels(rng);
+  const int64_t kh = kernel(rng), kw = kernel(rng);
+  r.desc.pad_h = std::uniform_int_distribution<int64_t>(0, kh / 2)(rng);
+  r.desc.pad_w = std::uniform_int_distribution<int64_t>(0, kw / 2)(rng);
+  r.desc.stride_h = stride(rng);
+  r.desc.stride_w = stride(rng);
+  const int64_t h = std::uniform_int_distribution<int64_t>(
+      std::max<int64_t>(1, kh - 2 * r.desc.pad_h), 13)(rng);
+  const int64_t w = std::uniform_int_distribution<int64_t>(
+      std::max<int64_t>(1, kw - 2 * r.desc.pad_w), 13)(rng);
+  r.x = {n, c, h, w};
+  r.w = {o, c, kh, kw};
+  r.y = {n, o, (h + 2 * r.desc.pad_h - kh) / r.desc.stride_h + 1,
+         (w + 2 * r.desc.pad_w - kw) / r.desc.stride_w + 1};
+  return r;
+}
+
+TEST_CASE("cuda conv2d passes match the CPU on random geometries", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(105);
+  for (int index = 0; index < kCases; ++index) {
+    const RandomConv p = random_conv(rng);
+    const int64_t c = p.x[1], o = p.w[0], kh = p.w[2], kw = p.w[3];
+    for (DType dtype : kFloatingTypes) {
+      INFO("case " << index << ": x " << shape_str(p.x) << ", w " << shape_str(p.w)
+                   << ", stride " << p.desc.stride_h << "x" << p.desc.stride_w << ", padding "
+                   << p.desc.pad_h << "x" << p.desc.pad_w << ", " << dtype);
+      const Tensor x = random_tensor(p.x, dtype, rng), w = random_tensor(p.w, dtype, rng);
+      const Tensor dy = random_tensor(p.y, dtype, rng), bias = random_tensor({o}, dtype, rng);
+      const Tensor gx = x.to(gpu()), gw = w.to(gpu()), gdy = dy.to(gpu()), gbias = bias.to(gpu());
+      // Each pass's magnitudes: the same pass over the absolute values, in F32.
+      const Tensor ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy), abias = abs_of(bias);
+
+      Tensor y = Tensor::empty(p.y, dtype), y_mag = Tensor::empty(p.y, DType::F32);
+      cpu_backend().conv2d(x, w, &bias, p.desc, y);
+      cpu_backend().conv2d(ax, aw, &abias, p.desc, y_mag);
+      Tensor gy = poisoned(p.y, dtype);
+      gpu_backend().conv2d(gx, gw, &gbias, p.desc, gy);
+      expect_close(y, gy, accumulation_tolerance(dtype, c * kh * kw), y_mag.to_float_vector());
+
+      Tensor dx = Tensor::empty(p.x, dtype), dx_mag = Tensor::empty(p.x, DType::F32);
+      cpu_backend().conv2d_backward_data(dy, w, p.desc, dx);
+      cpu_backend().conv2d_backward_data(ady, aw, p.desc, dx_mag);
+      Tensor gdx = poisoned(p.x, dtype);
+      gpu_backend().conv2d_backward_data(gdy, gw, p.desc, gdx);
+      expect_close(dx, gdx, accumulation_tolerance(dtype, o * kh * kw), dx_mag.to_float_vector());
+
+      Tensor dw = Tensor::empty(p.w, dtype), dw_mag = Tensor::empty(p.w, DType::F32);
+      Tensor db = Tensor::empty({o}, dtype), db_mag = Tensor::empty({o}, DType::F32);
+      cpu_backend().conv2d_backward_filter(x, dy, p.desc, dw, &db);
+      cpu_backend().conv2d_backward_filter(ax, ady, p.desc, dw_mag, &db_mag);
+      Tensor gdw = poisoned(p.w, dtype), gdb = poisoned({o}, dtype);
+      gpu_backend().conv2d_backward_filter(gx, gdy, p.desc, gdw, &gdb);
+      const int64_t terms = p.y[0] * p.y[2] * p.y[3];
+      expect_close(dw, gdw, accumulation_tolerance(dtype, terms), dw_mag.to_float_vector());
+      expect_close(db, gdb, accumulation_tolerance(dtype, terms), db_mag.to_float_vector());
     }
   }
 }
