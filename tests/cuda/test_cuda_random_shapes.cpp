@@ -1,5 +1,5 @@
 // Broadcasting, broadcast reductions, expansion, permutation, narrow copies, the row
-// kernels (softmax, layer norm) and convolutions on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// kernels (softmax, layer norm), convolutions and pooling on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -247,6 +247,61 @@ TEST_CASE("cuda conv2d passes match the CPU on random geometries", "[cuda]") {
       const int64_t terms = p.y[0] * p.y[2] * p.y[3];
       expect_close(dw, gdw, accumulation_tolerance(dtype, terms), dw_mag.to_float_vector());
       expect_close(db, gdb, accumulation_tolerance(dtype, terms), db_mag.to_float_vector());
+    }
+  }
+}
+
+TEST_CASE("cuda max and average pooling match the CPU on random geometries", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(106);
+  std::uniform_int_distribution<int64_t> batch(1, 3), channels(1, 5), kernel(1, 4), stride(1, 3);
+  for (int index = 0; index < kCases; ++index) {
+    Pool2dDesc desc;
+    desc.kernel_h = kernel(rng);
+    desc.kernel_w = kernel(rng);
+    desc.stride_h = stride(rng);
+    desc.stride_w = stride(rng);
+    desc.pad_h = std::uniform_int_distribution<int64_t>(0, desc.kernel_h / 2)(rng);
+    desc.pad_w = std::uniform_int_distribution<int64_t>(0, desc.kernel_w / 2)(rng);
+    const int64_t h = std::uniform_int_distribution<int64_t>(
+        std::max<int64_t>(1, desc.kernel_h - 2 * desc.pad_h), 13)(rng);
+    const int64_t w = std::uniform_int_distribution<int64_t>(
+        std::max<int64_t>(1, desc.kernel_w - 2 * desc.pad_w), 13)(rng);
+    const Shape xs{batch(rng), channels(rng), h, w};
+    const Shape ys{xs[0], xs[1], (h + 2 * desc.pad_h - desc.kernel_h) / desc.stride_h + 1,
+                   (w + 2 * desc.pad_w - desc.kernel_w) / desc.stride_w + 1};
+    for (DType dtype : kFloatingTypes) {
+      INFO("case " << index << ": x " << shape_str(xs) << ", kernel " << desc.kernel_h << "x"
+                   << desc.kernel_w << ", stride " << desc.stride_h << "x" << desc.stride_w
+                   << ", padding " << desc.pad_h << "x" << desc.pad_w << ", " << dtype);
+      // Whole numbers in [-2, 2], so that windows hold ties (the first cell wins).
+      std::vector<float> values = random_tensor(xs, DType::F32, rng).to_float_vector();
+      for (float& v : values) v = std::round(v);
+      const Tensor x = Tensor::from_vector(values, xs, dtype), gx = x.to(gpu());
+      const Tensor dy = random_tensor(ys, dtype, rng), gdy = dy.to(gpu());
+
+      desc.kind = PoolKind::Max;
+      Tensor y = Tensor::empty(ys, dtype), argmax = Tensor::empty(ys, DType::I32);
+      cpu_backend().pool2d(desc, x, y, &argmax);
+      Tensor gy = poisoned(ys, dtype), gargmax = poisoned(ys, DType::I32);
+      gpu_backend().pool2d(desc, gx, gy, &gargmax);
+      expect_bits_equal(y, gy);
+      expect_bits_equal(argmax, gargmax);
+      Tensor dx = Tensor::empty(xs, dtype);
+      cpu_backend().pool2d_backward(desc, dy, &argmax, dx);
+      Tensor gdx = poisoned(xs, dtype);
+      gpu_backend().pool2d_backward(desc, gdy, &gargmax, gdx);
+      expect_bits_equal(dx, gdx);
+
+      desc.kind = PoolKind::Avg;
+      cpu_backend().pool2d(desc, x, y, nullptr);
+      poison(gy);
+      gpu_backend().pool2d(desc, gx, gy, nullptr);
+      expect_close(y, gy);
+      cpu_backend().pool2d_backward(desc, dy, nullptr, dx);
+      poison(gdx);
+      gpu_backend().pool2d_backward(desc, gdy, nullptr, gdx);
+      expect_close(dx, gdx);
     }
   }
 }
