@@ -1,5 +1,5 @@
 // Broadcasting, broadcast reductions, expansion, permutation, narrow copies, the row
-// kernels (softmax, layer norm), convolutions and pooling on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// kernels (softmax, layer norm), GEMMs, convolutions and pooling on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend_agreement.h"
+#include "core/ops/gemm_desc.h"
+#include "gemm_magnitude.h"
 
 namespace mixprec::cuda_test {
 namespace {
@@ -303,6 +305,52 @@ TEST_CASE("cuda max and average pooling match the CPU on random geometries", "[c
       gpu_backend().pool2d_backward(desc, gdy, nullptr, gdx);
       expect_close(dx, gdx);
     }
+  }
+}
+
+TEST_CASE("cuda gemm matches the CPU on random problems", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(107);
+  // Operand and output dtypes as the backend takes them.
+  constexpr DType kTypes[][2] = {{DType::F32, DType::F32}, {DType::F16, DType::F16},
+                                 {DType::F16, DType::F32}, {DType::BF16, DType::BF16},
+                                 {DType::BF16, DType::F32}};
+  std::uniform_int_distribution<int64_t> extent(1, 70), batch_of(1, 3), gap(0, 5);
+  std::uniform_int_distribution<int> type_of(0, 4);
+  std::bernoulli_distribution coin(0.5);
+  for (int index = 0; index < kCases; ++index) {
+    GemmDesc d;
+    d.m = extent(rng);
+    d.n = extent(rng);
+    d.k = extent(rng);
+    d.trans_a = coin(rng);
+    d.trans_b = coin(rng);
+    d.batch = batch_of(rng);
+    // Batches apart by their size or more (an odd gap misaligns every later matrix), or A
+    // shared by the whole batch.
+    d.stride_a = coin(rng) ? 0 : d.m * d.k + gap(rng);
+    d.stride_b = d.k * d.n + gap(rng);
+    d.stride_c = d.m * d.n + gap(rng);
+    d.alpha = coin(rng) ? 1.0f : -0.75f;
+    d.beta = coin(rng) ? 0.0f : 0.5f;
+    const auto& types = kTypes[type_of(rng)];
+    INFO("case " << index << ": " << d.m << "x" << d.n << "x" << d.k << ", trans "
+                 << d.trans_a << d.trans_b << ", batch " << d.batch << ", strides "
+                 << d.stride_a << "/" << d.stride_b << "/" << d.stride_c << ", alpha "
+                 << d.alpha << ", beta " << d.beta << ", " << types[0] << " -> " << types[1]);
+    const Tensor a = random_tensor({(d.batch - 1) * d.stride_a + d.m * d.k}, types[0], rng);
+    const Tensor b = random_tensor({(d.batch - 1) * d.stride_b + d.k * d.n}, types[0], rng);
+    const Shape cs{(d.batch - 1) * d.stride_c + d.m * d.n};
+    // C: random where beta reads it; otherwise poisoned on both sides, so gap elements must
+    // keep the poison and every matrix element must be written.
+    Tensor c0 = d.beta != 0.0f ? random_tensor(cs, types[1], rng) : Tensor::empty(cs, types[1]);
+    if (d.beta == 0.0f) poison(c0);
+    Tensor expected = c0.clone();
+    cpu_backend().gemm(d, a, b, expected);
+    Tensor actual = c0.to(gpu());
+    gpu_backend().gemm(d, a.to(gpu()), b.to(gpu()), actual);
+    expect_close(expected, actual, accumulation_tolerance(types[1], d.k),
+                 gemm_magnitude(d, a, b, c0));
   }
 }
 
