@@ -1,5 +1,6 @@
 // Broadcasting, broadcast reductions, expansion, permutation, narrow copies, the row
-// kernels (softmax, layer norm), GEMMs, convolutions and pooling on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// kernels (softmax, layer norm, cross entropy), embedding, GEMMs, convolutions and pooling
+// on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -139,10 +140,11 @@ TEST_CASE("cuda permute and copy_narrow match the CPU on random shapes", "[cuda]
 // per-lane and per-block layouts all occur) under 0 to 3 random leading dims.
 Shape random_rows(std::mt19937& rng) {
   std::uniform_int_distribution<int> pick(0, 3), small(1, 40), large(41, 5000);
-  Shape shape = random_shape(rng, 3);
+  const Shape leading = random_shape(rng, 3);
   // Few rows when they are long: the emulated device runs every thread on the CPU.
   const int64_t cols = pick(rng) == 0 ? large(rng) : small(rng);
-  if (cols > 40) shape.resize(std::min<size_t>(shape.size(), 1));
+  const size_t kept = cols > 40 ? std::min<size_t>(leading.size(), 1) : leading.size();
+  Shape shape(leading.begin(), leading.begin() + static_cast<std::ptrdiff_t>(kept));
   shape.push_back(cols);
   return shape;
 }
@@ -351,6 +353,69 @@ TEST_CASE("cuda gemm matches the CPU on random problems", "[cuda]") {
     gpu_backend().gemm(d, a.to(gpu()), b.to(gpu()), actual);
     expect_close(expected, actual, accumulation_tolerance(types[1], d.k),
                  gemm_magnitude(d, a, b, c0));
+  }
+}
+
+// count ids in [0, upper), as an I32 tensor of `shape`.
+Tensor random_ids(const Shape& shape, int64_t upper, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(upper - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(shape_numel(shape)));
+  for (int32_t& v : ids) v = id(rng);
+  return Tensor::from_ints(ids, shape);
+}
+
+TEST_CASE("cuda cross entropy and embedding match the CPU on random shapes", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(108);
+  std::uniform_int_distribution<int64_t> rows_of(1, 300), classes_of(1, 300), dims_of(1, 70);
+  for (int index = 0; index < kCases; ++index) {
+    const int64_t rows = rows_of(rng), classes = classes_of(rng), dims = dims_of(rng);
+    // Ids of any shape of up to three dims, over a table of `classes` rows.
+    const Shape id_shape = random_shape(rng, 3);
+    for (DType dtype : kFloatingTypes) {
+      INFO("case " << index << ": " << rows << " rows of " << classes << " classes; ids "
+                   << shape_str(id_shape) << " into a table of " << classes << " x " << dims
+                   << ", " << dtype);
+      const Tensor logits = random_tensor({rows, classes}, dtype, rng, -6.0f, 6.0f);
+      const Tensor labels = random_ids({rows}, classes, rng);
+      Tensor loss = Tensor::empty({}, DType::F32), stats = Tensor::empty({rows, 2}, DType::F32);
+      cpu_backend().cross_entropy(logits, labels, loss, stats);
+      const Tensor glogits = logits.to(gpu()), glabels = labels.to(gpu());
+      Tensor gloss = poisoned({}, DType::F32), gstats = poisoned({rows, 2}, DType::F32);
+      gpu_backend().cross_entropy(glogits, glabels, gloss, gstats);
+      expect_close(loss, gloss, tolerance_for(DType::F32));
+      expect_close(stats, gstats, tolerance_for(DType::F32));
+      // The backward from the CPU's statistics: each element is dloss / rows times a
+      // difference of probabilities.
+      const Tensor dloss = Tensor::full({}, 3.0, DType::F32);
+      Tensor dlogits = Tensor::empty({rows, classes}, dtype);
+      cpu_backend().cross_entropy_backward(logits, labels, stats, dloss, dlogits);
+      Tensor gdlogits = poisoned({rows, classes}, dtype);
+      gpu_backend().cross_entropy_backward(glogits, glabels, stats.to(gpu()), dloss.to(gpu()),
+                                           gdlogits);
+      const Tolerance t = tolerance_for(dtype);
+      expect_close(dlogits, gdlogits, {t.rtol, t.atol * 3.0 / static_cast<double>(rows)});
+
+      // Embedding: a gather (the same bits) and its scatter-sum backward.
+      const Tensor table = random_tensor({classes, dims}, dtype, rng);
+      const Tensor ids = random_ids(id_shape, classes, rng);
+      Shape out_shape = id_shape;
+      out_shape.push_back(dims);
+      expect_backends_agree_bitwise(out_shape, dtype, [&](Backend& backend, Device device,
+                                                          Tensor& out) {
+        backend.embedding(table.to(device), ids.to(device), out);
+      });
+      const Tensor dy = random_tensor(out_shape, dtype, rng);
+      Tensor dtable = Tensor::empty({classes, dims}, dtype);
+      cpu_backend().embedding_backward(ids, dy, dtable);
+      Tensor gdtable = poisoned({classes, dims}, dtype);
+      gpu_backend().embedding_backward(ids.to(gpu()), dy.to(gpu()), gdtable);
+      // Each row sums the dy rows of its id in the CPU's order, partly split: within the
+      // dtype's tolerance of the summed magnitudes.
+      Tensor magnitudes = Tensor::empty({classes, dims}, DType::F32);
+      cpu_backend().embedding_backward(ids, abs_of(dy), magnitudes);
+      expect_close(dtable, gdtable, tolerance_for(dtype), magnitudes.to_float_vector());
+    }
   }
 }
 
