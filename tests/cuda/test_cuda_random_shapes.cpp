@@ -1,6 +1,6 @@
 // Broadcasting, broadcast reductions, expansion, permutation, narrow copies, the row
-// kernels (softmax, layer norm, cross entropy), embedding, GEMMs, convolutions and pooling
-// on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
+// kernels (softmax, layer norm, cross entropy, attention softmax), the heads' split and
+// merge, embedding, GEMMs, convolutions and pooling on shapes drawn at random (a fixed seed, so a failure repeats), CUDA against the CPU backend: the
 // fixed cases of the other files pick the patterns their authors thought of, these the ones
 // nobody did (ranks 0 to 5, extents of 1 anywhere, runs of kept and broadcast dims that
 // merge or do not, odd sizes that leave vector tails).
@@ -415,6 +415,57 @@ TEST_CASE("cuda cross entropy and embedding match the CPU on random shapes", "[c
       Tensor magnitudes = Tensor::empty({classes, dims}, DType::F32);
       cpu_backend().embedding_backward(ids, abs_of(dy), magnitudes);
       expect_close(dtable, gdtable, tolerance_for(dtype), magnitudes.to_float_vector());
+    }
+  }
+}
+
+TEST_CASE("cuda attention softmax and the heads' split and merge match the CPU on random shapes",
+          "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(109);
+  std::uniform_int_distribution<int64_t> extent(1, 4), length(1, 300), head_dim(1, 70);
+  std::bernoulli_distribution with_dropout(0.5);
+  const PhiloxKey key{1234, 77};
+  for (int index = 0; index < kCases; ++index) {
+    // Scores [B, H, R, C] of any R and C (the mask is causal over the last two dims).
+    const Shape shape{extent(rng), extent(rng), length(rng) / 4 + 1, length(rng)};
+    const float p = with_dropout(rng) ? 0.2f : 0.0f;
+    // Heads: qkv [B, T, 3 * H * D] and q, k, v [B, H, T, D].
+    const int64_t b = extent(rng), t = length(rng) / 4 + 1, h = extent(rng), d = head_dim(rng);
+    for (DType dtype : kFloatingTypes) {
+      INFO("case " << index << ": scores " << shape_str(shape) << ", p " << p << "; heads B "
+                   << b << " T " << t << " H " << h << " D " << d << ", " << dtype);
+      const Tensor scores = random_tensor(shape, DType::F32, rng, -6.0f, 6.0f);
+      Tensor probs = Tensor::empty(shape, DType::F32), operand = Tensor::empty(shape, dtype);
+      cpu_backend().attention_softmax(scores, p, key, probs, operand);
+      Tensor gprobs = poisoned(shape, DType::F32), goperand = poisoned(shape, dtype);
+      gpu_backend().attention_softmax(scores.to(gpu()), p, key, gprobs, goperand);
+      expect_close(probs, gprobs);
+      expect_close(operand, goperand);
+      // The backward from the CPU's probabilities: each row's values are O(1) sums of the
+      // row's products, so within the dtype's tolerance.
+      const Tensor dprobs = random_tensor(shape, DType::F32, rng);
+      Tensor ds = Tensor::empty(shape, dtype);
+      cpu_backend().attention_softmax_backward(probs, dprobs, p, key, ds);
+      Tensor gds = poisoned(shape, dtype);
+      gpu_backend().attention_softmax_backward(probs.to(gpu()), dprobs.to(gpu()), p, key, gds);
+      expect_close(ds, gds);
+
+      const Shape qkv_shape{b, t, 3 * h * d}, head_shape{b, h, t, d};
+      const Tensor qkv = random_tensor(qkv_shape, dtype, rng);
+      Tensor q = Tensor::empty(head_shape, dtype), k = Tensor::empty(head_shape, dtype),
+             v = Tensor::empty(head_shape, dtype);
+      cpu_backend().split_heads(qkv, q, k, v);
+      Tensor gq = poisoned(head_shape, dtype), gk = poisoned(head_shape, dtype),
+             gv = poisoned(head_shape, dtype);
+      gpu_backend().split_heads(qkv.to(gpu()), gq, gk, gv);
+      expect_bits_equal(q, gq);
+      expect_bits_equal(k, gk);
+      expect_bits_equal(v, gv);
+      expect_backends_agree_bitwise(qkv_shape, dtype, [&](Backend& backend, Device device,
+                                                          Tensor& out) {
+        backend.merge_heads(q.to(device), k.to(device), v.to(device), out);
+      });
     }
   }
 }
