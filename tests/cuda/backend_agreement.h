@@ -86,11 +86,19 @@ inline void poison(Tensor& t) {
   if (!bytes.empty()) backend_for(t.device()).copy_from_host(t.data(), bytes.data(), bytes.size());
 }
 
-// A new GPU tensor whose every element is poisoned.
-inline Tensor poisoned(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype, gpu());
+// A new tensor on `device` (the GPU unless given) whose every element is poisoned.
+inline Tensor poisoned(const Shape& shape, DType dtype, Device device = gpu()) {
+  Tensor t = Tensor::empty(shape, dtype, device);
   poison(t);
   return t;
+}
+
+// `count` ids drawn uniformly from [0, upper).
+inline std::vector<int32_t> random_ids(int64_t count, int64_t upper, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(upper - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
 }
 
 // The raw element bits of a tensor (on any device), zero-extended to 32 bits.
@@ -135,6 +143,14 @@ void expect_backends_agree_bitwise(const Shape& shape, DType dtype, const Primit
   Tensor actual = poisoned(shape, dtype);
   primitive(gpu_backend(), gpu(), actual);
   expect_bits_equal(expected, actual);
+}
+
+// The lines of `text`, without their line ends.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
 }
 
 struct Tolerance {

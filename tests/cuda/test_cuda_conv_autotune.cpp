@@ -281,9 +281,7 @@ TEST_CASE("a tuned convolution's candidates and their times go to the tuning log
       timed_by([&] { gpu_backend().conv2d_backward_filter(gx, gdy, s.desc, dw, nullptr); });
   const std::string logged = autotune_log().substr(before);
   INFO(logged);
-  std::vector<std::string> lines;
-  std::istringstream in(logged);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const std::vector<std::string> lines = lines_of(logged);
   if (timed == 0) {
     // A cuDNN that offers one algorithm for this problem leaves nothing to time or log (the
     // emulated one offers four, so this is a GPU's case only).

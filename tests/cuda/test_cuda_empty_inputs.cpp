@@ -13,13 +13,6 @@
 namespace mixprec::cuda_test {
 namespace {
 
-// A poisoned tensor on `device`.
-Tensor poisoned_on(Device device, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype, device);
-  poison(t);
-  return t;
-}
-
 // Runs `call(backend, device)` on both backends and compares every output it returns, one
 // after the other, bit for bit: with nothing to sum, no rounding can differ. The cases are
 // chosen so that the CPU writes every element of them, which is checked too, so a poisoned
@@ -47,7 +40,7 @@ TEST_CASE("cuda layer_norm_backward over zero rows zeroes the parameter gradient
       const Tensor mean = Tensor::empty({0}, DType::F32, device);
       const Tensor rstd = Tensor::empty({0}, DType::F32, device);
       Tensor dx = Tensor::empty({0, 5}, dtype, device);
-      Tensor dweight = poisoned_on(device, {5}, dtype), dbias = poisoned_on(device, {5}, dtype);
+      Tensor dweight = poisoned({5}, dtype, device), dbias = poisoned({5}, dtype, device);
       const Tensor w = weight.to(device);
       backend.layer_norm_backward(x, &w, mean, rstd, dy, dx, &dweight, &dbias);
       return std::vector<Tensor>{dweight, dbias};
@@ -62,7 +55,7 @@ TEST_CASE("cuda embedding_backward of no ids zeroes the table's gradient", "[cud
     check_both([&](Backend& backend, Device device) {
       const Tensor ids = Tensor::empty({0}, DType::I32, device);
       const Tensor dy = Tensor::empty({0, 4}, dtype, device);
-      Tensor dweight = poisoned_on(device, {6, 4}, dtype);
+      Tensor dweight = poisoned({6, 4}, dtype, device);
       backend.embedding_backward(ids, dy, dweight);
       return std::vector<Tensor>{dweight};
     });
@@ -77,7 +70,7 @@ TEST_CASE("cuda cross_entropy of zero rows writes the CPU's loss", "[cuda]") {
   const auto loss_of = [](Backend& backend, Device device, DType dtype) {
     const Tensor logits = Tensor::empty({0, 3}, dtype, device);
     const Tensor labels = Tensor::empty({0}, DType::I32, device);
-    Tensor loss = poisoned_on(device, {}, DType::F32);
+    Tensor loss = poisoned({}, DType::F32, device);
     Tensor row_stats = Tensor::empty({0, 2}, DType::F32, device);
     backend.cross_entropy(logits, labels, loss, row_stats);
     return loss;
@@ -101,7 +94,7 @@ TEST_CASE("cuda conv2d over zero input channels is its bias, or zero", "[cuda]")
         const Tensor x = Tensor::empty({2, 0, 5, 5}, dtype, device);
         const Tensor w = Tensor::empty({3, 0, 3, 3}, dtype, device);
         const Tensor b = bias.to(device);
-        Tensor y = poisoned_on(device, {2, 3, 3, 3}, dtype);
+        Tensor y = poisoned({2, 3, 3, 3}, dtype, device);
         backend.conv2d(x, w, with_bias ? &b : nullptr, Conv2dDesc{}, y);
         return std::vector<Tensor>{y};
       });
@@ -117,7 +110,7 @@ TEST_CASE("cuda conv2d backward passes with nothing to sum write zeros", "[cuda]
     check_both([&](Backend& backend, Device device) {
       const Tensor dy = Tensor::empty({2, 0, 3, 3}, dtype, device);
       const Tensor w = Tensor::empty({0, 2, 3, 3}, dtype, device);
-      Tensor dx = poisoned_on(device, {2, 2, 5, 5}, dtype);
+      Tensor dx = poisoned({2, 2, 5, 5}, dtype, device);
       backend.conv2d_backward_data(dy, w, Conv2dDesc{}, dx);
       return std::vector<Tensor>{dx};
     });
@@ -125,7 +118,7 @@ TEST_CASE("cuda conv2d backward passes with nothing to sum write zeros", "[cuda]
     check_both([&](Backend& backend, Device device) {
       const Tensor x = Tensor::empty({0, 2, 5, 5}, dtype, device);
       const Tensor dy = Tensor::empty({0, 3, 3, 3}, dtype, device);
-      Tensor dw = poisoned_on(device, {3, 2, 3, 3}, dtype), dbias = poisoned_on(device, {3}, dtype);
+      Tensor dw = poisoned({3, 2, 3, 3}, dtype, device), dbias = poisoned({3}, dtype, device);
       backend.conv2d_backward_filter(x, dy, Conv2dDesc{}, dw, &dbias);
       return std::vector<Tensor>{dw, dbias};
     });

@@ -23,14 +23,6 @@
 
 namespace {
 
-// The lines of `text`, without their line ends.
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 using namespace mixprec;
 using namespace mixprec::cuda_test;
 

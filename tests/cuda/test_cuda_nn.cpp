@@ -27,20 +27,6 @@ constexpr int64_t kColumns[] = {1, 7, 1023, 1024, 4096, 4097};
 
 Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
 
-// A CPU tensor whose every element is poisoned (for primitives that keep part of dst).
-Tensor poisoned_cpu(const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  poison(t);
-  return t;
-}
-
-std::vector<int32_t> random_ids(int64_t count, int64_t upper, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(upper - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(count));
-  for (int32_t& id : ids) id = dist(rng);
-  return ids;
-}
-
 // The same tolerance with the absolute floor scaled to the size of the results (for outputs
 // much smaller than 1, such as a gradient divided by the batch).
 Tolerance scaled(DType dtype, double scale) {
@@ -251,7 +237,7 @@ TEST_CASE("cuda copy_narrow writes its range and keeps the rest of dst", "[cuda]
       const Tensor src = dtype == DType::I32
                              ? Tensor::from_ints(random_ids(shape_numel(c.src), 1000, rng), c.src)
                              : random_tensor(c.src, dtype, rng);
-      Tensor expected = poisoned_cpu(c.dst, dtype);
+      Tensor expected = poisoned(c.dst, dtype, kCPU);
       cpu_backend().copy_narrow(src, c.dim, c.src_start, expected, c.dst_start, c.length);
       Tensor actual = poisoned(c.dst, dtype);
       gpu_backend().copy_narrow(on_gpu(src), c.dim, c.src_start, actual, c.dst_start, c.length);

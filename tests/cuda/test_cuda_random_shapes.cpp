@@ -356,14 +356,6 @@ TEST_CASE("cuda gemm matches the CPU on random problems", "[cuda]") {
   }
 }
 
-// count ids in [0, upper), as an I32 tensor of `shape`.
-Tensor random_ids(const Shape& shape, int64_t upper, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(upper - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(shape_numel(shape)));
-  for (int32_t& v : ids) v = id(rng);
-  return Tensor::from_ints(ids, shape);
-}
-
 TEST_CASE("cuda cross entropy and embedding match the CPU on random shapes", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(108);
@@ -377,7 +369,7 @@ TEST_CASE("cuda cross entropy and embedding match the CPU on random shapes", "[c
                    << shape_str(id_shape) << " into a table of " << classes << " x " << dims
                    << ", " << dtype);
       const Tensor logits = random_tensor({rows, classes}, dtype, rng, -6.0f, 6.0f);
-      const Tensor labels = random_ids({rows}, classes, rng);
+      const Tensor labels = Tensor::from_ints(random_ids(rows, classes, rng), {rows});
       Tensor loss = Tensor::empty({}, DType::F32), stats = Tensor::empty({rows, 2}, DType::F32);
       cpu_backend().cross_entropy(logits, labels, loss, stats);
       const Tensor glogits = logits.to(gpu()), glabels = labels.to(gpu());
@@ -398,7 +390,7 @@ TEST_CASE("cuda cross entropy and embedding match the CPU on random shapes", "[c
 
       // Embedding: a gather (the same bits) and its scatter-sum backward.
       const Tensor table = random_tensor({classes, dims}, dtype, rng);
-      const Tensor ids = random_ids(id_shape, classes, rng);
+      const Tensor ids = Tensor::from_ints(random_ids(shape_numel(id_shape), classes, rng), id_shape);
       Shape out_shape = id_shape;
       out_shape.push_back(dims);
       expect_backends_agree_bitwise(out_shape, dtype, [&](Backend& backend, Device device,
