@@ -74,6 +74,13 @@ struct SgdParamStep {
   Tensor* working = nullptr;   // null: no working copy
 };
 
+// One leaf gradient of Backend::widen_gradients. The pointers must stay valid for the call.
+struct GradientWidening {
+  const Tensor* source = nullptr;       // F16 or BF16: the gradient the backward computed
+  Tensor* destination = nullptr;        // F32 of the same shape: the leaf's .grad
+  bool accumulate = false;              // add into destination rather than overwrite it
+};
+
 // 2-D convolution of NCHW input with OIHW weights (groups = 1, dilation = 1).
 struct Conv2dDesc {
   int64_t stride_h = 1, stride_w = 1;
@@ -113,6 +120,14 @@ class Backend {
   virtual void cast(const Tensor& x, Tensor& y) = 0;
   // Same dtype and number of elements: a raw copy.
   virtual void copy(const Tensor& x, Tensor& y) = 0;
+  // The 16-bit gradients of a backward's leaves into their F32 .grad buffers, all in one
+  // call (the autograd engine gathers them for the end of the pass, so a GPU widens every
+  // parameter's gradient in one launch instead of one each). For each item, every element
+  // of the destination becomes float(source) or, with accumulate, destination + float(source)
+  // rounded once to F32: the bits of cast() into F32 followed, with accumulate, by
+  // binary(Add). Sources may share memory with each other (the engine can hand one tensor
+  // to several leaves); a destination may share memory with nothing else in the call.
+  virtual void widen_gradients(const std::vector<GradientWidening>& items) = 0;
 
   // ---- elementwise ------------------------------------------------------------------------
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& y) = 0;

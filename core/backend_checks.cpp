@@ -1,5 +1,6 @@
 #include "core/backend_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -174,6 +175,61 @@ void copy(Device device, const Tensor& x, const Tensor& y) {
   all_on_device("copy", device, {{"x", &x}, {"y", &y}});
   MIXPREC_CHECK(x.dtype() == y.dtype() && x.numel() == y.numel(), "copy: ", describe(x), " and ",
                 describe(y), " differ");
+}
+
+namespace {
+
+// A range of bytes a widen_gradients item names: its source or its destination.
+struct WideningRange {
+  uintptr_t begin = 0, end = 0;
+  size_t item = 0;
+  bool destination = false;
+};
+
+std::string range_name(const WideningRange& r) {
+  return detail::concat(r.destination ? "the destination" : "the source", " of item ", r.item);
+}
+
+}  // namespace
+
+void widen_gradients(Device device, const std::vector<GradientWidening>& items) {
+  constexpr const char* kOp = "widen_gradients";
+  std::vector<WideningRange> ranges;
+  ranges.reserve(2 * items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    const GradientWidening& item = items[k];
+    MIXPREC_CHECK(item.source != nullptr && item.destination != nullptr, kOp, ": item ", k,
+                  " lacks its ", item.source == nullptr ? "source" : "destination");
+    const Tensor& source = *item.source;
+    const Tensor& destination = *item.destination;
+    all_on_device(kOp, device, {{"source", &source}, {"destination", &destination}});
+    MIXPREC_CHECK(source.dtype() == DType::F16 || source.dtype() == DType::BF16, kOp, ": item ",
+                  k, "'s source ", describe(source), " must be F16 or BF16");
+    MIXPREC_CHECK(destination.dtype() == DType::F32, kOp, ": item ", k, "'s destination ",
+                  describe(destination), " must be F32");
+    same_shape(kOp, source, destination);
+    for (const Tensor* t : {&source, &destination}) {
+      if (t->numel() == 0) continue;
+      const auto begin = reinterpret_cast<uintptr_t>(t->data());
+      ranges.push_back({begin, begin + t->nbytes(), k, t == &destination});
+    }
+  }
+  // One sweep in address order: a destination starting before the furthest end of any
+  // earlier range overlaps it, and so does a source starting before the furthest end of an
+  // earlier destination. Sources alone may overlap.
+  std::sort(ranges.begin(), ranges.end(),
+            [](const WideningRange& a, const WideningRange& b) { return a.begin < b.begin; });
+  const WideningRange* furthest = nullptr;
+  const WideningRange* furthest_destination = nullptr;
+  for (const WideningRange& r : ranges) {
+    const WideningRange* earlier = r.destination ? furthest : furthest_destination;
+    MIXPREC_CHECK(earlier == nullptr || r.begin >= earlier->end, kOp, ": ", range_name(r),
+                  " overlaps ", range_name(*earlier),
+                  "; every destination must be memory of its own");
+    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
+    if (r.destination && (furthest_destination == nullptr || r.end > furthest_destination->end))
+      furthest_destination = &r;
+  }
 }
 
 // ---- elementwise --------------------------------------------------------------------------

@@ -63,6 +63,9 @@ struct Channels {
 // ---- fills, casts, copies -----------------------------------------------------------------
 void cast(Device device, const Tensor& x, const Tensor& y);
 void copy(Device device, const Tensor& x, const Tensor& y);
+// Each item's source F16 or BF16, destination F32 of the same shape, both on `device`; no
+// destination overlaps a source or another destination (sources may overlap each other).
+void widen_gradients(Device device, const std::vector<GradientWidening>& items);
 
 // ---- elementwise --------------------------------------------------------------------------
 void unary(Device device, const Tensor& x, const Tensor& y);

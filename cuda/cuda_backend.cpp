@@ -297,6 +297,33 @@ void CudaBackend::unscale_and_check(const std::vector<Tensor>& grads, double inv
   unscale_grads("unscale_and_check", grads, inv_scale, nullptr, found_inf, tensor_flags);
 }
 
+void CudaBackend::widen_gradients(const std::vector<GradientWidening>& items) {
+  backend_checks::widen_gradients(device(), items);
+  if (items.empty()) return;
+  use_device();
+  std::vector<kernels::TensorRef> sources;
+  std::vector<kernels::WidenTarget> targets;
+  sources.reserve(items.size());
+  targets.reserve(items.size());
+  for (const GradientWidening& item : items) {
+    const Tensor& source = *item.source;
+    sources.push_back({const_cast<void*>(source.data()), source.numel(), source.dtype()});
+    targets.push_back({item.destination->data_as<float>(), item.accumulate ? 1 : 0});
+  }
+  const kernels::MultiTensorTable table =
+      kernels::make_multi_tensor_table("widen_gradients", sources);
+  if (table.chunks == 0) return;
+  // The table and its targets in one upload.
+  const size_t targets_offset = kernels::widen_targets_offset(table);
+  std::vector<unsigned char> block(targets_offset + targets.size() * sizeof(kernels::WidenTarget));
+  std::memcpy(block.data(), table.bytes.data(), table.bytes.size());
+  std::memcpy(block.data() + targets_offset, targets.data(),
+              targets.size() * sizeof(kernels::WidenTarget));
+  Scratch device_block(allocator_, block.size());
+  copy_from_host(device_block.get(), block.data(), block.size());
+  kernels::widen_gradients(table, device_block.get(), stream_);
+}
+
 void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   constexpr const char* kOp = "squared_norms";
   backend_checks::squared_norms(device(), xs, out);

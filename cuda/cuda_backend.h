@@ -80,6 +80,7 @@ class CudaBackend final : public Backend {
   void random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) override;
   void cast(const Tensor& x, Tensor& y) override;
   void copy(const Tensor& x, Tensor& y) override;
+  void widen_gradients(const std::vector<GradientWidening>& items) override;
 
   // ---- elementwise ------------------------------------------------------------------------
   void unary(UnaryOp op, const Tensor& x, Tensor& y) override;

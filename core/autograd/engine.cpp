@@ -117,40 +117,77 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
   std::vector<std::shared_ptr<Node>> ready{root_edge.node};
 
   const bool anomaly = anomaly_mode_enabled();
-  while (!ready.empty()) {
-    std::shared_ptr<Node> node = std::move(ready.back());
-    ready.pop_back();
-    std::vector<Tensor> grad_outputs = std::move(buffers[node.get()]);
-    buffers.erase(node.get());
-    grad_outputs.resize(node->outputs.size());
-    for (size_t i = 0; i < grad_outputs.size(); ++i)
-      if (!grad_outputs[i].defined()) {
-        const OutputMeta& m = node->outputs[i];
-        grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
-      }
+  // Leaves' 16-bit gradients are widened into their F32 .grad buffers once the pass ends;
+  // nothing reads a leaf's .grad before then. A pass that fails part-way still widens what
+  // it gathered, so the leaves it reached keep their gradients as when each was widened on
+  // arrival (unless the widening fails too, which only a broken device does: those buffers
+  // are then undefined, and the first error is the one reported).
+  PendingWidenings widenings;
+  try {
+    while (!ready.empty()) {
+      std::shared_ptr<Node> node = std::move(ready.back());
+      ready.pop_back();
+      std::vector<Tensor> grad_outputs = std::move(buffers[node.get()]);
+      buffers.erase(node.get());
+      grad_outputs.resize(node->outputs.size());
+      for (size_t i = 0; i < grad_outputs.size(); ++i)
+        if (!grad_outputs[i].defined()) {
+          const OutputMeta& m = node->outputs[i];
+          grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
+        }
 
-    check_saved_versions(*node);  // again: this backward's own .grad updates count too
-    std::vector<Tensor> grad_inputs;
-    if (AccumulateGrad* leaf = node->as_accumulator())
-      leaf->accumulate(grad_outputs[0], options.grad_mode, loss_scale);
-    else
-      grad_inputs = node->apply(grad_outputs);
-    if (anomaly) check_gradients(*node, grad_inputs);
-    if (!options.retain_graph) node->release();
-    MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
-                  "' returned ", grad_inputs.size(), " gradients for ", node->next_edges.size(),
-                  " inputs");
-    for (size_t i = 0; i < node->next_edges.size(); ++i) {
-      const Edge& edge = node->next_edges[i];
-      if (!edge.valid()) continue;
-      Node* next = edge.node.get();
-      if (i < grad_inputs.size() && grad_inputs[i].defined()) {
-        std::vector<Tensor>& slots = buffers[next];
-        slots.resize(next->outputs.size());
-        add_into(slots[edge.input_nr], grad_inputs[i], next->outputs[edge.input_nr].dtype);
+      check_saved_versions(*node);  // again: this backward's own .grad updates count too
+      std::vector<Tensor> grad_inputs;
+      if (AccumulateGrad* leaf = node->as_accumulator())
+        leaf->accumulate(grad_outputs[0], options.grad_mode, loss_scale, &widenings);
+      else
+        grad_inputs = node->apply(grad_outputs);
+      if (anomaly) check_gradients(*node, grad_inputs);
+      if (!options.retain_graph) node->release();
+      MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
+                    "' returned ", grad_inputs.size(), " gradients for ", node->next_edges.size(),
+                    " inputs");
+      for (size_t i = 0; i < node->next_edges.size(); ++i) {
+        const Edge& edge = node->next_edges[i];
+        if (!edge.valid()) continue;
+        Node* next = edge.node.get();
+        if (i < grad_inputs.size() && grad_inputs[i].defined()) {
+          std::vector<Tensor>& slots = buffers[next];
+          slots.resize(next->outputs.size());
+          add_into(slots[edge.input_nr], grad_inputs[i], next->outputs[edge.input_nr].dtype);
+        }
+        if (--deps[next] == 0) ready.push_back(edge.node);
       }
-      if (--deps[next] == 0) ready.push_back(edge.node);
     }
+  } catch (...) {
+    try {
+      widenings.flush();
+    } catch (...) {
+    }
+    throw;
+  }
+  widenings.flush();
+}
+
+void PendingWidenings::add(const Tensor& source, const Tensor& destination, bool accumulate) {
+  items_.push_back({source, destination, accumulate});
+}
+
+void PendingWidenings::flush() {
+  std::vector<Item> items = std::move(items_);
+  items_.clear();
+  // One call per device, each with its items in the order they arrived.
+  std::vector<bool> done(items.size(), false);
+  for (size_t first = 0; first < items.size(); ++first) {
+    if (done[first]) continue;
+    const Device device = items[first].destination.device();
+    std::vector<GradientWidening> batch;
+    for (size_t k = first; k < items.size(); ++k) {
+      if (done[k] || items[k].destination.device() != device) continue;
+      batch.push_back({&items[k].source, &items[k].destination, items[k].accumulate});
+      done[k] = true;
+    }
+    backend_for(device).widen_gradients(batch);
   }
 }
 
@@ -164,7 +201,8 @@ Tensor AccumulateGrad::leaf() const {
   return impl ? Tensor(impl) : Tensor();
 }
 
-void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode, double loss_scale) {
+void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode, double loss_scale,
+                                PendingWidenings* widenings) {
   std::shared_ptr<TensorImpl> leaf_impl = leaf_.lock();
   if (!leaf_impl) return;
   NoGradGuard no_grad;
@@ -172,13 +210,25 @@ void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode, double loss_s
   AutogradMeta& meta = leaf.autograd_meta();
   MIXPREC_CHECK(grad.shape() == leaf.shape(), "backward: gradient ", describe(grad),
                 " does not match the leaf ", describe(leaf));
-  const Tensor g = grad.to(meta.grad_dtype.value_or(leaf.dtype()));
-  if (!meta.grad.defined() || mode == GradMode::Overwrite) {
-    // A private copy: the incoming tensor may be shared with other parts of the graph.
-    meta.grad = g.is_same(grad) ? g.clone() : g;
+  const DType grad_dtype = meta.grad_dtype.value_or(leaf.dtype());
+  const bool fresh = !meta.grad.defined() || mode == GradMode::Overwrite;
+  if (widenings != nullptr && grad_dtype == DType::F32 &&
+      (grad.dtype() == DType::F16 || grad.dtype() == DType::BF16)) {
+    if (fresh) {
+      meta.grad = Tensor::empty(leaf.shape(), DType::F32, leaf.device());
+    } else {
+      meta.grad.mark_modified();
+    }
+    widenings->add(grad, meta.grad, !fresh);
   } else {
-    backend_for(leaf.device()).binary(BinaryOp::Add, meta.grad, g, meta.grad);
-    meta.grad.mark_modified();
+    const Tensor g = grad.to(grad_dtype);
+    if (fresh) {
+      // A private copy: the incoming tensor may be shared with other parts of the graph.
+      meta.grad = g.is_same(grad) ? g.clone() : g;
+    } else {
+      backend_for(leaf.device()).binary(BinaryOp::Add, meta.grad, g, meta.grad);
+      meta.grad.mark_modified();
+    }
   }
   // Either a fresh buffer, zeros, or a sum of gradients of this scale (check_grad_scale ran
   // before the pass started).

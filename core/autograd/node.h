@@ -66,6 +66,29 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released = false;  // saved tensors were freed by an earlier backward
 };
 
+// The 16-bit gradients bound for F32 .grad buffers during one backward pass, widened
+// together when it ends (Backend::widen_gradients): one call per device instead of a cast
+// per leaf, which on a GPU is one launch for every parameter.
+class PendingWidenings {
+ public:
+  PendingWidenings() = default;
+  PendingWidenings(const PendingWidenings&) = delete;
+  PendingWidenings& operator=(const PendingWidenings&) = delete;
+  // destination (F32) becomes float(source), or destination + float(source) with
+  // `accumulate`, at the next flush(). Both stay referenced until then.
+  void add(const Tensor& source, const Tensor& destination, bool accumulate);
+  // Widens everything added, in one widen_gradients call per device, and forgets it (also
+  // when the call throws).
+  void flush();
+
+ private:
+  struct Item {
+    Tensor source, destination;
+    bool accumulate = false;
+  };
+  std::vector<Item> items_;
+};
+
 // Sink of a leaf tensor: adds (or writes, in GradMode::Overwrite) incoming gradients into
 // the leaf's .grad. Accumulation is in place, as in PyTorch: a handle to .grad taken
 // earlier sees the sum.
@@ -79,7 +102,11 @@ class AccumulateGrad final : public Node {
   // replaces .grad with a private copy when there is none yet or `mode` is Overwrite. Does
   // nothing once the leaf is gone. Runs its arithmetic unrecorded.
   // `loss_scale` is the scale the backward's root carried; it becomes the .grad's tag.
-  void accumulate(const Tensor& grad, GradMode mode, double loss_scale = 1.0);
+  // With `widenings`, an F16/BF16 gradient bound for an F32 .grad is left there instead:
+  // .grad is then its new buffer (or the existing one it will be added to), holding its
+  // values only once the caller has flushed them, before anything reads .grad.
+  void accumulate(const Tensor& grad, GradMode mode, double loss_scale = 1.0,
+                  PendingWidenings* widenings = nullptr);
   // The leaf, or an undefined tensor once it is gone.
   Tensor leaf() const;
   bool keeps_graph() const override { return true; }

@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
   void random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) override;
   void cast(const Tensor& x, Tensor& y) override;
   void copy(const Tensor& x, Tensor& y) override;
+  void widen_gradients(const std::vector<GradientWidening>& items) override;
   bool all_finite(const Tensor& x) override;
   int64_t find_out_of_range(const Tensor& ids, int64_t upper) override;
 

@@ -262,6 +262,23 @@ void CpuBackend::copy(const Tensor& x, Tensor& y) {
   if (x.data() != y.data()) std::memcpy(y.data(), x.data(), x.nbytes());
 }
 
+void CpuBackend::widen_gradients(const std::vector<GradientWidening>& items) {
+  backend_checks::widen_gradients(kCPU, items);
+  for (const GradientWidening& item : items) {
+    const int64_t n = item.source->numel();
+    float* dst = item.destination->data_as<float>();
+    MIXPREC_DISPATCH_FLOATING(item.source->dtype(), "widen_gradients", [&] {
+      const scalar_t* src = static_cast<const scalar_t*>(item.source->data());
+      if (!item.accumulate) {
+        cpu::load_f32_parallel(src, dst, n);
+        return;
+      }
+      // The sum cast() then binary(Add) would give: the widening is exact, then one F32 add.
+      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + to_float(src[i]);
+    });
+  }
+}
+
 bool CpuBackend::all_finite(const Tensor& x) {
   if (x.dtype() == DType::I32) return true;
   return MIXPREC_DISPATCH_FLOATING(x.dtype(), "all_finite", [&] {

@@ -171,6 +171,49 @@ __global__ void __launch_bounds__(kThreads) tensor_norms_kernel(const TableEntry
   }
 }
 
+// ---- widening 16-bit gradients -------------------------------------------------------------------
+
+// One chunk by one block: four sources at a time, loaded as one 8-byte pack and stored as one
+// 16-byte pack of floats where both sides are aligned for it, one element at a time for the
+// rest. The sum with an accumulating target is one F32 add, as binary(Add) computes it.
+template <class T>
+__device__ void widen_span(const T* src, float* dst, int64_t len, bool accumulate) {
+  constexpr int V = 4;
+  int64_t i = threadIdx.x;
+  if (aligned_to(src, V * sizeof(T)) && aligned_to(dst, V * sizeof(float))) {
+    const int64_t packs = len / V;
+    for (int64_t k = threadIdx.x; k < packs; k += kThreads) {
+      const Pack<T, V> x = reinterpret_cast<const Pack<T, V>*>(src)[k];
+      Pack<float, V> y;
+      if (accumulate) y = reinterpret_cast<const Pack<float, V>*>(dst)[k];
+#pragma unroll
+      for (int j = 0; j < V; ++j) y.v[j] = accumulate ? y.v[j] + to_float(x.v[j]) : to_float(x.v[j]);
+      reinterpret_cast<Pack<float, V>*>(dst)[k] = y;
+    }
+    i = packs * V + threadIdx.x;
+  }
+  for (; i < len; i += kThreads) dst[i] = accumulate ? dst[i] + to_float(src[i]) : to_float(src[i]);
+}
+
+__global__ void __launch_bounds__(kThreads) widen_kernel(const TableEntry* entries,
+                                                        const TableChunk* chunks,
+                                                        int64_t num_chunks,
+                                                        const WidenTarget* targets) {
+  for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const TableChunk chunk = chunks[c];
+    const TableEntry e = entries[chunk.tensor];
+    const WidenTarget target = targets[chunk.tensor];
+    const int64_t len = chunk_length(e, chunk);
+    float* dst = target.data + chunk.begin;
+    if (e.dtype == kF16) {
+      widen_span(static_cast<const half*>(e.data) + chunk.begin, dst, len, target.accumulate != 0);
+    } else if (e.dtype == kBF16) {
+      widen_span(static_cast<const bfloat16*>(e.data) + chunk.begin, dst, len,
+                 target.accumulate != 0);
+    }
+  }
+}
+
 // ---- clipping by the total norm -----------------------------------------------------------------
 
 // One thread: the sums in double in index order (the CPU backend's order), the norm and the
@@ -265,6 +308,16 @@ void unscale_and_check_on_device(const MultiTensorTable& table, const void* devi
                                  const int32_t* scale_state, float* found_inf, int32_t* flags,
                                  cudaStream_t stream) {
   launch_unscale(table, device_table, 1.0, false, scale_state, found_inf, flags, stream);
+}
+
+void widen_gradients(const MultiTensorTable& table, const void* device_block,
+                     cudaStream_t stream) {
+  if (table.chunks == 0) return;
+  const auto* targets = reinterpret_cast<const WidenTarget*>(
+      static_cast<const unsigned char*>(device_block) + widen_targets_offset(table));
+  MIXPREC_LAUNCH(chunk_grid(table.chunks), kThreads, stream, widen_kernel)(
+      table_entries(device_block), table_chunks(table, device_block), table.chunks, targets);
+  CUDA_CHECK_LAST();
 }
 
 void squared_norms(const MultiTensorTable& table, const void* device_table, float* partials,

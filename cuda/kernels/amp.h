@@ -38,6 +38,13 @@ void unscale_and_check_on_device(const MultiTensorTable& table, const void* devi
                                  const int32_t* scale_state, float* found_inf, int32_t* flags,
                                  cudaStream_t stream);
 
+// Backend::widen_gradients: every element of the F32 target of each table entry (the
+// F16/BF16 sources; `device_block` holds the table's bytes, then its WidenTarget array at
+// widen_targets_offset) becomes float(source), or target + float(source) rounded once where
+// the target accumulates. One launch for all tensors.
+void widen_gradients(const MultiTensorTable& table, const void* device_block,
+                     cudaStream_t stream);
+
 // out[t] (F32, table.tensors entries) = sum of squares of tensor t, FP32 accumulation:
 // each chunk's sum by a fixed tree into partials (table.chunks floats of device scratch),
 // then each tensor's chunk sums added in chunk order.

@@ -53,4 +53,16 @@ inline size_t table_chunks_offset(int64_t tensors) {
   return (static_cast<size_t>(tensors) * sizeof(TableEntry) + 15) / 16 * 16;
 }
 
+// widen_gradients' destination for table entry t (its source): F32 of the same numel,
+// overwritten or, when accumulate is non-zero, added to. The targets follow the table's bytes
+// from the first 16-byte boundary after them (widen_targets_offset).
+struct WidenTarget {
+  float* data;
+  int64_t accumulate;
+};
+
+inline size_t widen_targets_offset(const MultiTensorTable& table) {
+  return (table.bytes.size() + 15) / 16 * 16;
+}
+
 }  // namespace mixprec::kernels

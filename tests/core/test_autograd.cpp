@@ -7,6 +7,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/autograd/record.h"
+#include "core/error.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
 
@@ -71,6 +72,28 @@ Tensor test_widen(const Tensor& x, DType* seen) {
     attach_output(node, y);
   }
   return y;
+}
+
+// y = x on the host; its backward throws, as a failing op's would.
+struct FailBackward final : Node {
+  std::string name() const override { return "test_fail"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>&) override {
+    MIXPREC_FAIL("test_fail: backward failed on purpose");
+  }
+};
+
+Tensor test_fail(const Tensor& x) {
+  Tensor y = x.detach().clone();
+  if (auto node = make_node<FailBackward>({&x})) attach_output(node, y);
+  return y;
+}
+
+// A leaf of `dtype` whose .grad is kept in F32, as a 16-bit parameter's working copy is.
+Tensor f32_grad_leaf(const std::vector<float>& values, DType dtype) {
+  Tensor leaf = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, dtype);
+  leaf.set_requires_grad(true);
+  leaf.set_grad_dtype(DType::F32);
+  return leaf;
 }
 
 double sum_all(const Tensor& t) {
@@ -268,4 +291,42 @@ TEST_CASE("very deep graphs neither overflow the stack in backward nor in destru
     CHECK(x.grad().item() == 1.0);
   }
   CHECK(sum_all(x.grad()) == 1.0);
+}
+
+TEST_CASE("16-bit gradients reach F32 .grad buffers accumulated and overwritten as before",
+          "[autograd]") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    INFO(dtype);
+    Tensor a = f32_grad_leaf({1.0f, 2.0f, 3.0f}, dtype);
+    Tensor b = f32_grad_leaf({4.0f, 5.0f, 6.0f}, dtype);
+    const Tensor seed = Tensor::from_vector({0.75f, -2.5f, 0.0625f}, {3}, dtype);
+    test_add(a, b).backward(seed);
+    for (const Tensor* leaf : {&a, &b}) {
+      REQUIRE(leaf->grad().dtype() == DType::F32);
+      CHECK(leaf->grad().to_float_vector() == std::vector<float>{0.75f, -2.5f, 0.0625f});
+    }
+    // Accumulation is in place: a handle taken before sees the sum.
+    const Tensor before = a.grad();
+    test_add(a, b).backward(seed);
+    CHECK(before.to_float_vector() == std::vector<float>{1.5f, -5.0f, 0.125f});
+    CHECK(a.grad().is_same(before));
+    BackwardOptions overwrite;
+    overwrite.grad_mode = GradMode::Overwrite;
+    test_add(a, b).backward(seed, overwrite);
+    CHECK(a.grad().to_float_vector() == std::vector<float>{0.75f, -2.5f, 0.0625f});
+    CHECK(before.to_float_vector() == std::vector<float>{1.5f, -5.0f, 0.125f});
+  }
+}
+
+TEST_CASE("a backward that fails part-way leaves the gradients it delivered", "[autograd]") {
+  Tensor a = f32_grad_leaf({1.0f, 2.0f}, DType::F16);
+  Tensor x = Tensor::from_vector({3.0f, 4.0f}, {2}, DType::F16);
+  x.set_requires_grad(true);
+  // The engine reaches a's accumulator first (the later input is taken first), then fails.
+  const Tensor z = test_add(test_fail(x), a);
+  REQUIRE_THROWS_WITH(z.backward(Tensor::from_vector({0.5f, -1.25f}, {2}, DType::F16)),
+                      Catch::Contains("failed on purpose"));
+  REQUIRE(a.grad().defined());
+  CHECK(a.grad().to_float_vector() == std::vector<float>{0.5f, -1.25f});
+  CHECK(!x.grad().defined());
 }

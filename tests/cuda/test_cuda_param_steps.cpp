@@ -309,14 +309,6 @@ std::vector<bool> non_empty() {
 
 Tensor taken_on(int32_t j, Device device) { return Tensor::from_ints({j}, {1}, device); }
 
-// Launches of kernels whose name starts with `prefix` (a template's arguments follow it).
-int64_t launches_of(const std::string& prefix) {
-  int64_t calls = 0;
-  for (const KernelProfileRow& row : kernel_profile())
-    if (row.kernel.rfind(prefix, 0) == 0) calls += row.calls;
-  return calls;
-}
-
 int64_t all_launches() {
   int64_t calls = 0;
   for (const KernelProfileRow& row : kernel_profile()) calls += row.calls;
