@@ -28,8 +28,9 @@ Tensor forward_backward(Session& s, const std::vector<Batch>& batches, const Ste
     const int64_t samples = batch.inputs.size(0);
     scale(loss, samples, samples_per_step).backward();
     NoGradGuard no_grad;
-    const Tensor weighted = ops::mul_scalar(
-        loss.detach(), static_cast<double>(samples) / static_cast<double>(samples_per_step));
+    const double share = static_cast<double>(samples) / static_cast<double>(samples_per_step);
+    // A step of one batch: its loss is the step's, and a product by 1 would cost a launch.
+    const Tensor weighted = share == 1.0 ? loss.detach() : ops::mul_scalar(loss.detach(), share);
     step_loss = step_loss.defined() ? ops::add(step_loss, weighted) : weighted;
   }
   if (hooks.gradients) hooks.gradients();
