@@ -259,6 +259,11 @@ class Backend {
   // y = x * keep / (1 - p), keep drawn from `key` per element (same key, same mask, so the
   // backward is the same call on dy).
   virtual void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) = 0;
+  // y = residual + dropout(x, p, key): bit for bit dropout() into a tensor of x's dtype
+  // followed by binary(Add, residual, that), in one pass (a transformer's residual branch
+  // ends so). residual, x and y share one dtype and shape; y may be residual or x.
+  virtual void dropout_add(const Tensor& residual, const Tensor& x, float p, PhiloxKey key,
+                           Tensor& y) = 0;
 
   // ---- checks -----------------------------------------------------------------------------
   // True when every element of a floating tensor is finite (I32: always true).

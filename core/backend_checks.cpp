@@ -568,6 +568,16 @@ void dropout(Device device, const Tensor& x, float p, const Tensor& y) {
   MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must be in [0, 1), got ", p);
 }
 
+void dropout_add(Device device, const Tensor& residual, const Tensor& x, float p,
+                 const Tensor& y) {
+  constexpr const char* kOp = "dropout_add";
+  all_on_device(kOp, device, {{"residual", &residual}, {"x", &x}, {"y", &y}});
+  same_dtype(kOp, {&residual, &x, &y});
+  same_shape(kOp, residual, x);
+  same_shape(kOp, x, y);
+  MIXPREC_CHECK(p >= 0.0f && p < 1.0f, "dropout_add: p must be in [0, 1), got ", p);
+}
+
 Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {

@@ -132,6 +132,8 @@ Rows embedding(Device device, const Tensor& weight, const Tensor& ids, const Ten
 Rows embedding_backward(Device device, const Tensor& ids, const Tensor& dy,
                         const Tensor& dweight);
 void dropout(Device device, const Tensor& x, float p, const Tensor& y);
+void dropout_add(Device device, const Tensor& residual, const Tensor& x, float p,
+                 const Tensor& y);
 // Weight, bias (and their gradients) hold one value per channel in x's dtype; the running
 // and saved statistics are F32 [C]. Training needs more than one value per channel.
 Channels batch_norm(Device device, const Tensor& x, const Tensor& weight, const Tensor& bias,

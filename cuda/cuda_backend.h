@@ -142,6 +142,8 @@ class CudaBackend final : public Backend {
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) override;
   void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) override;
   void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) override;
+  void dropout_add(const Tensor& residual, const Tensor& x, float p, PhiloxKey key,
+                   Tensor& y) override;
 
   // ---- checks (each reads one value back: one host sync) ----------------------------------
   bool all_finite(const Tensor& x) override;

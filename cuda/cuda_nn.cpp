@@ -193,7 +193,15 @@ void CudaBackend::dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) {
   backend_checks::dropout(device(), x, p, y);
   if (x.numel() == 0) return;
   use_device();
-  kernels::dropout(x.dtype(), x.data(), p, key, y.data(), x.numel(), stream_);
+  kernels::dropout(x.dtype(), x.data(), nullptr, p, key, y.data(), x.numel(), stream_);
+}
+
+void CudaBackend::dropout_add(const Tensor& residual, const Tensor& x, float p, PhiloxKey key,
+                              Tensor& y) {
+  backend_checks::dropout_add(device(), residual, x, p, y);
+  if (x.numel() == 0) return;
+  use_device();
+  kernels::dropout(x.dtype(), x.data(), residual.data(), p, key, y.data(), x.numel(), stream_);
 }
 
 // ---- pooling ------------------------------------------------------------------------------------

@@ -24,6 +24,14 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, bool bi
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
+  return (*resid_dropout_)(projected(x));
+}
+
+Tensor CausalSelfAttention::added_to(const Tensor& residual, const Tensor& x) {
+  return resid_dropout_->added_to(residual, projected(x));
+}
+
+Tensor CausalSelfAttention::projected(const Tensor& x) {
   MIXPREC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == n_embd_,
                 "CausalSelfAttention: "
                 "expects x [B, T, ",
@@ -37,7 +45,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
                                          *attn_dropout_gen_)
                  : ops::causal_attention(qkv[0], qkv[1], qkv[2]);
   y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});  // heads side by side again
-  return (*resid_dropout_)((*c_proj_)(y));
+  return (*c_proj_)(y);
 }
 
 std::string CausalSelfAttention::describe() const {

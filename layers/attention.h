@@ -34,6 +34,9 @@ class CausalSelfAttention : public Module {
   // x [B, T, n_embd] in the working dtype -> [B, T, n_embd]; position t attends to
   // positions 0..t only.
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x), the residual added by resid_dropout's pass (Dropout::added_to);
+  // Block's residual branch. Values and the gradients' bits are forward's plus the add's.
+  Tensor added_to(const Tensor& residual, const Tensor& x);
   std::string describe() const override;
 
   const std::shared_ptr<Linear>& c_attn() const { return c_attn_; }
@@ -45,6 +48,9 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Generator> attn_dropout_gen_;
   std::shared_ptr<Linear> c_attn_, c_proj_;
   std::shared_ptr<Dropout> resid_dropout_;
+
+  // Everything before resid_dropout: c_proj's output.
+  Tensor projected(const Tensor& x);
 };
 
 }  // namespace mixprec

@@ -19,6 +19,11 @@ Tensor Dropout::forward(const Tensor& x) {
   return ops::dropout(x, p_, true, *gen_);
 }
 
+Tensor Dropout::added_to(const Tensor& residual, const Tensor& x) {
+  if (has_forward_hook() || p_ == 0.0 || !is_training()) return residual + (*this)(x);
+  return ops::dropout_add(residual, x, p_, true, *gen_);
+}
+
 std::string Dropout::describe() const { return detail::concat("Dropout(p=", p_, ")"); }
 
 }  // namespace mixprec

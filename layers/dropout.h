@@ -19,6 +19,10 @@ class Dropout : public Module {
 
   // Any floating x -> same shape and dtype.
   Tensor forward(const Tensor& x) override;
+  // residual + (*this)(x) for a residual of x's shape and dtype, with the dropout and the add
+  // in one op (ops::dropout_add: same mask, same bits) unless a forward hook watches this
+  // layer's output, which then exists as it would without the fusion.
+  Tensor added_to(const Tensor& residual, const Tensor& x);
   std::string describe() const override;
 
   double p() const { return p_; }

@@ -18,9 +18,13 @@ Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> d
   dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout, std::move(dropout_gen)));
 }
 
-Tensor Mlp::forward(const Tensor& x) {
-  return (*dropout_)((*c_proj_)((*gelu_)((*c_fc_)(x))));
+Tensor Mlp::forward(const Tensor& x) { return (*dropout_)(projected(x)); }
+
+Tensor Mlp::added_to(const Tensor& residual, const Tensor& x) {
+  return dropout_->added_to(residual, projected(x));
 }
+
+Tensor Mlp::projected(const Tensor& x) { return (*c_proj_)((*gelu_)((*c_fc_)(x))); }
 
 std::string Mlp::describe() const { return detail::concat("MLP(n_embd=", n_embd_, ")"); }
 
@@ -38,8 +42,9 @@ Block::Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
 }
 
 Tensor Block::forward(const Tensor& x) {
-  const Tensor h = x + (*attn_)((*ln_1_)(x));
-  return h + (*mlp_)((*ln_2_)(h));
+  const Tensor h = attn_->has_forward_hook() ? x + (*attn_)((*ln_1_)(x))
+                                             : attn_->added_to(x, (*ln_1_)(x));
+  return mlp_->has_forward_hook() ? h + (*mlp_)((*ln_2_)(h)) : mlp_->added_to(h, (*ln_2_)(h));
 }
 
 std::string Block::describe() const {

@@ -26,6 +26,8 @@ class Mlp : public Module {
       Generator& init, Device device = kCPU, bool fuse_gelu = true);
   // x [..., n_embd] -> [..., n_embd].
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x), the add in the dropout's pass, as CausalSelfAttention::added_to.
+  Tensor added_to(const Tensor& residual, const Tensor& x);
   std::string describe() const override;
 
   const std::shared_ptr<Linear>& c_fc() const { return c_fc_; }
@@ -36,10 +38,15 @@ class Mlp : public Module {
   std::shared_ptr<Linear> c_fc_, c_proj_;
   std::shared_ptr<GELU> gelu_;
   std::shared_ptr<Dropout> dropout_;
+
+  // Everything before the dropout: c_proj's output.
+  Tensor projected(const Tensor& x);
 };
 
 // Children ln_1, attn, ln_2, mlp:
 //   x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+// Each residual add runs in the pass of the dropout that ends its branch (added_to), unless a
+// forward hook watches the branch's output, which then exists as a tensor of its own.
 class Block : public Module {
  public:
   // fuse_gelu: the MLP's, see Mlp.

@@ -89,6 +89,8 @@ class CpuBackend final : public Backend {
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& y) override;
   void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dweight) override;
   void dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) override;
+  void dropout_add(const Tensor& residual, const Tensor& x, float p, PhiloxKey key,
+                   Tensor& y) override;
 
   // cpu_amp.cpp
   void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf,

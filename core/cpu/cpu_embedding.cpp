@@ -21,8 +21,11 @@ using cpu::kParallelWork;
 // decisions and FP32 values fit buffers on the stack.
 constexpr int64_t kDropoutChunk = 4096;
 
+// y = dropout(x), or with a residual y = residual + dropout(x), the dropout's value rounded
+// to T first as the separate op would store it, then one add rounded once (binary's bits).
+// y may alias x or the residual: each chunk is read before it is written.
 template <class T>
-void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
+void dropout_elements(const T* x, const T* residual, float p, PhiloxKey key, T* y, int64_t n) {
   const float scale = dropout_scale(p);
   const int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
 #pragma omp parallel for if (n > cpu::kParallelWorkCostly)
@@ -34,6 +37,11 @@ void dropout_elements(const T* x, float p, PhiloxKey key, T* y, int64_t n) {
     // 16-bit data widens and rounds back through the bulk converters (core/convert.h).
     const float* in = cpu::load_f32(x + begin, values, count);
     for (int64_t i = 0; i < count; ++i) values[i] = dropout_value(in[i], keep[i] != 0, scale);
+    if (residual != nullptr) {
+      float widened[kDropoutChunk];
+      const float* r = cpu::load_f32(residual + begin, widened, count);
+      for (int64_t i = 0; i < count; ++i) values[i] = r[i] + to_float(from_float<T>(values[i]));
+    }
     cpu::store_f32(values, y + begin, count);
   }
 }
@@ -103,7 +111,17 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dy, Tensor&
 void CpuBackend::dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) {
   backend_checks::dropout(kCPU, x, p, y);
   MIXPREC_DISPATCH_FLOATING(x.dtype(), "dropout", [&] {
-    dropout_elements(static_cast<const scalar_t*>(x.data()), p, key,
+    dropout_elements(static_cast<const scalar_t*>(x.data()), static_cast<const scalar_t*>(nullptr),
+                     p, key, static_cast<scalar_t*>(y.data()), x.numel());
+  });
+}
+
+void CpuBackend::dropout_add(const Tensor& residual, const Tensor& x, float p, PhiloxKey key,
+                             Tensor& y) {
+  backend_checks::dropout_add(kCPU, residual, x, p, y);
+  MIXPREC_DISPATCH_FLOATING(x.dtype(), "dropout_add", [&] {
+    dropout_elements(static_cast<const scalar_t*>(x.data()),
+                     static_cast<const scalar_t*>(residual.data()), p, key,
                      static_cast<scalar_t*>(y.data()), x.numel());
   });
 }

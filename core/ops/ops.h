@@ -93,6 +93,11 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // Identity when !training or p == 0; else zeroes with probability p and scales by 1/(1-p).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// residual + dropout(x, p, training, gen) for tensors of one shape, dtype and device: the same
+// mask from the same counters of `gen`, and bit for bit add(residual, dropout(...)), in one
+// pass (Backend::dropout_add) where dropout and the add would take two.
+Tensor dropout_add(const Tensor& residual, const Tensor& x, double p, bool training,
+                   Generator& gen);
 // q, k, v [B, H, T, D] -> [B, H, T, D]: softmax(q k^T / sqrt(D) + causal mask) v, with the
 // mask and the softmax applied in FP32.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);

@@ -13,8 +13,9 @@
 
 namespace mixprec::kernels {
 
-// y = x * keep / (1 - p), p in [0, 1); y may alias x.
-void dropout(DType dtype, const void* x, float p, PhiloxKey key, void* y, int64_t n,
-             cudaStream_t stream);
+// y = x * keep / (1 - p), p in [0, 1); with a residual (else null), y = residual + that
+// product rounded to the dtype first (Backend::dropout_add). y may alias x or the residual.
+void dropout(DType dtype, const void* x, const void* residual, float p, PhiloxKey key, void* y,
+             int64_t n, cudaStream_t stream);
 
 }  // namespace mixprec::kernels

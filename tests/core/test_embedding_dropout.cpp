@@ -1,6 +1,7 @@
 // embedding (lookup, deterministic scatter-sum backward) and dropout (reproducible masks,
 // drop rate, scaling, backward through the same mask).
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
@@ -282,6 +283,81 @@ TEST_CASE("embedding rejects an empty list of ids", "[nn]") {
                           Contains("empty"));
   REQUIRE_THROWS_WITH(ops::embedding(weight, Tensor::from_ints({}, {2, 0})),
                       Contains("I32[2, 0]"));
+}
+
+// ---- dropout_add -----------------------------------------------------------------------------
+
+// The raw bits of a tensor's elements, widened to 32 bits.
+std::vector<uint32_t> element_bits(const Tensor& t) {
+  std::vector<uint32_t> bits(static_cast<size_t>(t.numel()), 0);
+  const size_t esize = dtype_size(t.dtype());
+  for (size_t i = 0; i < bits.size(); ++i)
+    std::memcpy(&bits[i], static_cast<const unsigned char*>(t.data()) + i * esize, esize);
+  return bits;
+}
+
+TEST_CASE("dropout_add is add(residual, dropout(x)) bit for bit, gradients included",
+          "[nn][dropout]") {
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t n : {1, 7, 4097, 10001}) {
+      for (double p : {0.2, 0.5}) {
+        INFO(dtype << " [" << n << "] p " << p);
+        const Tensor r0 = random_tensor({n}, 20, -2.f, 2.f, dtype);
+        const Tensor x0 = random_tensor({n}, 21, -2.f, 2.f, dtype);
+        const Tensor upstream = random_tensor({n}, 22, -1.f, 1.f, dtype);
+        Tensor r_composed = r0.clone().set_requires_grad(true);
+        Tensor x_composed = x0.clone().set_requires_grad(true);
+        Tensor r_fused = r0.clone().set_requires_grad(true);
+        Tensor x_fused = x0.clone().set_requires_grad(true);
+        Generator gen_composed(23), gen_fused(23);
+        const Tensor composed =
+            ops::add(r_composed, ops::dropout(x_composed, p, true, gen_composed));
+        const Tensor fused = ops::dropout_add(r_fused, x_fused, p, true, gen_fused);
+        CHECK(element_bits(fused) == element_bits(composed));
+        CHECK(gen_fused.offset() == gen_composed.offset());
+        composed.backward(upstream);
+        fused.backward(upstream);
+        CHECK(element_bits(r_fused.grad()) == element_bits(r_composed.grad()));
+        CHECK(element_bits(x_fused.grad()) == element_bits(x_composed.grad()));
+      }
+    }
+  }
+}
+
+TEST_CASE("dropout_add may write over its residual or its input", "[nn][dropout]") {
+  Backend& cpu = backend_for(kCPU);
+  const Tensor r = random_tensor({999}, 24, -2.f, 2.f, DType::F16);
+  const Tensor x = random_tensor({999}, 25, -2.f, 2.f, DType::F16);
+  const PhiloxKey key{26, 0};
+  Tensor expected = Tensor::empty({999}, DType::F16);
+  cpu.dropout_add(r, x, 0.3f, key, expected);
+  Tensor over_residual = r.clone(), over_input = x.clone();
+  cpu.dropout_add(over_residual, x, 0.3f, key, over_residual);
+  cpu.dropout_add(r, over_input, 0.3f, key, over_input);
+  CHECK(element_bits(over_residual) == element_bits(expected));
+  CHECK(element_bits(over_input) == element_bits(expected));
+}
+
+TEST_CASE("dropout_add is a plain add without a mask to draw, and refuses bad input",
+          "[nn][dropout]") {
+  const Tensor r = random_tensor({3, 4}, 27);
+  const Tensor x = random_tensor({3, 4}, 28);
+  Generator gen(29);
+  for (const Tensor& y : {ops::dropout_add(r, x, 0.5, false, gen), ops::dropout_add(r, x, 0.0, true, gen)})
+    CHECK(element_bits(y) == element_bits(ops::add(r, x)));
+  CHECK(gen.offset() == 0);  // no counters taken
+  REQUIRE_THROWS_WITH(ops::dropout_add(r, random_tensor({4, 3}, 30), 0.5, true, gen),
+                      Contains("dropout_add") && Contains("one shape"));
+  REQUIRE_THROWS_WITH(ops::dropout_add(r, x.to(DType::F16), 0.5, true, gen),
+                      Contains("dropout_add"));
+  REQUIRE_THROWS_WITH(ops::dropout_add(r, x, 1.0, true, gen),
+                      Contains("dropout_add") && Contains("p must be"));
+  REQUIRE_THROWS_WITH(ops::dropout_add(Tensor::from_ints({1, 2}, {2}), Tensor::from_ints({1, 2}, {2}), 0.5, true, gen),
+                      Contains("dropout_add") && Contains("I32[2]"));
+  Tensor y = Tensor::empty({3, 4});
+  REQUIRE_THROWS_WITH(backend_for(kCPU).dropout_add(r, random_tensor({12}, 31), 0.5f, {1, 0}, y),
+                      Contains("dropout_add"));
+  CHECK(gen.offset() == 0);
 }
 
 }  // namespace

@@ -597,6 +597,29 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same key", "[cuda]") {
   CHECK(a.to_float_vector() != b.to_float_vector());
 }
 
+TEST_CASE("cuda dropout_add gives the CPU's bits, over its residual too", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  std::mt19937 rng(52);
+  const PhiloxKey key{0x5EEDull, 123};
+  for (float p : {0.0f, 0.2f, 0.7f}) {
+    for (DType dtype : kFloatingTypes) {
+      for (int64_t n : kOddSizes) {
+        INFO(dtype << " [" << n << "] p " << p);
+        const Tensor residual = random_tensor({n}, dtype, rng);
+        const Tensor x = random_tensor({n}, dtype, rng);
+        Tensor expected = Tensor::empty({n}, dtype);
+        cpu_backend().dropout_add(residual, x, p, key, expected);
+        Tensor actual = poisoned({n}, dtype);
+        gpu_backend().dropout_add(on_gpu(residual), on_gpu(x), p, key, actual);
+        expect_bits_equal(expected, actual);
+        Tensor over_residual = on_gpu(residual);
+        gpu_backend().dropout_add(over_residual, on_gpu(x), p, key, over_residual);
+        expect_bits_equal(expected, over_residual);
+      }
+    }
+  }
+}
+
 // ---- pooling ------------------------------------------------------------------------------------
 
 TEST_CASE("cuda max pooling matches the CPU's values and argmax bit for bit", "[cuda]") {
