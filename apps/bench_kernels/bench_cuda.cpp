@@ -64,7 +64,10 @@ constexpr int kQueuedCalls = 5;
 // is idle when an iteration starts (its end was waited for), so a start event recorded then
 // would also count the time the host takes to launch the call (microseconds, against a
 // 4096^3 FP16 GEMM's ~0.2 ms), while the later calls find the device busy with the one
-// before, as in a training step. torch_gemm.py times torch.mm the same way.
+// before, as in a training step, as long as the host queues a call faster than the device
+// runs one (true of every benchmark here). torch_gemm.py also queues its calls back to back,
+// timing each with its own pair of events and taking the median. An iteration runs five
+// calls but reports one call's time, so a run lasts about five times --benchmark_min_time.
 template <class Body>
 double run_timed(benchmark::State& state, CudaBackend& backend, Body body) {
   const CudaEvent start;
@@ -195,7 +198,7 @@ void BM_CudaUnscaleAndCheck(benchmark::State& state, DType dtype) {
 }
 
 // The parameter shapes of configs/gpt_shakespeare_gpu.yaml (nanoGPT without biases: 6
-// layers, 384 wide, block 256, 65 characters): 10.75M parameters in 27 tensors.
+// layers, 384 wide, block 256, 65 characters): 10.75M parameters in 39 tensors.
 std::vector<Shape> gpt_parameter_shapes() {
   constexpr int64_t C = 384, T = 256, V = 65, layers = 6;
   std::vector<Shape> shapes{{V, C}, {T, C}};

@@ -1,6 +1,7 @@
 #include "core/autograd/engine.h"
 
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
@@ -13,6 +14,15 @@ namespace mixprec {
 namespace {
 
 std::string node_label(const Node& node) { return op_label(node.name(), node.layer); }
+
+// The pass whose widenings are pending on this thread, if any (see flush_pending_widenings).
+thread_local PendingWidenings* current_widenings = nullptr;
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const unsigned char*>(a.data());
+  const auto* b0 = static_cast<const unsigned char*>(b.data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
 
 // Sums a gradient into the slot of an output whose recorded dtype is `dtype`, converting
 // the gradient to it first, so that every node receives gradients in its outputs' dtypes.
@@ -117,12 +127,15 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
   std::vector<std::shared_ptr<Node>> ready{root_edge.node};
 
   const bool anomaly = anomaly_mode_enabled();
-  // Leaves' 16-bit gradients are widened into their F32 .grad buffers once the pass ends;
-  // nothing reads a leaf's .grad before then. A pass that fails part-way still widens what
-  // it gathered, so the leaves it reached keep their gradients as when each was widened on
-  // arrival (unless the widening fails too, which only a broken device does: those buffers
-  // are then undefined, and the first error is the one reported).
+  // Leaves' 16-bit gradients are widened into their F32 .grad buffers once the pass ends, or
+  // earlier where a grad_tap callback may look (flush_pending_widenings). The items are
+  // valid by construction (16-bit sources, F32 destinations of their shapes, no destination
+  // named twice), so only a failing device can make the widening fail. A pass that fails
+  // part-way still widens what it gathered, so the leaves it reached keep their gradients as
+  // when each was widened on arrival (unless the device fails too: those buffers are then
+  // undefined, and the first error is the one reported).
   PendingWidenings widenings;
+  PendingWidenings* const outer = std::exchange(current_widenings, &widenings);
   try {
     while (!ready.empty()) {
       std::shared_ptr<Node> node = std::move(ready.back());
@@ -160,17 +173,32 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
       }
     }
   } catch (...) {
+    current_widenings = outer;
     try {
       widenings.flush();
     } catch (...) {
     }
     throw;
   }
+  current_widenings = outer;
   widenings.flush();
 }
 
 void PendingWidenings::add(const Tensor& source, const Tensor& destination, bool accumulate) {
+  // Leaves whose .grad share memory (set_grad with one buffer): the earlier sums land first,
+  // in arrival order, as when each leaf was widened on arrival; one call may not name the
+  // same memory twice.
+  for (const Item& item : items_) {
+    if (overlaps(item.destination, destination)) {
+      flush();
+      break;
+    }
+  }
   items_.push_back({source, destination, accumulate});
+}
+
+void flush_pending_widenings() {
+  if (current_widenings != nullptr) current_widenings->flush();
 }
 
 void PendingWidenings::flush() {
@@ -212,8 +240,11 @@ void AccumulateGrad::accumulate(const Tensor& grad, GradMode mode, double loss_s
                 " does not match the leaf ", describe(leaf));
   const DType grad_dtype = meta.grad_dtype.value_or(leaf.dtype());
   const bool fresh = !meta.grad.defined() || mode == GradMode::Overwrite;
+  // Deferred when the gradient is 16-bit and lands in an F32 .grad (a fresh one, or one
+  // already F32: a .grad of another dtype given by set_grad fails at its leaf, as before).
   if (widenings != nullptr && grad_dtype == DType::F32 &&
-      (grad.dtype() == DType::F16 || grad.dtype() == DType::BF16)) {
+      (grad.dtype() == DType::F16 || grad.dtype() == DType::BF16) &&
+      (fresh || meta.grad.dtype() == DType::F32)) {
     if (fresh) {
       meta.grad = Tensor::empty(leaf.shape(), DType::F32, leaf.device());
     } else {

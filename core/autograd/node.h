@@ -89,6 +89,13 @@ class PendingWidenings {
   std::vector<Item> items_;
 };
 
+// Widens what the backward pass running on this thread has gathered so far (nothing outside a
+// pass). A node that hands control to user code during the pass (grad_tap's callback) calls
+// it first, so the callback sees every leaf's .grad as complete as it was before the
+// widenings were gathered, and a backward it starts itself finds no pending sum to clash
+// with.
+void flush_pending_widenings();
+
 // Sink of a leaf tensor: adds (or writes, in GradMode::Overwrite) incoming gradients into
 // the leaf's .grad. Accumulation is in place, as in PyTorch: a handle to .grad taken
 // earlier sees the sum.

@@ -1,4 +1,5 @@
 // Memory, fills, casts and checks of the CPU backend.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -274,7 +275,15 @@ void CpuBackend::widen_gradients(const std::vector<GradientWidening>& items) {
         return;
       }
       // The sum cast() then binary(Add) would give: the widening is exact, then one F32 add.
-      for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] + to_float(src[i]);
+      cpu::for_each_convert_chunk(n, [&](int64_t begin, int64_t len) {
+        constexpr int64_t kBlock = 4096;
+        float widened[kBlock];
+        for (int64_t b = begin; b < begin + len; b += kBlock) {
+          const int64_t count = std::min(kBlock, begin + len - b);
+          const float* w = cpu::load_f32(src + b, widened, count);
+          for (int64_t i = 0; i < count; ++i) dst[b + i] = dst[b + i] + w[i];
+        }
+      });
     });
   }
 }

@@ -34,6 +34,7 @@ struct DropoutBackward final : MaskedBackward {
 struct DropoutAddBackward final : MaskedBackward {
   std::string name() const override { return "dropout_add"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    if (!next_edges[1].valid()) return {grads[0], Tensor()};  // x takes no gradient
     return {grads[0], masked(grads[0])};
   }
 };

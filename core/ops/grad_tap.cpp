@@ -15,6 +15,7 @@ struct GradTapBackward final : Node {
   std::function<void(const Tensor&)> on_grad;
   std::string name() const override { return "grad_tap"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override {
+    flush_pending_widenings();  // the callback may read leaves' .grad
     on_grad(grads[0]);
     // Passed on as it came: the engine never writes into a gradient it handed out, so the
     // callback and the next node can share it.

@@ -300,21 +300,24 @@ TEST_CASE("16-bit gradients reach F32 .grad buffers accumulated and overwritten 
     Tensor a = f32_grad_leaf({1.0f, 2.0f, 3.0f}, dtype);
     Tensor b = f32_grad_leaf({4.0f, 5.0f, 6.0f}, dtype);
     const Tensor seed = Tensor::from_vector({0.75f, -2.5f, 0.0625f}, {3}, dtype);
-    test_add(a, b).backward(seed);
-    for (const Tensor* leaf : {&a, &b}) {
-      REQUIRE(leaf->grad().dtype() == DType::F32);
-      CHECK(leaf->grad().to_float_vector() == std::vector<float>{0.75f, -2.5f, 0.0625f});
-    }
+    // a's gradient is 2 * a * seed, b's the seed: each leaf must get its own.
+    const std::vector<float> ga{1.5f, -10.0f, 0.375f}, gb{0.75f, -2.5f, 0.0625f};
+    test_add(test_square(a), b).backward(seed);
+    REQUIRE(a.grad().dtype() == DType::F32);
+    REQUIRE(b.grad().dtype() == DType::F32);
+    CHECK(a.grad().to_float_vector() == ga);
+    CHECK(b.grad().to_float_vector() == gb);
     // Accumulation is in place: a handle taken before sees the sum.
     const Tensor before = a.grad();
-    test_add(a, b).backward(seed);
-    CHECK(before.to_float_vector() == std::vector<float>{1.5f, -5.0f, 0.125f});
+    test_add(test_square(a), b).backward(seed);
+    CHECK(before.to_float_vector() == std::vector<float>{3.0f, -20.0f, 0.75f});
     CHECK(a.grad().is_same(before));
+    CHECK(b.grad().to_float_vector() == std::vector<float>{1.5f, -5.0f, 0.125f});
     BackwardOptions overwrite;
     overwrite.grad_mode = GradMode::Overwrite;
-    test_add(a, b).backward(seed, overwrite);
-    CHECK(a.grad().to_float_vector() == std::vector<float>{0.75f, -2.5f, 0.0625f});
-    CHECK(before.to_float_vector() == std::vector<float>{1.5f, -5.0f, 0.125f});
+    test_add(test_square(a), b).backward(seed, overwrite);
+    CHECK(a.grad().to_float_vector() == ga);
+    CHECK(before.to_float_vector() == std::vector<float>{3.0f, -20.0f, 0.75f});
   }
 }
 
@@ -329,4 +332,32 @@ TEST_CASE("a backward that fails part-way leaves the gradients it delivered", "[
   REQUIRE(a.grad().defined());
   CHECK(a.grad().to_float_vector() == std::vector<float>{0.5f, -1.25f});
   CHECK(!x.grad().defined());
+}
+
+TEST_CASE("16-bit gradients of leaves sharing one .grad buffer are all added to it",
+          "[autograd]") {
+  Tensor a = f32_grad_leaf({1.0f, 2.0f}, DType::F16);
+  Tensor b = f32_grad_leaf({3.0f, 4.0f}, DType::F16);
+  Tensor c = f32_grad_leaf({5.0f, 6.0f}, DType::F16);
+  const Tensor shared = Tensor::from_vector({1.0f, 2.0f}, {2}, DType::F32);
+  a.set_grad(shared);
+  b.set_grad(shared);
+  // a gets 2 * a * seed = {1, -4}, b and c the seed {0.5, -1}.
+  test_add(test_add(test_square(a), b), c).backward(Tensor::from_vector({0.5f, -1.0f}, {2}, DType::F16));
+  CHECK(shared.to_float_vector() == std::vector<float>{2.5f, -3.0f});
+  CHECK(a.grad().is_same(shared));
+  CHECK(c.grad().to_float_vector() == std::vector<float>{0.5f, -1.0f});
+}
+
+TEST_CASE("a grad_tap callback sees the .grad of leaves reached before it complete",
+          "[autograd]") {
+  Tensor w = f32_grad_leaf({1.0f, 2.0f}, DType::F16);
+  w.set_grad(Tensor::from_vector({10.0f, 10.0f}, {2}, DType::F32));
+  Tensor x = Tensor::from_vector({3.0f, 4.0f}, {2}, DType::F16);
+  x.set_requires_grad(true);
+  std::vector<float> seen;
+  // The engine reaches w's accumulator before the tap (the later input is taken first).
+  const Tensor z = test_add(ops::grad_tap(x, [&](const Tensor&) { seen = w.grad().to_float_vector(); }), w);
+  z.backward(Tensor::from_vector({0.5f, 0.25f}, {2}, DType::F16));
+  CHECK(seen == std::vector<float>{10.5f, 10.25f});
 }

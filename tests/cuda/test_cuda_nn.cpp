@@ -597,7 +597,7 @@ TEST_CASE("cuda dropout draws the CPU's mask from the same key", "[cuda]") {
   CHECK(a.to_float_vector() != b.to_float_vector());
 }
 
-TEST_CASE("cuda dropout_add gives the CPU's bits, over its residual too", "[cuda]") {
+TEST_CASE("cuda dropout_add gives the CPU's bits, over its residual or input too", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   std::mt19937 rng(52);
   const PhiloxKey key{0x5EEDull, 123};
@@ -615,6 +615,9 @@ TEST_CASE("cuda dropout_add gives the CPU's bits, over its residual too", "[cuda
         Tensor over_residual = on_gpu(residual);
         gpu_backend().dropout_add(over_residual, on_gpu(x), p, key, over_residual);
         expect_bits_equal(expected, over_residual);
+        Tensor over_input = on_gpu(x);
+        gpu_backend().dropout_add(on_gpu(residual), over_input, p, key, over_input);
+        expect_bits_equal(expected, over_input);
       }
     }
   }

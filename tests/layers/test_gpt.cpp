@@ -406,5 +406,27 @@ TEST_CASE("a GPT block's residual adds in the dropouts' pass give the separate o
     CHECK((*first_block(separate))(x).grad_fn()->name() == "add");
 
     expect_same_logits_and_gradients(*fused, *separate, 32);
+
+    // A hook on a branch's dropout itself: the dropout's output exists and is seen, and the
+    // block adds it separately, with the same bits again.
+    auto watched = build(spec, 31), plain = build(spec, 31);
+    for (auto* model : {&watched, &plain})
+      for (Parameter p : (*model)->parameters()) p.set_working_dtype(dtype);
+    int seen = 0;
+    for (const auto& [name, child] : dynamic_cast<const GPT&>(*watched).blocks()->named_children()) {
+      const auto block = std::dynamic_pointer_cast<Block>(child);
+      for (const auto& branch : {block->attn()->named_children(), block->mlp()->named_children()})
+        for (const auto& [child_name, module] : branch)
+          if (child_name == "resid_dropout" || child_name == "dropout")
+            module->set_forward_hook([&seen](const Tensor& out) {
+              ++seen;
+              return out;
+            });
+    }
+    // Both models draw the same masks: each runs its first block once first.
+    CHECK((*first_block(watched))(x).grad_fn()->name() == "add");
+    CHECK((*first_block(plain))(x).grad_fn()->name() == "dropout_add");
+    expect_same_logits_and_gradients(*watched, *plain, 34);
+    CHECK(seen == 2 + 2 * 2);  // the first block's two dropouts, then all four in the GPT
   }
 }
