@@ -10,6 +10,7 @@
 #include <string>
 
 #include "apps/data/input_scan.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace mixprec {
@@ -31,6 +32,12 @@ class BatchSource {
   // Training batch `number` (0, 1, 2, ...): batch_size examples. Thread-safe for concurrent
   // calls with different numbers (the prefetcher calls it from its own thread).
   virtual Batch train_batch(int64_t number) const = 0;
+  // train_batch(number) with floating inputs in `input_dtype` (F32, F16 or BF16) and
+  // input_scan set: the scan of train_batch(number)'s inputs (scan_inputs), then their bits
+  // rounded to input_dtype as Tensor::to rounds them. Integer inputs (token ids) are left as
+  // they are. This default does exactly that; a source that builds its inputs may write them
+  // in input_dtype directly, and skip the scan when its values cannot be non-finite.
+  virtual Batch train_batch_as(int64_t number, DType input_dtype) const;
   // How many training batches make one epoch (images: floor(train examples / batch_size),
   // the last partial batch dropped; text: train tokens / (batch_size * block_size), at least 1).
   virtual int64_t batches_per_epoch() const = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "apps/data/idx_file.h"
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -70,21 +71,21 @@ class ImageData final : public BatchSource {
       : options_(std::move(options)), train_(std::move(train)), test_(std::move(test)),
         rows_(rows), cols_(cols), normalise_(options_.mean.has_value()),
         mean_(normalise_ ? static_cast<float>(*options_.mean) : 0.f),
-        stddev_(normalise_ ? static_cast<float>(*options_.std) : 1.f) {}
+        stddev_(normalise_ ? static_cast<float>(*options_.std) : 1.f),
+        values_finite_(all_values_finite()) {}
 
   Batch train_batch(int64_t number) const override {
-    MIXPREC_CHECK(number >= 0, "image data: training batch number must be >= 0, got ", number);
-    const int64_t per_epoch = batches_per_epoch();
-    const int64_t epoch = number / per_epoch;
-    const int64_t first = (number % per_epoch) * options_.batch_size;
-    std::vector<int64_t> indices(static_cast<size_t>(options_.batch_size));
-    if (options_.shuffle) {
-      const std::shared_ptr<const std::vector<int32_t>> order = epoch_order(epoch);
-      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = (*order)[first + i];
-    } else {
-      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = first + i;
-    }
-    return make_batch(train_, indices, number, epoch);
+    return make_batch(train_, train_indices(number), number, epoch_of(number), DType::F32);
+  }
+
+  // Inputs built in input_dtype directly (one pass fewer over the batch than building F32
+  // and rounding it), and no scan when no pixel can map to Inf or NaN; a normalisation that
+  // can (a std that rounds to 0 in FP32) takes the default's scan and rounding instead.
+  Batch train_batch_as(int64_t number, DType input_dtype) const override {
+    if (!values_finite_) return BatchSource::train_batch_as(number, input_dtype);
+    Batch batch = make_batch(train_, train_indices(number), number, epoch_of(number), input_dtype);
+    batch.input_scan = InputScan{};
+    return batch;
   }
 
   int64_t batches_per_epoch() const override { return train_.count / options_.batch_size; }
@@ -100,7 +101,7 @@ class ImageData final : public BatchSource {
     const int64_t size = std::min(options_.batch_size, test_.count - first);
     std::vector<int64_t> indices(static_cast<size_t>(size));
     for (int64_t i = 0; i < size; ++i) indices[i] = first + i;
-    return make_batch(test_, indices, number, 0);
+    return make_batch(test_, indices, number, 0, DType::F32);
   }
 
   bool is_classification() const override { return true; }
@@ -115,14 +116,37 @@ class ImageData final : public BatchSource {
   }
 
  private:
+  int64_t epoch_of(int64_t number) const { return number / batches_per_epoch(); }
+
+  // The examples of training batch `number` (its epoch's shuffled order, or file order).
+  std::vector<int64_t> train_indices(int64_t number) const {
+    MIXPREC_CHECK(number >= 0, "image data: training batch number must be >= 0, got ", number);
+    const int64_t per_epoch = batches_per_epoch();
+    const int64_t epoch = number / per_epoch;
+    const int64_t first = (number % per_epoch) * options_.batch_size;
+    std::vector<int64_t> indices(static_cast<size_t>(options_.batch_size));
+    if (options_.shuffle) {
+      const std::shared_ptr<const std::vector<int32_t>> order = epoch_order(epoch);
+      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = (*order)[first + i];
+    } else {
+      for (int64_t i = 0; i < options_.batch_size; ++i) indices[i] = first + i;
+    }
+    return indices;
+  }
+
+  // The batch of `indices` with its inputs in `dtype` (F32, F16 or BF16): the FP32 values of
+  // to_values, rounded as the bulk converters (core/convert.h) round them, which is what
+  // Tensor::to does.
   Batch make_batch(const Split& split, const std::vector<int64_t>& indices, int64_t number,
-                   int64_t epoch) const {
+                   int64_t epoch, DType dtype) const {
     const int64_t n = static_cast<int64_t>(indices.size());
     const int64_t image_size = rows_ * cols_;
+    MIXPREC_CHECK(is_floating(dtype), "image data: inputs must be F32, F16 or BF16, not ", dtype);
     Batch batch;
-    batch.inputs = Tensor::empty({n, 1, rows_, cols_}, DType::F32);
+    batch.inputs = Tensor::empty({n, 1, rows_, cols_}, dtype);
     batch.targets = Tensor::empty({n}, DType::I32);
-    float* inputs = batch.inputs.data_as<float>();
+    auto* inputs = static_cast<unsigned char*>(batch.inputs.data());
+    const size_t value_size = dtype_size(dtype);
     int32_t* targets = batch.targets.data_as<int32_t>();
     // Images are independent, so a large batch is spread over threads: on a GPU the step can
     // take less time than one thread needs to build the next batch (512 MNIST images: about
@@ -130,12 +154,38 @@ class ImageData final : public BatchSource {
 #pragma omp parallel for schedule(static) if (n * image_size > kParallelBatchWork)
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* pixels = split.pixels.data() + indices[i] * image_size;
-      to_values(pixels, image_size, inputs + i * image_size);
+      store_values(pixels, image_size, dtype, inputs + i * image_size * value_size);
       targets[i] = split.labels[indices[i]];
     }
     batch.number = number;
     batch.epoch = epoch;
     return batch;
+  }
+
+  // to_values into `out` in `dtype`: directly for F32, else through a buffer of floats per
+  // chunk, rounded by the bulk converters.
+  void store_values(const uint8_t* pixels, int64_t count, DType dtype, unsigned char* out) const {
+    if (dtype == DType::F32) return to_values(pixels, count, reinterpret_cast<float*>(out));
+    constexpr int64_t kChunk = 1024;
+    float values[kChunk];
+    auto* out16 = reinterpret_cast<uint16_t*>(out);
+    for (int64_t k = 0; k < count; k += kChunk) {
+      const auto len = static_cast<size_t>(std::min(kChunk, count - k));
+      to_values(pixels + k, static_cast<int64_t>(len), values);
+      if (dtype == DType::F16) convert_f32_to_f16(values, out16 + k, len);
+      else convert_f32_to_bf16(values, out16 + k, len);
+    }
+  }
+
+  // Whether every one of the 256 pixel values maps to a finite input.
+  bool all_values_finite() const {
+    uint8_t pixels[256];
+    float values[256];
+    for (int p = 0; p < 256; ++p) pixels[p] = static_cast<uint8_t>(p);
+    to_values(pixels, 256, values);
+    for (float v : values)
+      if (!std::isfinite(v)) return false;
+    return true;
   }
 
   // ToTensor then Normalize in FP32, x = p / 255 then (x - mean) / std, computed for every
@@ -178,6 +228,7 @@ class ImageData final : public BatchSource {
   int64_t rows_, cols_;
   bool normalise_;
   float mean_, stddev_;
+  bool values_finite_;  // all_values_finite(): no pixel maps to Inf or NaN
   mutable std::mutex order_mutex_;
   mutable std::shared_ptr<const std::vector<int32_t>> order_;
   mutable int64_t order_epoch_ = -1;

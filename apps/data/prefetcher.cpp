@@ -59,12 +59,12 @@ void Prefetcher::run() {
 }
 
 Batch Prefetcher::build(int64_t number) const {
-  Batch batch = source_.train_batch(number);
   // Scanned on the host, before the upload: reading the inputs back from a device would cost
-  // a host synchronisation.
-  batch.input_scan = scan_inputs(batch.inputs);
-  if (input_dtype_ && is_floating(batch.inputs.dtype()) && batch.inputs.dtype() != *input_dtype_)
-    batch.inputs = batch.inputs.to(*input_dtype_);
+  // a host synchronisation. With an input dtype the source scans and rounds (train_batch_as),
+  // or builds the inputs in that dtype and knows them finite.
+  Batch batch = input_dtype_ ? source_.train_batch_as(number, *input_dtype_)
+                             : source_.train_batch(number);
+  if (!batch.input_scan) batch.input_scan = scan_inputs(batch.inputs);
   if (!device_.is_cpu()) {
     batch.inputs = batch.inputs.to(device_);
     batch.targets = batch.targets.to(device_);

@@ -3,10 +3,13 @@
 // the wall time), and does the rest of the batch's host work there too:
 // - it scans the inputs for Inf/NaN on the host (scan_inputs, apps/data/input_scan.h) and
 //   sets the batch's input_scan, so the training loop's input check reads a result instead
-//   of the data;
-// - given an input dtype, it casts floating inputs to it (the model's working dtype: FP16 for
-//   an FP16 run) after the scan, with the CPU backend's rounding, which every backend shares;
-//   the training step's own cast then has nothing to do, and an upload moves half the bytes;
+//   of the data (unless the source has set it: images whose every pixel value maps to a
+//   finite input need no scan);
+// - given an input dtype, it asks the source for the batch in it (BatchSource::train_batch_as:
+//   floating inputs rounded to the model's working dtype, FP16 for an FP16 run, after the
+//   scan, with the CPU backend's rounding, which every backend shares; image data builds
+//   them in that dtype directly); the training step's own cast then has nothing to do, and
+//   an upload moves half the bytes;
 // - for a device other than the CPU, it then uploads inputs and targets (Tensor::to), so the
 //   trainer receives them on the device and its own `to(device)` returns them unchanged.
 //   The same bytes reach the device as from the training thread. Uploading from the worker

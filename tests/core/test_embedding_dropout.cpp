@@ -9,12 +9,14 @@
 #include "core/math/dropout.h"
 #include "core/math/embedding_parts.h"
 #include "gradcheck.h"
+#include "tests/tensor_bytes.h"
 
 namespace mixprec {
 namespace {
 
 using Catch::Contains;
 using namespace testing;
+using mixprec_test::raw_bytes;
 
 // ---- embedding ----------------------------------------------------------------------------
 
@@ -287,15 +289,6 @@ TEST_CASE("embedding rejects an empty list of ids", "[nn]") {
 
 // ---- dropout_add -----------------------------------------------------------------------------
 
-// The raw bits of a tensor's elements, widened to 32 bits.
-std::vector<uint32_t> element_bits(const Tensor& t) {
-  std::vector<uint32_t> bits(static_cast<size_t>(t.numel()), 0);
-  const size_t esize = dtype_size(t.dtype());
-  for (size_t i = 0; i < bits.size(); ++i)
-    std::memcpy(&bits[i], static_cast<const unsigned char*>(t.data()) + i * esize, esize);
-  return bits;
-}
-
 TEST_CASE("dropout_add is add(residual, dropout(x)) bit for bit, gradients included",
           "[nn][dropout]") {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
@@ -313,12 +306,12 @@ TEST_CASE("dropout_add is add(residual, dropout(x)) bit for bit, gradients inclu
         const Tensor composed =
             ops::add(r_composed, ops::dropout(x_composed, p, true, gen_composed));
         const Tensor fused = ops::dropout_add(r_fused, x_fused, p, true, gen_fused);
-        CHECK(element_bits(fused) == element_bits(composed));
+        CHECK(raw_bytes(fused) == raw_bytes(composed));
         CHECK(gen_fused.offset() == gen_composed.offset());
         composed.backward(upstream);
         fused.backward(upstream);
-        CHECK(element_bits(r_fused.grad()) == element_bits(r_composed.grad()));
-        CHECK(element_bits(x_fused.grad()) == element_bits(x_composed.grad()));
+        CHECK(raw_bytes(r_fused.grad()) == raw_bytes(r_composed.grad()));
+        CHECK(raw_bytes(x_fused.grad()) == raw_bytes(x_composed.grad()));
       }
     }
   }
@@ -334,8 +327,8 @@ TEST_CASE("dropout_add may write over its residual or its input", "[nn][dropout]
   Tensor over_residual = r.clone(), over_input = x.clone();
   cpu.dropout_add(over_residual, x, 0.3f, key, over_residual);
   cpu.dropout_add(r, over_input, 0.3f, key, over_input);
-  CHECK(element_bits(over_residual) == element_bits(expected));
-  CHECK(element_bits(over_input) == element_bits(expected));
+  CHECK(raw_bytes(over_residual) == raw_bytes(expected));
+  CHECK(raw_bytes(over_input) == raw_bytes(expected));
 }
 
 TEST_CASE("dropout_add is a plain add without a mask to draw, and refuses bad input",
@@ -344,7 +337,7 @@ TEST_CASE("dropout_add is a plain add without a mask to draw, and refuses bad in
   const Tensor x = random_tensor({3, 4}, 28);
   Generator gen(29);
   for (const Tensor& y : {ops::dropout_add(r, x, 0.5, false, gen), ops::dropout_add(r, x, 0.0, true, gen)})
-    CHECK(element_bits(y) == element_bits(ops::add(r, x)));
+    CHECK(raw_bytes(y) == raw_bytes(ops::add(r, x)));
   CHECK(gen.offset() == 0);  // no counters taken
   REQUIRE_THROWS_WITH(ops::dropout_add(r, random_tensor({4, 3}, 30), 0.5, true, gen),
                       Contains("dropout_add") && Contains("one shape"));

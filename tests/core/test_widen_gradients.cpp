@@ -11,8 +11,10 @@
 #include "core/backend.h"
 #include "core/half.h"
 #include "core/tensor.h"
+#include "tests/tensor_bytes.h"
 
 using namespace mixprec;
+using mixprec_test::raw_bytes;
 
 namespace {
 
@@ -32,11 +34,6 @@ Tensor gradient_values(int64_t n, DType dtype, std::mt19937& rng) {
   return Tensor::from_vector(values, {n}, dtype);
 }
 
-std::vector<uint32_t> bits_of(const Tensor& t) {
-  std::vector<uint32_t> bits(static_cast<size_t>(t.numel()));
-  if (!bits.empty()) std::memcpy(bits.data(), t.data(), t.nbytes());
-  return bits;
-}
 
 }  // namespace
 
@@ -70,7 +67,7 @@ TEST_CASE("widen_gradients gives cast's bits, and cast then add's when accumulat
   cpu().widen_gradients(items);
   for (size_t k = 0; k < items.size(); ++k) {
     INFO("item " << k << ": " << describe(sources[k]) << (k % 2 == 1 ? ", accumulated" : ""));
-    CHECK(bits_of(destinations[k]) == bits_of(expected[k]));
+    CHECK(raw_bytes(destinations[k]) == raw_bytes(expected[k]));
   }
   // Nothing to do is no error.
   cpu().widen_gradients({});

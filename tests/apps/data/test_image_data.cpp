@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -17,9 +18,11 @@
 #include "apps/data/image_data.h"
 #include "core/error.h"
 #include "data_test_files.h"
+#include "tests/tensor_bytes.h"
 
 using namespace mixprec;
 using data_test::TempDir;
+using mixprec_test::raw_bytes;
 
 namespace {
 
@@ -427,4 +430,61 @@ TEST_CASE("image data builds a large batch on several threads with the same byte
   std::vector<int> examples(12000);
   for (int e = 0; e < 12000; ++e) examples[static_cast<size_t>(e)] = e;
   check_batch_holds(three, examples, 4);
+}
+
+namespace {
+
+// A split of `count` 40 x 40 images (more pixels than image_data's conversion chunk of 1024)
+// with pixels cycling through all 256 values; labels 0.
+std::pair<std::string, std::string> write_large_split(const TempDir& dir, const std::string& name,
+                                                      int count) {
+  constexpr uint32_t kSide = 40;
+  std::vector<uint8_t> pixels, labels(static_cast<size_t>(count), 0);
+  for (int e = 0; e < count; ++e)
+    for (uint32_t k = 0; k < kSide * kSide; ++k) pixels.push_back(static_cast<uint8_t>(7 * e + 3 * k));
+  const std::string images_path = dir.file(name + "-large-images-idx3-ubyte");
+  const std::string labels_path = dir.file(name + "-large-labels-idx1-ubyte");
+  data_test::write_bytes(images_path,
+                         data_test::idx_images(static_cast<uint32_t>(count), kSide, kSide, pixels));
+  data_test::write_bytes(labels_path, data_test::idx_labels(labels));
+  return {images_path, labels_path};
+}
+
+}  // namespace
+
+TEST_CASE("image data builds 16-bit inputs with the bits of its F32 inputs rounded, and "
+          "knows them finite", "[data][images]") {
+  TempDir dir;
+  ImageDataOptions o;
+  std::tie(o.train_images, o.train_labels) = write_large_split(dir, "train", 9);
+  std::tie(o.test_images, o.test_labels) = write_large_split(dir, "test", 2);
+  o.num_classes = 2;
+  o.batch_size = 4;
+  o.mean = 0.2860;
+  o.std = 0.3530;
+  const auto data = load_image_data(o);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t number : {0, 3}) {
+      INFO(dtype << ", batch " << number);
+      const Batch plain = data->train_batch(number);
+      const Batch built = data->train_batch_as(number, dtype);
+      REQUIRE(built.inputs.dtype() == dtype);
+      CHECK(raw_bytes(built.inputs) == raw_bytes(plain.inputs.to(dtype)));
+      CHECK(raw_bytes(built.targets) == raw_bytes(plain.targets));
+      CHECK(built.number == plain.number);
+      CHECK(built.epoch == plain.epoch);
+      REQUIRE(built.input_scan.has_value());
+      CHECK(built.input_scan->element == -1);
+    }
+  }
+  // A std that is 0 in FP32 maps pixels to Inf or NaN: the inputs are then scanned as the
+  // source made them, then rounded.
+  o.std = 1e-50;
+  const auto degenerate = load_image_data(o);
+  const Batch plain = degenerate->train_batch(1);
+  const Batch built = degenerate->train_batch_as(1, DType::F16);
+  REQUIRE(built.input_scan.has_value());
+  CHECK(built.input_scan->element == scan_inputs(plain.inputs).element);
+  CHECK(built.input_scan->element >= 0);
+  CHECK(raw_bytes(built.inputs) == raw_bytes(plain.inputs.to(DType::F16)));
 }
