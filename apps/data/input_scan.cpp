@@ -1,7 +1,5 @@
 #include "apps/data/input_scan.h"
 
-#include "apps/data/batch.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -59,15 +57,6 @@ InputScan scan_inputs(const Tensor& inputs) {
   if (!is_floating(inputs.dtype())) return scan;
   scan.element = first_nonfinite(inputs, scan.value);
   return scan;
-}
-
-// Beside scan_inputs, which it calls first: the scan is of the inputs as the source made them.
-Batch BatchSource::train_batch_as(int64_t number, DType input_dtype) const {
-  Batch batch = train_batch(number);
-  batch.input_scan = scan_inputs(batch.inputs);
-  if (is_floating(batch.inputs.dtype()) && batch.inputs.dtype() != input_dtype)
-    batch.inputs = batch.inputs.to(input_dtype);
-  return batch;
 }
 
 }  // namespace mixprec

@@ -24,6 +24,35 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
+// One backward pass's pending widenings, made this thread's current ones for the pass.
+// finish() widens them at the pass's end; a pass left by an exception widens them on the way
+// out, keeping the first error.
+class WideningScope {
+ public:
+  WideningScope() : outer_(std::exchange(current_widenings, &pending)) {}
+  WideningScope(const WideningScope&) = delete;
+  WideningScope& operator=(const WideningScope&) = delete;
+  ~WideningScope() {
+    current_widenings = outer_;
+    if (finished_) return;
+    try {
+      pending.flush();
+    } catch (...) {
+    }
+  }
+  void finish() {
+    current_widenings = outer_;
+    finished_ = true;
+    pending.flush();
+  }
+
+  PendingWidenings pending;
+
+ private:
+  PendingWidenings* outer_;
+  bool finished_ = false;
+};
+
 // Sums a gradient into the slot of an output whose recorded dtype is `dtype`, converting
 // the gradient to it first, so that every node receives gradients in its outputs' dtypes.
 void add_into(Tensor& slot, const Tensor& grad, DType dtype) {
@@ -134,54 +163,43 @@ void run_backward(const Tensor& root, const Tensor& grad, const BackwardOptions&
   // part-way still widens what it gathered, so the leaves it reached keep their gradients as
   // when each was widened on arrival (unless the device fails too: those buffers are then
   // undefined, and the first error is the one reported).
-  PendingWidenings widenings;
-  PendingWidenings* const outer = std::exchange(current_widenings, &widenings);
-  try {
-    while (!ready.empty()) {
-      std::shared_ptr<Node> node = std::move(ready.back());
-      ready.pop_back();
-      std::vector<Tensor> grad_outputs = std::move(buffers[node.get()]);
-      buffers.erase(node.get());
-      grad_outputs.resize(node->outputs.size());
-      for (size_t i = 0; i < grad_outputs.size(); ++i)
-        if (!grad_outputs[i].defined()) {
-          const OutputMeta& m = node->outputs[i];
-          grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
-        }
-
-      check_saved_versions(*node);  // again: this backward's own .grad updates count too
-      std::vector<Tensor> grad_inputs;
-      if (AccumulateGrad* leaf = node->as_accumulator())
-        leaf->accumulate(grad_outputs[0], options.grad_mode, loss_scale, &widenings);
-      else
-        grad_inputs = node->apply(grad_outputs);
-      if (anomaly) check_gradients(*node, grad_inputs);
-      if (!options.retain_graph) node->release();
-      MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
-                    "' returned ", grad_inputs.size(), " gradients for ", node->next_edges.size(),
-                    " inputs");
-      for (size_t i = 0; i < node->next_edges.size(); ++i) {
-        const Edge& edge = node->next_edges[i];
-        if (!edge.valid()) continue;
-        Node* next = edge.node.get();
-        if (i < grad_inputs.size() && grad_inputs[i].defined()) {
-          std::vector<Tensor>& slots = buffers[next];
-          slots.resize(next->outputs.size());
-          add_into(slots[edge.input_nr], grad_inputs[i], next->outputs[edge.input_nr].dtype);
-        }
-        if (--deps[next] == 0) ready.push_back(edge.node);
+  WideningScope widenings;
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    std::vector<Tensor> grad_outputs = std::move(buffers[node.get()]);
+    buffers.erase(node.get());
+    grad_outputs.resize(node->outputs.size());
+    for (size_t i = 0; i < grad_outputs.size(); ++i)
+      if (!grad_outputs[i].defined()) {
+        const OutputMeta& m = node->outputs[i];
+        grad_outputs[i] = Tensor::zeros(m.shape, m.dtype, m.device);
       }
+
+    check_saved_versions(*node);  // again: this backward's own .grad updates count too
+    std::vector<Tensor> grad_inputs;
+    if (AccumulateGrad* leaf = node->as_accumulator())
+      leaf->accumulate(grad_outputs[0], options.grad_mode, loss_scale, &widenings.pending);
+    else
+      grad_inputs = node->apply(grad_outputs);
+    if (anomaly) check_gradients(*node, grad_inputs);
+    if (!options.retain_graph) node->release();
+    MIXPREC_CHECK(grad_inputs.size() <= node->next_edges.size(), "backward: '", node->name(),
+                  "' returned ", grad_inputs.size(), " gradients for ", node->next_edges.size(),
+                  " inputs");
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& edge = node->next_edges[i];
+      if (!edge.valid()) continue;
+      Node* next = edge.node.get();
+      if (i < grad_inputs.size() && grad_inputs[i].defined()) {
+        std::vector<Tensor>& slots = buffers[next];
+        slots.resize(next->outputs.size());
+        add_into(slots[edge.input_nr], grad_inputs[i], next->outputs[edge.input_nr].dtype);
+      }
+      if (--deps[next] == 0) ready.push_back(edge.node);
     }
-  } catch (...) {
-    current_widenings = outer;
-    try {
-      widenings.flush();
-    } catch (...) {
-    }
-    throw;
   }
-  current_widenings = outer;
-  widenings.flush();
+  widenings.finish();
 }
 
 void PendingWidenings::add(const Tensor& source, const Tensor& destination, bool accumulate) {
