@@ -28,6 +28,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::added_to(const Tensor& residual, const Tensor& x) {
+  // A hook on this module watches its output, which must then exist as a tensor.
+  if (has_forward_hook()) return residual + (*this)(x);
   return resid_dropout_->added_to(residual, projected(x));
 }
 

@@ -34,8 +34,9 @@ class CausalSelfAttention : public Module {
   // x [B, T, n_embd] in the working dtype -> [B, T, n_embd]; position t attends to
   // positions 0..t only.
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x), the residual added by resid_dropout's pass (Dropout::added_to);
-  // Block's residual branch. Values and the gradients' bits are forward's plus the add's.
+  // residual + forward(x), the residual added by resid_dropout's pass (Dropout::added_to),
+  // or after this module's hook when it has one; Block's residual branch. Values and the
+  // gradients' bits are forward's plus the add's.
   Tensor added_to(const Tensor& residual, const Tensor& x);
   std::string describe() const override;
 

@@ -21,6 +21,8 @@ Mlp::Mlp(int64_t n_embd, bool bias, double dropout, std::shared_ptr<Generator> d
 Tensor Mlp::forward(const Tensor& x) { return (*dropout_)(projected(x)); }
 
 Tensor Mlp::added_to(const Tensor& residual, const Tensor& x) {
+  // A hook on this module watches its output, which must then exist as a tensor.
+  if (has_forward_hook()) return residual + (*this)(x);
   return dropout_->added_to(residual, projected(x));
 }
 
@@ -42,9 +44,8 @@ Block::Block(int64_t n_embd, int64_t n_head, bool bias, double dropout,
 }
 
 Tensor Block::forward(const Tensor& x) {
-  const Tensor h = attn_->has_forward_hook() ? x + (*attn_)((*ln_1_)(x))
-                                             : attn_->added_to(x, (*ln_1_)(x));
-  return mlp_->has_forward_hook() ? h + (*mlp_)((*ln_2_)(h)) : mlp_->added_to(h, (*ln_2_)(h));
+  const Tensor h = attn_->added_to(x, (*ln_1_)(x));
+  return mlp_->added_to(h, (*ln_2_)(h));
 }
 
 std::string Block::describe() const {
