@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of tests/fuzz/ into build-fuzz/ (clang, MIXPREC_FUZZ=ON: ASan,
-# UBSan and coverage in every library; Release with -g; no CUDA, benchmarks or tests) and runs
+# Builds the libFuzzer targets of tests/fuzz/ into build-asan/ (scripts/sanitized_build.sh:
+# clang, ASan and UBSan, -O1 -g with asserts, libFuzzer's coverage in the readers) and runs
 # each for MIXPREC_FUZZ_SECONDS seconds (default 60), MIXPREC_FUZZ_JOBS at a time (default:
 # one per core), on a copy of its seeds, tests/fuzz/corpus/<target>/, in a temporary folder,
 # so that the repository's corpus does not grow. What a target finds lands in
-# build-fuzz/artifacts/<target>/; the script then exits non-zero naming the target and the
+# build-asan/artifacts/<target>/; the script then exits non-zero naming the target and the
 # file, which reproduces the finding when given to the target:
-#   build-fuzz/tests/fuzz/<target> <file>
+#   build-asan/tests/fuzz/<target> <file>
 #
 # MIXPREC_FUZZ_TARGETS="fuzz_idx fuzz_config" runs only those.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build_dir="${root}/build-fuzz"
+build_dir="${root}/build-asan"
 seconds="${MIXPREC_FUZZ_SECONDS:-60}"
 all_targets="fuzz_config fuzz_idx fuzz_safetensors fuzz_state_json"
 read -r -a targets <<< "${MIXPREC_FUZZ_TARGETS:-${all_targets}}"
@@ -26,14 +26,7 @@ max_len() {
   esac
 }
 
-generator=()
-if [[ ! -f "${build_dir}/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
-  generator=(-G Ninja)
-fi
-cmake -S "${root}" -B "${build_dir}" "${generator[@]}" \
-  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g \
-  -DMIXPREC_FUZZ=ON -DMIXPREC_CUDA=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_BUILD_TESTS=OFF
-cmake --build "${build_dir}" -j "$(nproc)" --target "${targets[@]}"
+bash "${root}/scripts/sanitized_build.sh" "${targets[@]}"
 
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
@@ -80,7 +73,7 @@ done
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "fuzz: FAILED" >&2
   for line in "${failed[@]}"; do echo "  ${line}" >&2; done
-  echo "fuzz: reproduce with build-fuzz/tests/fuzz/<target> <file>" >&2
+  echo "fuzz: reproduce with build-asan/tests/fuzz/<target> <file>" >&2
   exit 1
 fi
 echo "fuzz: ${#targets[@]} targets ran ${seconds} s each without findings"

@@ -1,25 +1,14 @@
 #!/usr/bin/env bash
 # Builds the unit tests into build-asan/ with AddressSanitizer, LeakSanitizer and UBSan
-# (clang, MIXPREC_SANITIZE=ON, -O1 -g; no CUDA backend but its CPU emulation, whose kernels
-# then run under the sanitizers; no benchmarks) and runs them with ctest. Any
-# report fails the test that triggered it: ASan aborts, UBSan halts on the first error.
+# (scripts/sanitized_build.sh says how) and runs them with ctest. Any report fails the test
+# that triggered it: ASan aborts, UBSan halts on the first error.
 # Extra arguments go to ctest, e.g. `bash scripts/sanitize.sh -R safetensors`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${root}/build-asan"
 
-generator=()
-if [[ ! -f "${build_dir}/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then
-  generator=(-G Ninja)
-fi
-# -O1 -g without NDEBUG: instrumented code compiles much faster than at -O2, and asserts
-# stay on.
-cmake -S "${root}" -B "${build_dir}" "${generator[@]}" \
-  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DMIXPREC_SANITIZE=ON -DMIXPREC_CUDA=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_BUILD_TESTS=ON
-cmake --build "${build_dir}" -j "$(nproc)"
+bash "${root}/scripts/sanitized_build.sh"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
