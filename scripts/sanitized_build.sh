@@ -5,8 +5,9 @@
 # - ASan, LeakSanitizer and UBSan in everything (MIXPREC_SANITIZE=ON);
 # - the tests and the libFuzzer targets (MIXPREC_FUZZ=ON; libFuzzer's coverage goes into the
 #   readers of untrusted input only, see tests/fuzz/CMakeLists.txt);
-# - -O1 -g without NDEBUG: instrumented code compiles much faster than at -O2, and asserts
-#   stay on;
+# - -O1 without NDEBUG: instrumented code compiles much faster than at -O2, and asserts stay
+#   on; line tables only (-gline-tables-only), which is all a sanitizer's stack trace needs
+#   for file and line, and compiles faster than full debug information;
 # - no CUDA backend but its CPU emulation, whose kernels then run under the sanitizers; no
 #   benchmarks.
 # Arguments name the targets to build; without any, everything is built.
@@ -21,7 +22,7 @@ if [[ ! -f "${build_dir}/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1;
 fi
 cmake -S "${root}" -B "${build_dir}" "${generator[@]}" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DMIXPREC_SANITIZE=ON -DMIXPREC_FUZZ=ON -DMIXPREC_CUDA=OFF -DMIXPREC_BUILD_BENCH=OFF \
   -DMIXPREC_BUILD_TESTS=ON
 
