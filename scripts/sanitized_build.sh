@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Configures (once) and builds build-asan/, the one clang build that both scripts/sanitize.sh
+# Configures and builds build-asan/, the one clang build that both scripts/sanitize.sh
 # (the unit tests) and scripts/fuzz.sh (the libFuzzer targets) use, so that the libraries are
 # compiled with the sanitizers only once:
 # - ASan, LeakSanitizer and UBSan in everything (MIXPREC_SANITIZE=ON);
 # - the tests and the libFuzzer targets (MIXPREC_FUZZ=ON; libFuzzer's coverage goes into the
 #   readers of untrusted input only, see tests/fuzz/CMakeLists.txt);
 # - -O1 without NDEBUG: instrumented code compiles much faster than at -O2, and asserts stay
-#   on; line tables only (-gline-tables-only), which is all a sanitizer's stack trace needs
-#   for file and line, and compiles faster than full debug information;
+#   on; the tests' own code and the CLI's take -O0 (tests/CMakeLists.txt, apps/CMakeLists.txt);
+#   line tables only (-gline-tables-only), which is all a sanitizer's stack trace needs for
+#   file and line, and compiles faster than full debug information;
 # - no CUDA backend but its CPU emulation, whose kernels then run under the sanitizers; no
 #   benchmarks.
 # Arguments name the targets to build; without any, everything is built.
