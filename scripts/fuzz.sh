@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ into build-asan/ (scripts/sanitized_build.sh:
-# clang, ASan and UBSan, -O1 with asserts, libFuzzer's coverage in the readers) and runs
+# clang, ASan and UBSan, -O1 with asserts, libFuzzer's coverage where the inputs reach) and runs
 # each for MIXPREC_FUZZ_SECONDS seconds (default 60), MIXPREC_FUZZ_JOBS at a time (default:
 # one per core), on a copy of its seeds, tests/fuzz/corpus/<target>/, in a temporary folder,
 # so that the repository's corpus does not grow. What a target finds lands in

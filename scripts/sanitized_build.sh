@@ -3,8 +3,8 @@
 # (the unit tests) and scripts/fuzz.sh (the libFuzzer targets) use, so that the libraries are
 # compiled with the sanitizers only once:
 # - ASan, LeakSanitizer and UBSan in everything (MIXPREC_SANITIZE=ON);
-# - the tests and the libFuzzer targets (MIXPREC_FUZZ=ON; libFuzzer's coverage goes into the
-#   readers of untrusted input only, see tests/fuzz/CMakeLists.txt);
+# - the tests and the libFuzzer targets (MIXPREC_FUZZ=ON; libFuzzer's coverage goes only into
+#   the libraries the targets' inputs reach, see tests/fuzz/CMakeLists.txt);
 # - -O1 without NDEBUG: instrumented code compiles much faster than at -O2, and asserts stay
 #   on; the tests' own code and the CLI's take -O0 (tests/CMakeLists.txt, apps/CMakeLists.txt);
 #   line tables only (-gline-tables-only), which is all a sanitizer's stack trace needs for

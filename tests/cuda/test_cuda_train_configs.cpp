@@ -176,8 +176,8 @@ void expect_cuda_follows_cpu(const std::string& label, const std::string& config
 
 #if MIXPREC_CUDA_EMULATION
 // On the emulated backend these are the longest tests of the suite by far: the CNN's 30 steps
-// in three precisions take three minutes, so FP16 alone runs there, and the GPT's three 100 s,
-// so FP32 is left out (65 s). The kernels of the precisions left out are covered by the
+// in three precisions take three minutes, so FP16 alone runs there; the GPT's three took
+// 100 s, so FP32 is left out (65 s). The kernels of the precisions left out are covered by the
 // agreement tests, and FP32 training on the CUDA backend by the MLP of
 // test_cuda_training.cpp. A GPU runs all three for both.
 constexpr const char* kCnnPrecisions[] = {"fp16"};
