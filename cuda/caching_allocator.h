@@ -13,6 +13,15 @@
 // - When cudaMalloc reports out-of-memory, every cached block is released and the call is
 //   retried once; a second failure throws mixprec::Error naming the bytes asked for, the
 //   device's free and total memory and what this allocator holds.
+// - Private pools, for CUDA graph capture: while a thread routes its requests to a private
+//   pool (PoolRouting), they are served from that pool's free lists or by a new cudaMalloc
+//   (in relaxed capture mode, which a capture in progress allows), never from the common
+//   cache; and a block that came from a private pool goes back to it when freed, by any
+//   thread and at any time, until the pool is released. A graph's addresses therefore stay
+//   its own between replays: eager work (another thread's uploads, evaluation) never gets
+//   them. Releasing a pool moves its free blocks to the common cache; its blocks still in use
+//   join the common cache when freed. Out of memory while routing throws at once: releasing
+//   the cache (cudaFree) is not allowed during a capture.
 // - Thread-safe (one mutex). Statistics are exact and cheap to read, for tests and
 //   benchmarks.
 //
@@ -23,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -37,6 +47,7 @@ struct CudaAllocatorStats {
   size_t bytes_in_use = 0;         // in blocks handed out, counted at their rounded size
   size_t peak_bytes_in_use = 0;
   size_t peak_bytes_reserved = 0;
+  size_t bytes_in_private_pools = 0;  // of bytes_reserved: blocks of unreleased private pools
 };
 
 class CachingAllocator {
@@ -67,15 +78,49 @@ class CachingAllocator {
   // The size class of a request of nbytes (> 0) bytes.
   static size_t round_size(size_t nbytes);
 
+  // A private pool: 0 is the common one, others come from create_private_pool().
+  using PoolId = uint64_t;
+  static constexpr PoolId kCommonPool = 0;
+  PoolId create_private_pool();
+  // Moves the pool's free blocks to the common cache; its blocks in use go there when freed.
+  // Releasing the common pool, or a pool twice, is an error.
+  void release_private_pool(PoolId pool);
+
  private:
+  friend class PoolRouting;
+  using FreeLists = std::map<size_t, std::vector<void*>>;  // rounded size -> free blocks
+  struct Block {
+    size_t size;
+    PoolId pool;
+  };
+
+  void route(std::thread::id thread, PoolId pool);
+  void unroute(std::thread::id thread);
+  void* cuda_malloc_locked(size_t nbytes, size_t size, bool routed);
   void release_cached_locked();
 
   const int device_index_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> in_use_;      // block -> its rounded size
-  std::map<size_t, std::vector<void*>> cached_;  // rounded size -> free blocks
+  std::unordered_map<void*, Block> in_use_;
+  FreeLists cached_;  // the common pool's free blocks
   size_t bytes_cached_ = 0;
+  std::unordered_map<PoolId, FreeLists> private_pools_;  // live private pools
+  std::unordered_map<std::thread::id, PoolId> routes_;
+  PoolId next_pool_ = 1;
   CudaAllocatorStats stats_;
+};
+
+// Routes the calling thread's requests to a private pool for its lifetime (a capture's).
+// One routing per thread at a time; the pool must be live.
+class PoolRouting {
+ public:
+  PoolRouting(CachingAllocator& allocator, CachingAllocator::PoolId pool);
+  ~PoolRouting();
+  PoolRouting(const PoolRouting&) = delete;
+  PoolRouting& operator=(const PoolRouting&) = delete;
+
+ private:
+  CachingAllocator& allocator_;
 };
 
 // Device memory from `allocator` for one scope (a primitive's workspace): allocated on

@@ -97,6 +97,14 @@ void CudaBackend::deallocate(void* ptr, size_t) noexcept { allocator_.deallocate
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
   if (nbytes == 0) return;
   use_device();
+  // A captured copy would read its staging region (or host_src itself) at each replay, long
+  // after the caller reused it: refused, so that a CUDA graph (cuda_graph.h) never replays
+  // stale bytes.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  MIXPREC_CHECK(capture == cudaStreamCaptureStatusNone,
+                "cuda: copy from the host while the stream is being captured into a CUDA "
+                "graph; upload before the capture, into tensors the graph reads");
   const std::lock_guard<std::mutex> lock(upload_mutex_);
   // The ring copies host_src before it returns, so the caller may reuse it at once; its waits
   // for space are host syncs, counted even when the upload then fails.

@@ -31,6 +31,7 @@
 #include "core/half.h"
 #include "core/math/elementwise.h"
 #include "cuda/emulation/runtime_emulation.h"
+#include "cuda/emulation/stream_capture.h"
 #include "cuda/emulation/tf32.h"
 
 struct cublasLtContext {
@@ -145,6 +146,55 @@ cublasStatus_t validate(const MatmulDesc* desc, const Layout* a, const Layout* b
   }
   out = {m, n, k, c->batch};
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// D = alpha * op(A) op(B) + beta * C (and the epilogue), for a call that validate() accepted.
+// The descriptors come by value: a captured matmul (stream_capture.h) runs with the values
+// they had when it was captured, as cuBLASLt bakes them into the kernels it queues.
+void multiply(const MatmulDesc& desc, const Layout& la, const Layout& lb, const Layout& lc,
+              const Problem& p, float alpha_v, float beta_v, const void* a, const void* b,
+              const void* c, void* d) {
+  const bool ta = desc.trans_a != CUBLAS_OP_N, tb = desc.trans_b != CUBLAS_OP_N;
+  const bool tf32 = desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const bool bias = desc.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                    desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                    desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const auto operand = [&](const Layout& l, const void* base, int64_t offset, int64_t index) {
+    const float v = load(l.type, base, offset + index);
+    return tf32 ? to_tf32(v) : v;
+  };
+  // op(A) as m rows of k and op(B) transposed as n rows of k, in FP32, so that every dot
+  // product below walks contiguous memory; the sum runs over k in order.
+  std::vector<float> rows_a(static_cast<size_t>(p.m * p.k)), rows_b(static_cast<size_t>(p.n * p.k));
+  for (int32_t batch = 0; batch < p.batch; ++batch) {
+    const int64_t oa = batch * la.stride, ob = batch * lb.stride, oc = batch * lc.stride;
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t q = 0; q < p.k; ++q)
+        rows_a[i * p.k + q] = operand(la, a, oa, ta ? q + i * la.ld : i + q * la.ld);
+    for (int64_t j = 0; j < p.n; ++j)
+      for (int64_t q = 0; q < p.k; ++q)
+        rows_b[j * p.k + q] = operand(lb, b, ob, tb ? j + q * lb.ld : q + j * lb.ld);
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float* y = &rows_b[j * p.k];
+      for (int64_t i = 0; i < p.m; ++i) {
+        const float* x = &rows_a[i * p.k];
+        float acc = 0.0f;
+        for (int64_t q = 0; q < p.k; ++q) acc += x[q] * y[q];
+        const int64_t at = oc + i + j * lc.ld;
+        float value = alpha_v * acc;
+        if (beta_v != 0.0f) value += beta_v * load(lc.type, c, at);
+        // Epilogues run with batch 1 only (validate), so row i of the bias and aux's
+        // (i, j) need no batch offset. GELU takes the sum before its one rounding.
+        if (bias) value += load(lc.type, desc.bias, i);
+        if (gelu) {
+          store(lc.type, desc.aux, i + j * desc.aux_ld, value);
+          value = mixprec::gelu_tanh(value);
+        }
+        store(lc.type, d, at, value);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -288,7 +338,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
                               const void* b, cublasLtMatrixLayout_t b_desc, const void* beta,
                               const void* c, cublasLtMatrixLayout_t c_desc, void* d,
                               cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo,
-                              void* workspace, size_t workspace_bytes, cudaStream_t) {
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (handle == nullptr || alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   // No algo: the library chooses one that needs no workspace. Otherwise one of the
   // heuristic's, with at least its workspace.
@@ -309,49 +359,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t comp
     mixprec::emulation::count_refused_epilogue_matmul();
     return static_cast<cublasStatus_t>(refusal);
   }
-  if (mixprec::emulation::host_only()) return CUBLAS_STATUS_SUCCESS;
   const float alpha_v = *static_cast<const float*>(alpha), beta_v = *static_cast<const float*>(beta);
-  const bool ta = desc->trans_a != CUBLAS_OP_N, tb = desc->trans_b != CUBLAS_OP_N;
-  const bool tf32 = desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool gelu = desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
-                    desc->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const auto operand = [&](const Layout* l, const void* base, int64_t offset, int64_t index) {
-    const float v = load(l->type, base, offset + index);
-    return tf32 ? to_tf32(v) : v;
-  };
-  // op(A) as m rows of k and op(B) transposed as n rows of k, in FP32, so that every dot
-  // product below walks contiguous memory; the sum runs over k in order.
-  std::vector<float> rows_a(static_cast<size_t>(p.m * p.k)), rows_b(static_cast<size_t>(p.n * p.k));
-  for (int32_t batch = 0; batch < p.batch; ++batch) {
-    const int64_t oa = batch * la->stride, ob = batch * lb->stride, oc = batch * lc->stride;
-    for (int64_t i = 0; i < p.m; ++i)
-      for (int64_t q = 0; q < p.k; ++q)
-        rows_a[i * p.k + q] = operand(la, a, oa, ta ? q + i * la->ld : i + q * la->ld);
-    for (int64_t j = 0; j < p.n; ++j)
-      for (int64_t q = 0; q < p.k; ++q)
-        rows_b[j * p.k + q] = operand(lb, b, ob, tb ? j + q * lb->ld : q + j * lb->ld);
-    for (int64_t j = 0; j < p.n; ++j) {
-      const float* y = &rows_b[j * p.k];
-      for (int64_t i = 0; i < p.m; ++i) {
-        const float* x = &rows_a[i * p.k];
-        float acc = 0.0f;
-        for (int64_t q = 0; q < p.k; ++q) acc += x[q] * y[q];
-        const int64_t at = oc + i + j * lc->ld;
-        float value = alpha_v * acc;
-        if (beta_v != 0.0f) value += beta_v * load(lc->type, c, at);
-        // Epilogues run with batch 1 only (validate), so row i of the bias and aux's
-        // (i, j) need no batch offset. GELU takes the sum before its one rounding.
-        if (bias) value += load(lc->type, desc->bias, i);
-        if (gelu) {
-          store(lc->type, desc->aux, i + j * desc->aux_ld, value);
-          value = mixprec::gelu_tanh(value);
-        }
-        store(lc->type, d, at, value);
-      }
-    }
-  }
+  const cudaError_t queued = mixprec::emulation::enqueue(
+      stream, [desc = *desc, la = *la, lb = *lb, lc = *lc, p, alpha_v, beta_v, a, b, c, d] {
+        if (!mixprec::emulation::host_only())
+          multiply(desc, la, lb, lc, p, alpha_v, beta_v, a, b, c, d);
+      });
+  if (queued != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -31,7 +31,7 @@
 //     candidates to choose from. All compute the same result. The workspace-size queries
 //     answer each algorithm's workspace, and an execution given less fails with BAD_PARAM.
 //   - Handles keep their stream; work runs at once on the calling thread, as the emulated
-//     runtime's streams do. cudnnGetLastErrorString gives the reason of the thread's last
+//     runtime's streams do, or is captured into a graph while the stream is being captured. cudnnGetLastErrorString gives the reason of the thread's last
 //     refusal.
 // Descriptors are checked as cuDNN 9 checks them (its answers measured with 9.19 where they
 // differ from the API reference's lists): a descriptor NULL or never set, input channels
@@ -54,12 +54,14 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/half.h"
 #include "cuda/emulation/runtime_emulation.h"
+#include "cuda/emulation/stream_capture.h"
 #include "cuda/emulation/tf32.h"
 
 struct cudnnContext {
@@ -615,6 +617,32 @@ cudnnStatus_t prepare(const Names& nm, cudnnHandle_t handle, const void* alpha,
   return CUDNN_STATUS_SUCCESS;
 }
 
+// Runs `run` (a function of the Pass2d) on the handle's stream: now, or, while the stream is
+// being captured (stream_capture.h), as a node that holds copies of the descriptors and of
+// alpha and beta, as cuDNN bakes them into the kernels it queues.
+template <class Run>
+cudnnStatus_t queue_pass(const char* fn, cudnnHandle_t handle, const Problem& pb,
+                         const void* alpha, const void* beta, Run run) {
+  struct Copies {
+    cudnnTensorStruct x;
+    cudnnFilterStruct w;
+    cudnnConvolutionStruct conv;
+    cudnnTensorStruct y;
+  };
+  const auto copies = std::make_shared<const Copies>(Copies{*pb.x, *pb.w, *pb.conv, *pb.y});
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  const cudaError_t queued =
+      mixprec::emulation::enqueue(handle->stream, [copies, k = pb.k_per_group, a, b, run] {
+        if (mixprec::emulation::host_only()) return;
+        const Problem local{&copies->x, &copies->w, &copies->conv, &copies->y, k};
+        run(Pass2d(local, &a, &b));
+      });
+  if (queued != cudaSuccess)
+    return fail(CUDNN_STATUS_EXECUTION_FAILED,
+                std::string(fn) + ": the capture of the handle's stream was invalidated");
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -894,8 +922,8 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha,
       prepare(names("cudnnConvolutionForward", Pass::Forward), handle, alpha, beta,
               {x, w, y}, x_desc, w_desc, conv, y_desc, algo, kForwardAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  if (!mixprec::emulation::host_only()) run_forward(Pass2d(pb, alpha, beta), x, w, y);
-  return CUDNN_STATUS_SUCCESS;
+  return queue_pass("cudnnConvolutionForward", handle, pb, alpha, beta,
+                    [x, w, y](const Pass2d& ps) { run_forward(ps, x, w, y); });
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
@@ -912,8 +940,8 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
               handle, alpha, beta, {w, dy, dx}, dx_desc, w_desc, conv, dy_desc, algo,
               kBackwardDataAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  if (!mixprec::emulation::host_only()) run_backward_data(Pass2d(pb, alpha, beta), w, dy, dx);
-  return CUDNN_STATUS_SUCCESS;
+  return queue_pass("cudnnConvolutionBackwardData", handle, pb, alpha, beta,
+                    [w, dy, dx](const Pass2d& ps) { run_backward_data(ps, w, dy, dx); });
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
@@ -930,8 +958,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
               handle, alpha, beta, {x, dy, dw}, x_desc, dw_desc, conv, dy_desc, algo,
               kBackwardFilterAlgos, ws, ws_bytes, pb);
   if (status != CUDNN_STATUS_SUCCESS) return status;
-  if (!mixprec::emulation::host_only()) run_backward_filter(Pass2d(pb, alpha, beta), x, dy, dw);
-  return CUDNN_STATUS_SUCCESS;
+  return queue_pass("cudnnConvolutionBackwardFilter", handle, pb, alpha, beta,
+                    [x, dy, dw](const Pass2d& ps) { run_backward_filter(ps, x, dy, dw); });
 }
 
 }  // extern "C"

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/emulation/runtime_emulation.h"
+#include "cuda/emulation/stream_capture.h"
 
 namespace cub {
 
@@ -25,7 +26,6 @@ struct DeviceRadixSort {
                                cudaStream_t stream = nullptr) {
     static_assert(std::is_unsigned_v<Key>, "SortPairs: unsigned keys (cub orders signed and "
                                            "floating keys by their bits, not emulated)");
-    (void)stream;
     if (temp_storage == nullptr) {
       temp_storage_bytes = 1;  // cub asks for some storage even for no items
       return cudaSuccess;
@@ -33,26 +33,28 @@ struct DeviceRadixSort {
     if (num_items < 0 || begin_bit < 0 || end_bit > static_cast<int>(sizeof(Key) * 8) ||
         begin_bit > end_bit)
       return cudaErrorInvalidValue;
-    if (mixprec::emulation::host_only()) return cudaSuccess;
-    const auto n = static_cast<size_t>(num_items);
-    const auto bits = [&](Key k) {
-      const uint64_t wide = static_cast<uint64_t>(k) >> begin_bit;
-      const int width = end_bit - begin_bit;
-      return width >= 64 ? wide : wide & ((uint64_t{1} << width) - 1);
-    };
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return bits(keys_in[a]) < bits(keys_in[b]); });
-    std::vector<Key> keys(n);
-    std::vector<Value> values(n);
-    for (size_t i = 0; i < n; ++i) {
-      keys[i] = keys_in[order[i]];
-      values[i] = values_in[order[i]];
-    }
-    std::copy(keys.begin(), keys.end(), keys_out);
-    std::copy(values.begin(), values.end(), values_out);
-    return cudaSuccess;
+    // Queued on the stream, so that a captured sort (stream_capture.h) runs at each replay.
+    return mixprec::emulation::enqueue(stream, [=] {
+      if (mixprec::emulation::host_only()) return;
+      const auto n = static_cast<size_t>(num_items);
+      const auto bits = [&](Key k) {
+        const uint64_t wide = static_cast<uint64_t>(k) >> begin_bit;
+        const int width = end_bit - begin_bit;
+        return width >= 64 ? wide : wide & ((uint64_t{1} << width) - 1);
+      };
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return bits(keys_in[a]) < bits(keys_in[b]); });
+      std::vector<Key> keys(n);
+      std::vector<Value> values(n);
+      for (size_t i = 0; i < n; ++i) {
+        keys[i] = keys_in[order[i]];
+        values[i] = values_in[order[i]];
+      }
+      std::copy(keys.begin(), keys.end(), keys_out);
+      std::copy(values.begin(), values.end(), values_out);
+    });
   }
 };
 

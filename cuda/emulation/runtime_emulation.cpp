@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/emulation/stream_capture.h"
 #include "cuda/emulation/thread_scheduler.h"
 
 namespace mixprec::emulation {
@@ -39,6 +40,9 @@ cudaError_t record(cudaError_t status) {
   if (status != cudaSuccess) last_error = status;
   return status;
 }
+
+// Checks a potentially unsafe call against the captures in progress (stream_capture.h).
+cudaError_t unsafe_call() { return record(check_unsafe_call()); }
 
 // True when [p, p + n) lies inside one live allocation.
 bool inside_allocation(const void* p, size_t n) {
@@ -74,19 +78,45 @@ bool valid_configuration(dim3 grid, dim3 block) {
          threads > 0 && threads <= 1024 && block.z <= 64;
 }
 
-cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  if (count == 0) return cudaSuccess;
+// cudaSuccess when the device side of a copy lies inside one live allocation (host-to-host
+// and cudaMemcpyDefault copies are not checked), cudaErrorInvalidValue otherwise.
+cudaError_t check_copy(const void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   const bool device_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   const bool device_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost) {
-    std::memmove(dst, src, count);
-    return cudaSuccess;
-  }
   if ((device_src && !inside_allocation(src, count)) || (device_dst && !inside_allocation(dst, count)))
-    return record(cudaErrorInvalidValue);
-  if (kind != cudaMemcpyDeviceToHost && host_only()) return cudaSuccess;
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// A checked copy; in host_only() mode only copies to the host move their bytes.
+cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  if (const cudaError_t status = check_copy(dst, src, count, kind); status != cudaSuccess)
+    return record(status);
+  const bool to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                       kind == cudaMemcpyDefault;
+  if (!to_host && host_only()) return cudaSuccess;
   std::memmove(dst, src, count);
   return cudaSuccess;
+}
+
+// A checked memset (nothing moves in host_only() mode).
+cudaError_t fill(void* dev_ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!inside_allocation(dev_ptr, count)) return record(cudaErrorInvalidValue);
+  if (!host_only()) std::memset(dev_ptr, value, count);
+  return cudaSuccess;
+}
+
+// Queues `work`, checked first by `check` (a status), on `stream`: a failing check is
+// recorded (and invalidates a capture of the stream) and nothing is queued.
+template <class Work>
+cudaError_t queue_checked(cudaStream_t stream, cudaError_t check, const Work& work) {
+  if (check != cudaSuccess) {
+    invalidate_capture(stream);
+    return record(check);
+  }
+  return record(enqueue(stream, work));
 }
 
 }  // namespace
@@ -117,6 +147,23 @@ void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (!host_only()) run_grid(grid, block, body);
 }
 
+void capture_launch(cudaStream_t stream, dim3 grid, dim3 block, std::function<void()> body) {
+  const cudaError_t check =
+      valid_configuration(grid, block) ? cudaSuccess : cudaErrorInvalidConfiguration;
+  queue_checked(stream, check, [grid, block, body = std::move(body)] {
+    if (!host_only()) run_grid(grid, block, body);
+  });
+}
+
+void refuse_stateful_capture(cudaStream_t stream) {
+  invalidate_capture(stream);
+  record(cudaErrorStreamCaptureUnsupported);
+}
+
+bool stream_capturing(cudaStream_t stream) { return capturing(stream); }
+
+cudaError_t record_error(cudaError_t status) { return record(status); }
+
 size_t live_allocations() {
   const std::lock_guard<std::mutex> lock(memory().mutex);
   return memory().blocks.size();
@@ -133,12 +180,14 @@ using mixprec::emulation::kEmulatedDeviceBytes;
 using mixprec::emulation::memory;
 using mixprec::emulation::record;
 using mixprec::emulation::release;
+using mixprec::emulation::unsafe_call;
 
 extern "C" {
 
 cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
   if (dev_ptr == nullptr) return record(cudaErrorInvalidValue);
   *dev_ptr = nullptr;
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
   if (size == 0) return cudaSuccess;
   auto& m = memory();
   {
@@ -163,6 +212,7 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* dev_ptr) {
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
   auto& m = memory();
   return release(m.blocks, dev_ptr, &m.bytes);
 }
@@ -177,6 +227,7 @@ cudaError_t cudaHostAlloc(void** host_ptr, size_t size, unsigned int flags) {
   constexpr unsigned int kValidFlags =
       cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
   if ((flags & ~kValidFlags) != 0) return record(cudaErrorInvalidValue);
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
   if (size == 0) return cudaSuccess;
   if (size > mixprec::emulation::kEmulatedPinnedBytes) return record(cudaErrorMemoryAllocation);
   void* p = nullptr;
@@ -188,7 +239,10 @@ cudaError_t cudaHostAlloc(void** host_ptr, size_t size, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaFreeHost(void* host_ptr) { return release(memory().host_blocks, host_ptr, nullptr); }
+cudaError_t cudaFreeHost(void* host_ptr) {
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
+  return release(memory().host_blocks, host_ptr, nullptr);
+}
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) return record(cudaErrorInvalidValue);
@@ -198,23 +252,29 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
   return mixprec::emulation::copy(dst, src, count, kind);
 }
 
+// Captured, the copy reads its source when the graph runs, not when it is captured.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return mixprec::emulation::copy(dst, src, count, kind);
+                            cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  return mixprec::emulation::queue_checked(
+      stream, mixprec::emulation::check_copy(dst, src, count, kind),
+      [=] { mixprec::emulation::copy(dst, src, count, kind); });
 }
 
 cudaError_t cudaMemset(void* dev_ptr, int value, size_t count) {
-  if (count == 0) return cudaSuccess;
-  if (!mixprec::emulation::inside_allocation(dev_ptr, count)) return record(cudaErrorInvalidValue);
-  if (!mixprec::emulation::host_only()) std::memset(dev_ptr, value, count);
-  return cudaSuccess;
+  if (const cudaError_t status = unsafe_call(); status != cudaSuccess) return status;
+  return mixprec::emulation::fill(dev_ptr, value, count);
 }
 
-cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t) {
-  return cudaMemset(dev_ptr, value, count);
+cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  const bool inside = mixprec::emulation::inside_allocation(dev_ptr, count);
+  return mixprec::emulation::queue_checked(stream, inside ? cudaSuccess : cudaErrorInvalidValue,
+                                           [=] { mixprec::emulation::fill(dev_ptr, value, count); });
 }
 
 // Streams are distinct non-null handles; work on them has finished when the call queuing it
@@ -230,24 +290,30 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return record(mixprec::emulation::check_stream_synchronize(stream));
+}
+cudaError_t cudaDeviceSynchronize(void) { return unsafe_call(); }
 
 // Work queued before it on the stream has finished already, so the host function runs now;
 // the stream's later work waits for it, as on a GPU, because it is queued after it returns.
-cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* user_data) {
+// Captured, it runs at each launch of the graph.
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
   if (fn == nullptr) return record(cudaErrorInvalidValue);
-  fn(user_data);
-  return cudaSuccess;
+  return record(mixprec::emulation::enqueue(stream, [fn, user_data] { fn(user_data); }));
 }
 
 // Events: work on an emulated stream has finished when the call queuing it returns, so an
 // event completes when it is recorded and its timestamp is the host's clock at that moment.
 // The time between two events is the host time the work between them took; an event never
 // recorded has no time (cudaErrorInvalidResourceHandle, as on a GPU).
+// An event recorded on a stream being captured is `captured` until a later record (or the
+// graph's replay of that record) outside a capture: querying, synchronizing or timing it
+// meanwhile is cudaErrorCapturedEvent.
 struct CUevent_st {
   std::chrono::steady_clock::time_point at;
   bool recorded = false;
+  bool captured = false;
 };
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
@@ -272,28 +338,37 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
-  event->at = std::chrono::steady_clock::now();
-  event->recorded = true;
-  return cudaSuccess;
+  const auto mark = [event] {
+    event->at = std::chrono::steady_clock::now();
+    event->recorded = true;
+    event->captured = false;
+  };
+  if (mixprec::emulation::capturing(stream)) event->captured = true;
+  return record(mixprec::emulation::enqueue(stream, mark));
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
+// An event that may be waited for or asked about now: a valid handle, not recorded in a
+// capture, and no capture prohibiting the call (stream_capture.h).
+static cudaError_t check_event_call(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  if (event->captured) return record(cudaErrorCapturedEvent);
+  return unsafe_call();
 }
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return check_event_call(event); }
 
 // Every recorded event has completed (and one never recorded marks no work, as on a GPU), so
 // the query never answers cudaErrorNotReady.
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
-}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return check_event_call(event); }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return record(cudaErrorInvalidValue);
   if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) {
     return record(cudaErrorInvalidResourceHandle);
   }
+  if (start->captured || end->captured) return record(cudaErrorCapturedEvent);
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }
@@ -374,6 +449,12 @@ const char* cudaGetErrorName(cudaError_t error) {
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorIllegalAddress)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorMisalignedAddress)
     MIXPREC_EMULATION_ERROR_NAME(cudaErrorAssert)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorIllegalState)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorNotSupported)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorStreamCaptureUnsupported)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorStreamCaptureInvalidated)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorCapturedEvent)
+    MIXPREC_EMULATION_ERROR_NAME(cudaErrorStreamCaptureWrongThread)
 #undef MIXPREC_EMULATION_ERROR_NAME
     default:
       return "cudaErrorUnknown";
@@ -394,6 +475,14 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default: return "unknown error";
   }
 }

@@ -2,7 +2,8 @@
 // one device (cuda:0) whose memory is host memory, page-locked memory (cudaHostAlloc) that is
 // plain host memory, streams that run everything at once, events that take the host's clock
 // when recorded (and so have always completed when queried), kernel launches through
-// cuda/emulation/thread_scheduler.h. The runtime functions
+// cuda/emulation/thread_scheduler.h, and stream capture into graphs that replay the captured
+// work (cuda/emulation/stream_capture.h). The runtime functions
 // themselves (cudaMalloc, cudaMemcpyAsync, cudaGetLastError, ...) keep the signatures of
 // <cuda_runtime_api.h> and are defined in runtime_emulation.cpp; the emulated build links
 // them instead of libcudart.
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
@@ -34,23 +36,50 @@ inline constexpr size_t kEmulatedPinnedBytes = size_t{16} << 30;
 // as on a GPU; otherwise run_grid runs every thread before the call returns.
 void launch_on_cpu(dim3 grid, dim3 block, const std::function<void()>& body);
 
+// A kernel launch on a stream being captured (stream_capture.h): an invalid configuration is
+// recorded and invalidates the capture; otherwise the launch becomes a node of the capture,
+// `body` holding the kernel's arguments by value.
+void capture_launch(cudaStream_t stream, dim3 grid, dim3 block, std::function<void()> body);
+
+// Records cudaErrorStreamCaptureUnsupported and invalidates the capture of `stream`.
+void refuse_stateful_capture(cudaStream_t stream);
+
+// Whether `stream` is being captured (stream_capture.h); one atomic load when nothing is.
+bool stream_capturing(cudaStream_t stream);
+
+// Keeps a failing status for cudaGetLastError (of the calling thread) and returns it.
+cudaError_t record_error(cudaError_t status);
+
 // What MIXPREC_LAUNCH (cuda/kernels/common.cuh) becomes in the emulated build: called with
 // the kernel's arguments, it runs `kernel` (a callable taking them) on every thread of the
-// grid through launch_on_cpu.
+// grid through launch_on_cpu, or, on a stream being captured, records the launch with copies
+// of the arguments (`kernel` must then hold no state: what it reads comes in as arguments).
 template <class Kernel>
 class KernelLaunch {
  public:
-  KernelLaunch(dim3 grid, dim3 block, cudaStream_t /*stream: work runs at once*/, Kernel kernel)
-      : grid_(grid), block_(block), kernel_(kernel) {}
+  KernelLaunch(dim3 grid, dim3 block, cudaStream_t stream, Kernel kernel)
+      : grid_(grid), block_(block), stream_(stream), kernel_(kernel) {}
 
   template <class... Args>
   void operator()(Args... args) const {
+    if (stream_capturing(stream_)) {
+      // A kernel callable with state of its own (a lambda capturing by reference) could not
+      // be replayed safely after its scope ends: such a launch is refused and invalidates the
+      // capture.
+      if constexpr (std::is_empty_v<Kernel>) {
+        capture_launch(stream_, grid_, block_, [kernel = kernel_, args...] { kernel(args...); });
+      } else {
+        refuse_stateful_capture(stream_);
+      }
+      return;
+    }
     launch_on_cpu(grid_, block_, [&] { kernel_(args...); });
   }
 
  private:
   dim3 grid_;
   dim3 block_;
+  cudaStream_t stream_;
   Kernel kernel_;
 };
 

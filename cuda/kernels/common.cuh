@@ -59,11 +59,13 @@ inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 // the arguments, and reports an invalid configuration through cudaGetLastError(). Either way
 // a ProfiledLaunch (cuda/kernel_profile.h) brackets the launch until the end of the
 // statement, naming it by the kernel expression and the launching function; it must
-// therefore be a statement of its own.
+// therefore be a statement of its own. The emulated launch's lambda captures nothing (the
+// kernel expression names a kernel and compile-time arguments only, as <<<>>> requires), so
+// a launch on a stream being captured into a graph can keep it for the replays.
 #if defined(MIXPREC_CUDA_EMULATION)
 #define MIXPREC_LAUNCH(grid, block, stream, ...)                                       \
   ::mixprec::ProfiledLaunch(#__VA_ARGS__, __PRETTY_FUNCTION__, stream, grid, block),   \
-      ::mixprec::emulation::KernelLaunch(grid, block, stream, [&](auto... arguments) { \
+      ::mixprec::emulation::KernelLaunch(grid, block, stream, [](auto... arguments) {  \
         __VA_ARGS__(arguments...);                                                     \
       })
 #else

@@ -3,7 +3,10 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "backend_agreement.h"
 #include "core/error.h"
@@ -126,6 +129,105 @@ TEST_CASE("cuda allocator reports out-of-memory with the request and the device'
 
   const std::string absurd = error_message([&] { allocator.allocate(~size_t{0}); });
   CHECK(absurd.find("more than any device holds") != std::string::npos);
+}
+
+TEST_CASE("cuda allocator keeps a private pool's blocks to itself until it is released", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  CachingAllocator allocator(0);
+  const size_t n = 4096, size = CachingAllocator::round_size(n);
+  void* common = allocator.allocate(n);
+  allocator.deallocate(common);  // cached in the common pool
+
+  const CachingAllocator::PoolId pool = allocator.create_private_pool();
+  void* first = nullptr;
+  void* other_thread = nullptr;
+  {
+    PoolRouting routing(allocator, pool);
+    first = allocator.allocate(n);
+    CHECK(first != common);  // not from the common cache
+    CHECK(allocator.stats().cuda_malloc_calls == 2);
+    CHECK(allocator.stats().bytes_in_private_pools == size);
+    allocator.deallocate(first);
+    CHECK(allocator.allocate(n) == first);  // served again from the pool
+    // Another thread is not routed: it gets the common block.
+    std::thread([&] { other_thread = allocator.allocate(n); }).join();
+    CHECK(other_thread == common);
+    CHECK_THROWS_AS(PoolRouting(allocator, pool), Error);  // one routing per thread
+  }
+  allocator.deallocate(other_thread);
+  // Freed after the routing ended, by another thread, the pool's block still goes back to
+  // the pool: the common pool's requests do not get it.
+  std::thread([&] { allocator.deallocate(first); }).join();
+  CHECK(allocator.allocate(n) == common);
+  void* fresh = allocator.allocate(n);
+  CHECK(fresh != first);
+  CHECK(allocator.stats().cuda_malloc_calls == 3);
+  allocator.deallocate(fresh);
+  allocator.deallocate(common);
+  // release_cached() leaves the pool's blocks alone.
+  allocator.release_cached();
+  CHECK(allocator.stats().bytes_reserved == size);
+  CHECK(allocator.stats().bytes_in_private_pools == size);
+
+  allocator.release_private_pool(pool);
+  CHECK(allocator.stats().bytes_in_private_pools == 0);
+  CHECK(allocator.allocate(n) == first);  // now in the common cache
+  allocator.deallocate(first);
+  CHECK_THROWS_AS(allocator.release_private_pool(pool), Error);
+  CHECK_THROWS_AS(allocator.release_private_pool(CachingAllocator::kCommonPool), Error);
+  CHECK_THROWS_AS(PoolRouting(allocator, pool), Error);
+}
+
+TEST_CASE("cuda allocator: a private pool's block in use at its release joins the common pool", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  CachingAllocator allocator(0);
+  const CachingAllocator::PoolId pool = allocator.create_private_pool();
+  void* held = nullptr;
+  {
+    PoolRouting routing(allocator, pool);
+    held = allocator.allocate(1000);
+    CHECK_THROWS_AS(allocator.release_private_pool(pool), Error);  // still routed
+  }
+  allocator.release_private_pool(pool);
+  CHECK(allocator.stats().bytes_in_private_pools == 0);
+  allocator.deallocate(held);
+  CHECK(allocator.allocate(1000) == held);
+  allocator.deallocate(held);
+}
+
+TEST_CASE("cuda allocator serves a capture from its private pool and never frees during it", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  CachingAllocator allocator(0);
+  void* cached = allocator.allocate(size_t{8} << 20);
+  allocator.deallocate(cached);
+  const CachingAllocator::PoolId pool = allocator.create_private_pool();
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  std::string message;
+  void* block = nullptr;
+  {
+    PoolRouting routing(allocator, pool);
+    // A cache miss calls cudaMalloc, which the capture allows in relaxed mode only.
+    block = allocator.allocate(4096);
+    // Out of memory fails without releasing the cache (cudaFree would break the capture).
+    message = error_message([&] { allocator.allocate(size_t{1} << 50); });
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  REQUIRE(cudaStreamIsCapturing(stream, &status) == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusActive);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  INFO(message);
+  CHECK(message.find("out of memory") != std::string::npos);
+  CHECK(message.find("private pool") != std::string::npos);
+  CHECK(allocator.stats().cuda_free_calls == 0);
+  CHECK(allocator.stats().bytes_reserved ==
+        (size_t{8} << 20) + CachingAllocator::round_size(4096));
+  allocator.deallocate(block);
+  allocator.release_private_pool(pool);
 }
 
 TEST_CASE("cuda allocator ignores a pointer it did not hand out", "[cuda]") {

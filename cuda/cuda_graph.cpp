@@ -1,0 +1,96 @@
+#include "cuda/cuda_graph.h"
+
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernel_profile.h"
+
+namespace mixprec {
+namespace {
+
+// The capture's outcome as a sentence: what `body` threw, else why the runtime refused it.
+std::string capture_failure(const std::exception_ptr& thrown, cudaError_t ended) {
+  if (thrown) {
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception that is not a std::exception";
+    }
+  }
+  return std::string(cudaGetErrorName(ended)) + " (" + cudaGetErrorString(ended) +
+         ") from cudaStreamEndCapture";
+}
+
+}  // namespace
+
+CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
+    : backend_(backend), pool_(backend.allocator().create_private_pool()) {
+  CachingAllocator& allocator = backend.allocator();
+  const cudaStream_t stream = backend.stream();
+  if (kernel_profile_enabled()) {
+    allocator.release_private_pool(pool_);
+    MIXPREC_FAIL("cuda: cannot capture a CUDA graph while the kernel profile is on: its "
+                 "events would be recorded into the graph (set_kernel_profile(false), or unset "
+                 "MIXPREC_KERNEL_PROFILE)");
+  }
+  if (const cudaError_t begun = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+      begun != cudaSuccess) {
+    cudaGetLastError();
+    allocator.release_private_pool(pool_);
+    MIXPREC_FAIL("cuda: cannot begin capturing a CUDA graph on the backend's stream: ",
+                 cudaGetErrorName(begun), " (", cudaGetErrorString(begun), ")");
+  }
+  std::exception_ptr thrown;
+  {
+    PoolRouting routing(allocator, pool_);
+    try {
+      body();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph_);
+  if (thrown || ended != cudaSuccess) {
+    cudaGetLastError();  // the refused call's status; the capture is over
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    graph_ = nullptr;
+    allocator.release_private_pool(pool_);
+    MIXPREC_FAIL("cuda: capturing a CUDA graph failed: ", capture_failure(thrown, ended),
+                 ". A graph can hold only work queued on the device: no host synchronisation "
+                 "(copy_to_host, item(), all_finite), no upload from the host, no kernel "
+                 "profile, and no other thread using the backend meanwhile");
+  }
+  if (const cudaError_t made = cudaGraphInstantiate(&exec_, graph_, 0); made != cudaSuccess) {
+    cudaGetLastError();
+    cudaGraphDestroy(graph_);
+    allocator.release_private_pool(pool_);
+    MIXPREC_FAIL("cuda: cudaGraphInstantiate failed: ", cudaGetErrorName(made), " (",
+                 cudaGetErrorString(made), ")");
+  }
+}
+
+CudaGraph::~CudaGraph() {
+  cudaGraphExecDestroy(exec_);
+  cudaGraphDestroy(graph_);
+  cudaGetLastError();
+  try {
+    backend_.allocator().release_private_pool(pool_);
+  } catch (const std::exception&) {
+    // Only a routing still in place can refuse; the constructor's ended before it returned.
+  }
+}
+
+void CudaGraph::replay() { CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream())); }
+
+size_t CudaGraph::nodes() const {
+  size_t count = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &count));
+  return count;
+}
+
+}  // namespace mixprec

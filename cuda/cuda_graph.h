@@ -1,0 +1,54 @@
+// A CUDA graph of the work the CUDA backend queues: captured once, replayed many times, so
+// that a step of many small launches costs the host one cudaGraphLaunch (the models here are
+// launch-bound).
+//
+// Contract:
+// - The constructor runs `body` while the backend's stream is being captured (global mode):
+//   the kernels, copies and library calls it queues are recorded, not run. Nothing runs until
+//   replay(). Each replay runs the recorded work on the stream, in order, on the memory it
+//   was recorded with: inputs change between replays by writing into the same tensors, and
+//   outputs are read from the tensors `body` left behind.
+// - While capturing, the calling thread's allocations come from a private pool of the
+//   backend's allocator (cuda/caching_allocator.h), which keeps their addresses for this
+//   graph until it is destroyed; tensors created by `body` and kept outside it stay valid.
+// - What a capture cannot hold fails the capture: a host synchronisation (copy_to_host,
+//   item(), all_finite), an upload through the pinned ring (copy_from_host), a kernel profile
+//   in progress (set_kernel_profile). The constructor then ends the capture, frees what it
+//   took and throws mixprec::Error naming the cause; the backend stays usable.
+// - No other thread may use the backend while the constructor runs (its work would be
+//   recorded into the graph, or would break the capture).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/caching_allocator.h"
+
+namespace mixprec {
+
+class CudaBackend;
+
+class CudaGraph {
+ public:
+  CudaGraph(CudaBackend& backend, const std::function<void()>& body);
+  // Destroys the graph and releases its private pool (blocks still in use by tensors join
+  // the common pool when those are freed).
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Queues one run of the recorded work on the backend's stream; does not wait for it.
+  void replay();
+  // The number of recorded operations (kernels, copies, library calls).
+  size_t nodes() const;
+
+ private:
+  CudaBackend& backend_;
+  CachingAllocator::PoolId pool_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace mixprec
