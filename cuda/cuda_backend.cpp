@@ -100,9 +100,7 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes)
   // A captured copy would read its staging region (or host_src itself) at each replay, long
   // after the caller reused it: refused, so that a CUDA graph (cuda_graph.h) never replays
   // stale bytes.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-  MIXPREC_CHECK(capture == cudaStreamCaptureStatusNone,
+  MIXPREC_CHECK(!capturing(),
                 "cuda: copy from the host while the stream is being captured into a CUDA "
                 "graph; upload before the capture, into tensors the graph reads");
   const std::lock_guard<std::mutex> lock(upload_mutex_);
@@ -116,6 +114,22 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes)
     throw;
   }
   host_syncs_.fetch_add(upload_ring_.waits() - waits_before, std::memory_order_relaxed);
+}
+
+bool CudaBackend::capturing() const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+void CudaBackend::upload_table(void* dst, const void* bytes, size_t n) {
+  if (n == 0) return;
+  if (!capturing()) {
+    copy_from_host(dst, bytes, n);
+    return;
+  }
+  use_device();
+  capture_staging_.upload(dst, bytes, n, stream_);
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
@@ -284,7 +298,7 @@ void CudaBackend::unscale_grads(const char* op, const std::vector<Tensor>& grads
   use_device();
   const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(op, tensor_refs(grads));
   Scratch device_table(allocator_, table.bytes.size());
-  copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
+  upload_table(device_table.get(), table.bytes.data(), table.bytes.size());
   float* found = static_cast<float*>(found_inf.data());
   int32_t* flags = static_cast<int32_t*>(tensor_flags.data());
   if (scale_state != nullptr) {
@@ -328,7 +342,7 @@ void CudaBackend::widen_gradients(const std::vector<GradientWidening>& items) {
   std::memcpy(block.data() + targets_offset, targets.data(),
               targets.size() * sizeof(kernels::WidenTarget));
   Scratch device_block(allocator_, block.size());
-  copy_from_host(device_block.get(), block.data(), block.size());
+  upload_table(device_block.get(), block.data(), block.size());
   kernels::widen_gradients(table, device_block.get(), stream_);
 }
 
@@ -340,7 +354,7 @@ void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   use_device();
   const kernels::MultiTensorTable table = kernels::make_multi_tensor_table(kOp, tensor_refs(xs));
   Scratch device_table(allocator_, table.bytes.size());
-  copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
+  upload_table(device_table.get(), table.bytes.data(), table.bytes.size());
   Scratch partials(allocator_, static_cast<size_t>(table.chunks) * sizeof(float));
   kernels::squared_norms(table, device_table.get(), static_cast<float*>(partials.get()),
                          static_cast<float*>(out.data()), stream_);
@@ -397,7 +411,7 @@ void CudaBackend::clip_by_total_norm(const std::vector<Tensor>& grads, const Ten
   // The table is uploaded only when there is something to scale; the norm is written anyway.
   const size_t table_bytes = table.chunks > 0 ? table.bytes.size() : 0;
   Scratch device_table(allocator_, table_bytes);
-  if (table_bytes > 0) copy_from_host(device_table.get(), table.bytes.data(), table_bytes);
+  upload_table(device_table.get(), table.bytes.data(), table_bytes);
   Scratch coef(allocator_, sizeof(double));
   kernels::clip_by_total_norm(table, device_table.get(),
                               static_cast<const float*>(squared_sums.data()), max_norm,
@@ -517,7 +531,7 @@ void CudaBackend::launch_param_steps(const kernels::ParamStepTable& table,
   if (table.chunks == 0) return;
   use_device();
   Scratch device_table(allocator_, table.bytes.size());
-  copy_from_host(device_table.get(), table.bytes.data(), table.bytes.size());
+  upload_table(device_table.get(), table.bytes.data(), table.bytes.size());
   launch(table, device_table.get(),
          taken != nullptr ? static_cast<const int32_t*>(taken->data()) : nullptr,
          found_inf != nullptr ? static_cast<const float*>(found_inf->data()) : nullptr, stream_);

@@ -30,6 +30,7 @@
 
 #include "core/backend.h"
 #include "cuda/caching_allocator.h"
+#include "cuda/capture_staging.h"
 #include "cuda/pinned_upload.h"
 
 namespace mixprec {
@@ -72,6 +73,11 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
   // Waits for the stream; counts one host sync.
   void synchronize() override;
+  // Whether the stream is being captured into a CUDA graph (cuda/cuda_graph.h) now.
+  bool capturing() const;
+  // The pinned buffers of the tables staged during the capture that just ended, for its graph
+  // to keep (cuda/capture_staging.h).
+  std::vector<void*> take_capture_staging() { return capture_staging_.take(); }
 
   // ---- fills, casts, copies -------------------------------------------------------------
   void fill(Tensor& out, double value) override;
@@ -199,6 +205,10 @@ class CudaBackend final : public Backend {
                                     const float*, cudaStream_t);
   void launch_param_steps(const kernels::ParamStepTable& table, ParamStepsLaunch launch,
                           const Tensor* taken, const Tensor* found_inf);
+  // Copies a multi-tensor table of n bytes to device memory `dst` ahead of the launches that
+  // read it: through the upload ring, or, while the stream is being captured, from pinned
+  // memory that the graph keeps, so that every replay reads the same bytes.
+  void upload_table(void* dst, const void* bytes, size_t n);
   // Makes this backend's device current for the calling thread (the CUDA runtime keeps it
   // per thread); every primitive calls it before touching the stream.
   void use_device() const;
@@ -215,6 +225,7 @@ class CudaBackend final : public Backend {
   // region is still being read when its pinned memory is freed.
   std::mutex upload_mutex_;
   PinnedUploadRing upload_ring_;
+  CaptureStaging capture_staging_;
 };
 
 }  // namespace mixprec

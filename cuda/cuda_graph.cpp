@@ -55,10 +55,12 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
     }
   }
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph_);
+  staging_ = backend.take_capture_staging();
   if (thrown || ended != cudaSuccess) {
     cudaGetLastError();  // the refused call's status; the capture is over
     if (graph_ != nullptr) cudaGraphDestroy(graph_);
     graph_ = nullptr;
+    CaptureStaging::release(staging_);  // nothing ran: no copy reads them
     allocator.release_private_pool(pool_);
     MIXPREC_FAIL("cuda: capturing a CUDA graph failed: ", capture_failure(thrown, ended),
                  ". A graph can hold only work queued on the device: no host synchronisation "
@@ -68,6 +70,7 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
   if (const cudaError_t made = cudaGraphInstantiate(&exec_, graph_, 0); made != cudaSuccess) {
     cudaGetLastError();
     cudaGraphDestroy(graph_);
+    CaptureStaging::release(staging_);
     allocator.release_private_pool(pool_);
     MIXPREC_FAIL("cuda: cudaGraphInstantiate failed: ", cudaGetErrorName(made), " (",
                  cudaGetErrorString(made), ")");
@@ -75,8 +78,14 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
 }
 
 CudaGraph::~CudaGraph() {
+  try {
+    backend_.synchronize();
+  } catch (const std::exception&) {
+    // A failed device has no copies in flight worth waiting for.
+  }
   cudaGraphExecDestroy(exec_);
   cudaGraphDestroy(graph_);
+  CaptureStaging::release(staging_);
   cudaGetLastError();
   try {
     backend_.allocator().release_private_pool(pool_);

@@ -11,9 +11,13 @@
 // - While capturing, the calling thread's allocations come from a private pool of the
 //   backend's allocator (cuda/caching_allocator.h), which keeps their addresses for this
 //   graph until it is destroyed; tensors created by `body` and kept outside it stay valid.
+// - The multi-tensor tables the backend uploads for its own kernels (unscale, gradient
+//   widening, norms, clip, optimizer steps) are captured as copies from pinned buffers that
+//   the graph keeps: every replay uses the tables of the capture, so the tensors they point
+//   to must stay alive as long as the graph.
 // - What a capture cannot hold fails the capture: a host synchronisation (copy_to_host,
-//   item(), all_finite), an upload through the pinned ring (copy_from_host), a kernel profile
-//   in progress (set_kernel_profile). The constructor then ends the capture, frees what it
+//   item(), all_finite), an upload of caller data (copy_from_host, Tensor::to), a kernel
+//   profile in progress (set_kernel_profile). The constructor then ends the capture, frees what it
 //   took and throws mixprec::Error naming the cause; the backend stays usable.
 // - No other thread may use the backend while the constructor runs (its work would be
 //   recorded into the graph, or would break the capture).
@@ -21,6 +25,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -33,8 +38,9 @@ class CudaBackend;
 class CudaGraph {
  public:
   CudaGraph(CudaBackend& backend, const std::function<void()>& body);
-  // Destroys the graph and releases its private pool (blocks still in use by tensors join
-  // the common pool when those are freed).
+  // Waits for the stream (no replay may still read the graph's staged tables), then destroys
+  // the graph and releases its private pool (blocks still in use by tensors join the common
+  // pool when those are freed).
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -49,6 +55,7 @@ class CudaGraph {
   CachingAllocator::PoolId pool_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  std::vector<void*> staging_;  // pinned tables the captured copies read (capture_staging.h)
 };
 
 }  // namespace mixprec
