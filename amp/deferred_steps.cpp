@@ -118,8 +118,11 @@ void DeferredSteps::clip_grad_norm(const std::vector<Parameter>& params, double 
 void DeferredSteps::step(const LrSchedule* schedule) {
   require_usable();
   require_stage(Stage::Unscaled, "step");
+  // A rate for every count of taken steps a window between two resolves can reach, not only
+  // for this step's: the rates then depend only on the state at the last resolve, so every
+  // step of the window uploads the same tables (a captured step's graph replays them).
   std::vector<double> lr_by_taken{optimizer_.lr()};
-  for (int64_t j = 1; j <= optimizer_.deferred_pending(); ++j)
+  for (int64_t j = 1; j < kMaxDeferredSteps; ++j)
     lr_by_taken.push_back(schedule ? schedule->lr_at(optimizer_.steps_taken() + j)
                                    : optimizer_.lr());
   optimizer_.step_deferred(found_inf_, lr_by_taken);
@@ -131,6 +134,35 @@ void DeferredSteps::step(const LrSchedule* schedule) {
   pending_.push_back(std::move(current_));
   current_ = PendingStep{};
   stage_ = Stage::Ready;
+}
+
+namespace {
+
+// A copy of a pending step's device results, queued now (undefined stays undefined).
+Tensor copied(const Tensor& t) { return t.defined() ? t.clone() : Tensor(); }
+
+}  // namespace
+
+void DeferredSteps::keep_captured_step() {
+  require_usable();
+  require_stage(Stage::Ready, "keep_captured_step");
+  MIXPREC_CHECK(!pending_.empty(), "DeferredSteps::keep_captured_step: no step is pending");
+  PendingStep& last = pending_.back();
+  captured_ = last;
+  last.flags = copied(captured_->flags);
+  last.norm = copied(captured_->norm);
+}
+
+void DeferredSteps::add_replayed_step() {
+  require_usable();
+  require_stage(Stage::Ready, "add_replayed_step");
+  MIXPREC_CHECK(captured_.has_value(),
+                "DeferredSteps::add_replayed_step: no captured step since the last resolve");
+  MIXPREC_CHECK(!full(), "DeferredSteps::add_replayed_step: ", pending(),
+                " steps are pending, as many as fit; resolve them first");
+  optimizer_.count_replayed_deferred_step();
+  expected_->update(false);
+  pending_.push_back({copied(captured_->flags), copied(captured_->norm), captured_->names});
 }
 
 void DeferredSteps::require_usable() const {
@@ -181,6 +213,7 @@ std::vector<ResolvedStep> DeferredSteps::resolve() {
   }
   optimizer_.resolve_deferred(taken);
   pending_.clear();
+  captured_.reset();
   expected_ = scaler_.policy().clone();
   return resolved;
 }

@@ -79,6 +79,17 @@ class DeferredSteps {
   // further call (a training run ends there).
   std::vector<ResolvedStep> resolve();
 
+  // ---- steps captured into a CUDA graph (apps/train/captured_step.h) ----
+  // A captured step ran scale() .. step() once, during the capture, queuing nothing; each
+  // replay of the graph queues that work again, writing the same flag and norm tensors. After
+  // the first replay, keep_captured_step() makes the last pending step hold copies of them
+  // (queued now, so they are the replay's) and remembers the graph's tensors; after each
+  // further replay, add_replayed_step() adds a pending step with new copies and the host's
+  // bookkeeping of step(). Both throw unless Ready; add_replayed_step() also when full(),
+  // when no step was captured since the last resolve, or when the optimizer refuses.
+  void keep_captured_step();
+  void add_replayed_step();
+
   int64_t pending() const { return static_cast<int64_t>(pending_.size()); }
   // True when no further step fits before resolve().
   bool full() const { return pending() >= kMaxDeferredSteps; }
@@ -105,6 +116,8 @@ class DeferredSteps {
   Tensor found_inf_;  // this step's F32 [1] flag
   PendingStep current_;
   std::vector<PendingStep> pending_;
+  // The graph's own tensors (keep_captured_step), until resolve.
+  std::optional<PendingStep> captured_;
   bool failed_ = false;  // a resolve threw part-way: see resolve()
   std::string failure_;
 };

@@ -110,6 +110,29 @@ class CachingAllocator {
   CudaAllocatorStats stats_;
 };
 
+// A private pool for the lifetime of this object: created by the constructor, released by
+// the destructor. Graphs captured one after another into one pool (the training step's, one
+// per window between two resolves) reuse its blocks instead of taking new memory each time.
+class PrivatePool {
+ public:
+  explicit PrivatePool(CachingAllocator& allocator)
+      : allocator_(allocator), id_(allocator.create_private_pool()) {}
+  ~PrivatePool() {
+    try {
+      allocator_.release_private_pool(id_);
+    } catch (...) {
+      // Refused only while a thread routes to it, which a destroyed owner cannot do.
+    }
+  }
+  PrivatePool(const PrivatePool&) = delete;
+  PrivatePool& operator=(const PrivatePool&) = delete;
+  CachingAllocator::PoolId id() const { return id_; }
+
+ private:
+  CachingAllocator& allocator_;
+  CachingAllocator::PoolId id_;
+};
+
 // Routes the calling thread's requests to a private pool for its lifetime (a capture's).
 // One routing per thread at a time; the pool must be live.
 class PoolRouting {

@@ -29,11 +29,31 @@ std::string capture_failure(const std::exception_ptr& thrown, cudaError_t ended)
 }  // namespace
 
 CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
-    : backend_(backend), pool_(backend.allocator().create_private_pool()) {
+    : backend_(backend), pool_(backend.allocator().create_private_pool()), owns_pool_(true) {
+  capture(body);
+}
+
+CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body,
+                     const PrivatePool& pool)
+    : backend_(backend), pool_(pool.id()), owns_pool_(false) {
+  capture(body);
+}
+
+void CudaGraph::drop_pool() noexcept {
+  if (!owns_pool_) return;
+  try {
+    backend_.allocator().release_private_pool(pool_);
+  } catch (const std::exception&) {
+    // Only a routing still in place can refuse; none outlives capture().
+  }
+}
+
+void CudaGraph::capture(const std::function<void()>& body) {
+  CudaBackend& backend = backend_;
   CachingAllocator& allocator = backend.allocator();
   const cudaStream_t stream = backend.stream();
   if (kernel_profile_enabled()) {
-    allocator.release_private_pool(pool_);
+    drop_pool();
     MIXPREC_FAIL("cuda: cannot capture a CUDA graph while the kernel profile is on: its "
                  "events would be recorded into the graph (set_kernel_profile(false), or unset "
                  "MIXPREC_KERNEL_PROFILE)");
@@ -41,7 +61,7 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
   if (const cudaError_t begun = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
       begun != cudaSuccess) {
     cudaGetLastError();
-    allocator.release_private_pool(pool_);
+    drop_pool();
     MIXPREC_FAIL("cuda: cannot begin capturing a CUDA graph on the backend's stream: ",
                  cudaGetErrorName(begun), " (", cudaGetErrorString(begun), ")");
   }
@@ -61,7 +81,7 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
     if (graph_ != nullptr) cudaGraphDestroy(graph_);
     graph_ = nullptr;
     CaptureStaging::release(staging_);  // nothing ran: no copy reads them
-    allocator.release_private_pool(pool_);
+    drop_pool();
     MIXPREC_FAIL("cuda: capturing a CUDA graph failed: ", capture_failure(thrown, ended),
                  ". A graph can hold only work queued on the device: no host synchronisation "
                  "(copy_to_host, item(), all_finite), no upload from the host, no kernel "
@@ -71,7 +91,7 @@ CudaGraph::CudaGraph(CudaBackend& backend, const std::function<void()>& body)
     cudaGetLastError();
     cudaGraphDestroy(graph_);
     CaptureStaging::release(staging_);
-    allocator.release_private_pool(pool_);
+    drop_pool();
     MIXPREC_FAIL("cuda: cudaGraphInstantiate failed: ", cudaGetErrorName(made), " (",
                  cudaGetErrorString(made), ")");
   }
@@ -87,11 +107,7 @@ CudaGraph::~CudaGraph() {
   cudaGraphDestroy(graph_);
   CaptureStaging::release(staging_);
   cudaGetLastError();
-  try {
-    backend_.allocator().release_private_pool(pool_);
-  } catch (const std::exception&) {
-    // Only a routing still in place can refuse; the constructor's ended before it returned.
-  }
+  drop_pool();
 }
 
 void CudaGraph::replay() { CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream())); }

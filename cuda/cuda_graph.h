@@ -37,10 +37,14 @@ class CudaBackend;
 
 class CudaGraph {
  public:
+  // Into a private pool of the graph's own.
   CudaGraph(CudaBackend& backend, const std::function<void()>& body);
+  // Into `pool`, which the caller keeps alive longer than the graph: a graph captured after
+  // this one is destroyed reuses the blocks this one freed.
+  CudaGraph(CudaBackend& backend, const std::function<void()>& body, const PrivatePool& pool);
   // Waits for the stream (no replay may still read the graph's staged tables), then destroys
-  // the graph and releases its private pool (blocks still in use by tensors join the common
-  // pool when those are freed).
+  // the graph and releases its own private pool (blocks still in use by tensors join the
+  // common pool when those are freed); a shared pool keeps its blocks.
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -51,8 +55,13 @@ class CudaGraph {
   size_t nodes() const;
 
  private:
+  // Both constructors: captures `body` into pool_, releasing the pool on failure if owned.
+  void capture(const std::function<void()>& body);
+  void drop_pool() noexcept;
+
   CudaBackend& backend_;
   CachingAllocator::PoolId pool_;
+  bool owns_pool_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::vector<void*> staging_;  // pinned tables the captured copies read (capture_staging.h)

@@ -172,6 +172,10 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
   }
 }
 
+bool Adam::buffers_ready(size_t index) const {
+  return exp_avg_[index].defined() && exp_avg_sq_[index].defined();
+}
+
 void Adam::resolve_deferred_state(int64_t taken) {
   // Deferred steps update every trainable parameter, so each advanced by `taken`.
   for (size_t i = 0; i < param_steps_.size(); ++i) {

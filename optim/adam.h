@@ -47,6 +47,7 @@ class Adam : public Optimizer {
   Adam(std::vector<Parameter> params, AdamOptions options, std::string name, bool decoupled);
   void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
   void resolve_deferred_state(int64_t taken) override;
+  bool buffers_ready(size_t index) const override;
   void save_state(OptimizerState& state) const override;
   void load_state(const OptimizerState& state) override;
 

@@ -112,9 +112,11 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
   MIXPREC_CHECK(deferred_pending_ < kMaxDeferredSteps, "optimizer '", name_, "': ",
                 deferred_pending_, " deferred steps are pending, as many as a deferred step "
                 "can count; resolve them first");
-  MIXPREC_CHECK(static_cast<int64_t>(lr_by_taken.size()) == deferred_pending_ + 1, "optimizer '",
-                name_, "': a deferred step needs ", deferred_pending_ + 1, " learning rates (one "
-                "per possible count of taken pending steps), got ", lr_by_taken.size());
+  MIXPREC_CHECK(static_cast<int64_t>(lr_by_taken.size()) >= deferred_pending_ + 1 &&
+                    static_cast<int64_t>(lr_by_taken.size()) <= kMaxDeferredSteps,
+                "optimizer '", name_, "': a deferred step needs ", deferred_pending_ + 1,
+                " to ", kMaxDeferredSteps, " learning rates (one per possible count of taken "
+                "pending steps), got ", lr_by_taken.size());
   for (double lr : lr_by_taken)
     MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
                   "optimizer '", name_, "': a deferred learning rate must be finite, "
@@ -158,6 +160,22 @@ void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>
   // Queued after every update above, which read the count before it moves.
   backend_for(device).count_taken_step(found_inf, taken_on_device_);
   taken_on_device_.mark_modified();
+  ++deferred_pending_;
+}
+
+bool Optimizer::deferred_state_ready() const {
+  if (!taken_on_device_.defined()) return false;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].requires_grad() && !buffers_ready(i)) return false;
+  return true;
+}
+
+void Optimizer::count_replayed_deferred_step() {
+  MIXPREC_CHECK(deferred_pending_ > 0, "optimizer '", name_, "': a replayed deferred step "
+                "repeats one queued since the last resolve, and none is pending");
+  MIXPREC_CHECK(deferred_pending_ < kMaxDeferredSteps, "optimizer '", name_, "': ",
+                deferred_pending_, " deferred steps are pending, as many as a deferred step "
+                "can count; resolve them first");
   ++deferred_pending_;
 }
 

@@ -20,7 +20,7 @@ namespace mixprec {
 struct DeferredUpdate {
   Tensor found_inf;             // F32 [1]
   Tensor taken;                 // I32 [1]
-  std::vector<double> lr_by_taken;  // deferred_pending() + 1 rates
+  std::vector<double> lr_by_taken;  // deferred_pending() + 1 to kMaxDeferredSteps rates
 };
 
 // What a checkpoint keeps of an optimizer: JSON scalars and named F32 tensors (moment buffers,
@@ -57,8 +57,11 @@ class Optimizer {
   // Queues one update of every trainable parameter that the device flag found_inf (F32 [1],
   // on the parameters' device) cancels when non-zero; the host does not wait to learn which.
   // An update uses lr_by_taken[j], where j counts the earlier unresolved deferred steps that
-  // were taken, so lr_by_taken holds deferred_pending() + 1 rates (lr_by_taken[0] is
-  // normally lr()). steps_taken() does not count a deferred step until resolve_deferred().
+  // were taken, so lr_by_taken holds at least deferred_pending() + 1 rates (lr_by_taken[0] is
+  // normally lr()) and at most kMaxDeferredSteps. DeferredSteps gives all kMaxDeferredSteps,
+  // the same for every step between two resolves, so that the tables the device reads stay
+  // byte for byte the same across those steps (which a captured CUDA graph relies on).
+  // steps_taken() does not count a deferred step until resolve_deferred().
   // Throws, changing nothing, where step() throws, when a trainable parameter has no
   // gradient (their step counts advance together, so each needs one), lives on another
   // device than the first parameter (where found_inf and the count must be), or was frozen or
@@ -66,6 +69,16 @@ class Optimizer {
   // kMaxDeferredSteps steps are already pending.
   void step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken);
   int64_t deferred_pending() const { return deferred_pending_; }
+  // Steps captured into a CUDA graph (apps/train/captured_step.h), whose replays queue the
+  // same work on the same tensors. Whether the next step_deferred() would find every buffer
+  // it writes already there (the device count; the moments, or the momentum buffers once an
+  // applied update has started them), instead of creating one: a captured step that created
+  // a buffer would reset it at every replay.
+  bool deferred_state_ready() const;
+  // Counts one more pending deferred step, queued by a replay of a captured step_deferred():
+  // throws as step_deferred does when kMaxDeferredSteps are pending, or when none is (a
+  // replay repeats a step of the same window).
+  void count_replayed_deferred_step();
   // The host has read that `taken` (0 ..= deferred_pending()) of the pending steps were
   // applied: counts them as steps taken, settles the concrete optimizer's state (buffers
   // started by steps that were all skipped are dropped) and restarts the device count.
@@ -105,6 +118,8 @@ class Optimizer {
   // Called by resolve_deferred with how many of the pending steps were taken; each of those
   // updated every parameter for which updated_by_deferred() is true.
   virtual void resolve_deferred_state(int64_t taken) = 0;
+  // deferred_state_ready()'s part for the concrete optimizer's buffers of params()[index].
+  virtual bool buffers_ready(size_t index) const = 0;
   bool updated_by_deferred(size_t index) const { return deferred_trainable_.at(index); }
   void set_initial_lr(double lr) { set_lr(lr); }
 

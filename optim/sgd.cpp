@@ -116,6 +116,10 @@ void SGD::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buf
   }
 }
 
+bool SGD::buffers_ready(size_t index) const {
+  return options_.momentum == 0.0 || (momentum_[index].defined() && !momentum_unresolved_[index]);
+}
+
 void SGD::resolve_deferred_state(int64_t taken) {
   for (size_t i = 0; i < momentum_.size(); ++i) {
     // Buffers started by deferred steps that were all skipped were never written.

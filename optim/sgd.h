@@ -33,6 +33,8 @@ class SGD final : public Optimizer {
  private:
   void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
   void resolve_deferred_state(int64_t taken) override;
+  // Without momentum there is none; with it, a buffer that an applied update started.
+  bool buffers_ready(size_t index) const override;
   SgdHyper base_hyper(double lr) const;
   // The deferred rates for each possible count j of taken pending steps; `unstarted`: the
   // momentum buffer has no applied update yet, so entry 0 (the first taken step) starts it.
