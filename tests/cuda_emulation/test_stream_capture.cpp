@@ -311,7 +311,9 @@ TEST_CASE("capture calls in the wrong state answer the runtime's errors", "[cuda
   cudaGraph_t graph = nullptr;
   CHECK(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) ==
         cudaErrorStreamCaptureUnsupported);
-  CHECK(cudaStreamBeginCapture(f.stream(), static_cast<cudaStreamCaptureMode>(7)) ==
+  // 3 is the one value outside the named modes that the enum can hold without undefined
+  // behaviour (its range is that of the smallest bit-field holding 0..2).
+  CHECK(cudaStreamBeginCapture(f.stream(), static_cast<cudaStreamCaptureMode>(3)) ==
         cudaErrorInvalidValue);
   CHECK(cudaStreamEndCapture(f.stream(), &graph) == cudaErrorIllegalState);
   REQUIRE(cudaStreamBeginCapture(f.stream(), cudaStreamCaptureModeGlobal) == cudaSuccess);
