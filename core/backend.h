@@ -21,6 +21,7 @@
 #include "core/math/amp.h"
 #include "core/op_kinds.h"
 #include "core/philox.h"
+#include "core/step_graphs.h"
 
 namespace mixprec {
 
@@ -356,6 +357,10 @@ class Backend {
   // taken[0] (I32 [1]) += 1 when found_inf[0] (F32 [1]) is 0; a non-zero or NaN flag leaves
   // it. Queued after an optimizer's deferred updates, so they all read the count before it.
   virtual void count_taken_step(const Tensor& found_inf, Tensor& taken) = 0;
+
+  // Recording and replay of a training step's work (core/step_graphs.h); null (the default)
+  // where the device cannot record.
+  virtual std::unique_ptr<StepGraphs> make_step_graphs() { return nullptr; }
 };
 
 // The backend that owns `device`; throws when none is registered (e.g. CUDA not built, or

@@ -268,6 +268,10 @@ void Tensor::copy_(const Tensor& src) {
   Tensor s = src.device() == device() ? src : src.detach().to(device());
   if (s.dtype() == dtype()) backend_for(device()).copy(s, *this);
   else backend_for(device()).cast(s, *this);
+  // Indices copied over the whole storage keep their known bounds, so that a tensor refilled
+  // in place (the fixed batch of a recorded step) spares the index checks a device read.
+  if (dtype() == DType::I32 && s.dtype() == DType::I32 && nbytes() == impl_->storage->nbytes())
+    impl_->storage->set_index_bounds(s.index_bounds());
   mark_modified();
 }
 

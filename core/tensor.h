@@ -109,6 +109,7 @@ class Tensor {
   std::vector<int32_t> to_int_vector() const;
   // Overwrites this tensor's data with `src` (same shape; dtype converted). Not recorded.
   // copy_, fill_ and zero_ write in place and bump the storage's version (see mark_modified).
+  // copy_ of an I32 source over a whole I32 tensor carries the source's index bounds.
   void copy_(const Tensor& src);
   void fill_(double value);
   void zero_() { fill_(0.0); }

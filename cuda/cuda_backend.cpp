@@ -90,12 +90,20 @@ cudnnHandle_t CudaBackend::cudnn_handle() {
 
 // ---- memory -------------------------------------------------------------------------------
 
-void* CudaBackend::allocate(size_t nbytes) { return allocator_.allocate(nbytes); }
+void* CudaBackend::allocate(size_t nbytes) {
+  const auto passage = capture_gate_.pass();
+  return allocator_.allocate(nbytes);
+}
 
-void CudaBackend::deallocate(void* ptr, size_t) noexcept { allocator_.deallocate(ptr); }
+void CudaBackend::deallocate(void* ptr, size_t) noexcept {
+  const auto passage = capture_gate_.pass();
+  allocator_.deallocate(ptr);
+}
 
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) {
   if (nbytes == 0) return;
+  // Another thread's upload waits for a capture to end; the capturing thread's is refused.
+  const auto passage = capture_gate_.pass();
   use_device();
   // A captured copy would read its staging region (or host_src itself) at each replay, long
   // after the caller reused it: refused, so that a CUDA graph (cuda_graph.h) never replays

@@ -30,6 +30,7 @@
 
 #include "core/backend.h"
 #include "cuda/caching_allocator.h"
+#include "cuda/capture_gate.h"
 #include "cuda/capture_staging.h"
 #include "cuda/pinned_upload.h"
 
@@ -73,8 +74,13 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
   // Waits for the stream; counts one host sync.
   void synchronize() override;
+  // CUDA graphs in one private pool of this backend's allocator (cuda/cuda_graph.h).
+  std::unique_ptr<StepGraphs> make_step_graphs() override;
   // Whether the stream is being captured into a CUDA graph (cuda/cuda_graph.h) now.
   bool capturing() const;
+  // Closed by a CudaGraph for its capture: meanwhile allocate, deallocate and copy_from_host
+  // called from other threads wait (cuda/capture_gate.h).
+  CaptureGate& capture_gate() { return capture_gate_; }
   // The pinned buffers of the tables staged during the capture that just ended, for its graph
   // to keep (cuda/capture_staging.h).
   std::vector<void*> take_capture_staging() { return capture_staging_.take(); }
@@ -226,6 +232,7 @@ class CudaBackend final : public Backend {
   std::mutex upload_mutex_;
   PinnedUploadRing upload_ring_;
   CaptureStaging capture_staging_;
+  CaptureGate capture_gate_;
 };
 
 }  // namespace mixprec

@@ -1,6 +1,7 @@
 #include "cuda/cuda_graph.h"
 
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -58,6 +59,8 @@ void CudaGraph::capture(const std::function<void()>& body) {
                  "events would be recorded into the graph (set_kernel_profile(false), or unset "
                  "MIXPREC_KERNEL_PROFILE)");
   }
+  // Other threads' uploads and allocations wait until the capture has ended.
+  const auto closed = backend.capture_gate().close();
   if (const cudaError_t begun = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
       begun != cudaSuccess) {
     cudaGetLastError();
@@ -111,6 +114,36 @@ CudaGraph::~CudaGraph() {
 }
 
 void CudaGraph::replay() { CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream())); }
+
+namespace {
+
+// StepGraphs on the CUDA backend: one CudaGraph at a time, all in one pool.
+class CudaStepGraphs final : public StepGraphs {
+ public:
+  explicit CudaStepGraphs(CudaBackend& backend) : backend_(backend), pool_(backend.allocator()) {}
+
+  void record(const std::function<void()>& body) override {
+    graph_.reset();
+    graph_ = std::make_unique<CudaGraph>(backend_, body, pool_);
+  }
+  void replay() override {
+    MIXPREC_CHECK(graph_ != nullptr, "cuda: replay of a step graph that was not recorded");
+    graph_->replay();
+  }
+  void drop() override { graph_.reset(); }
+  bool recorded() const override { return graph_ != nullptr; }
+
+ private:
+  CudaBackend& backend_;
+  PrivatePool pool_;  // outlives graph_ (declared before it)
+  std::unique_ptr<CudaGraph> graph_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraphs> CudaBackend::make_step_graphs() {
+  return std::make_unique<CudaStepGraphs>(*this);
+}
 
 size_t CudaGraph::nodes() const {
   size_t count = 0;

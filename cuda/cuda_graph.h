@@ -19,8 +19,9 @@
 //   item(), all_finite), an upload of caller data (copy_from_host, Tensor::to), a kernel
 //   profile in progress (set_kernel_profile). The constructor then ends the capture, frees what it
 //   took and throws mixprec::Error naming the cause; the backend stays usable.
-// - No other thread may use the backend while the constructor runs (its work would be
-//   recorded into the graph, or would break the capture).
+// - Other threads' allocations and uploads (a data prefetcher's) wait while the constructor
+//   captures (cuda/capture_gate.h); no other thread may queue other work on the backend
+//   meanwhile (it would be recorded into the graph, or would break the capture).
 #pragma once
 
 #include <cstddef>

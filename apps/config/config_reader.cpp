@@ -76,6 +76,7 @@ class ConfigReader : KeyReader {
     read_checkpoint(section(root, "", "checkpoint"), "checkpoint", config.checkpoint);
     read_choice(root, "", "device", config.device, {"cpu", "cuda", "auto"});
     read_debug(section(root, "", "debug"), "debug", config.debug);
+    check_cuda_graph(root, config);
     return config;
   }
 
@@ -430,7 +431,7 @@ class ConfigReader : KeyReader {
   void read_train(const YAML::Node& map, const std::string& path, TrainLoopConfig& train) const {
     check_keys(map, path,
                {"epochs", "steps", "batch_size", "accumulation_steps", "clip_grad_norm", "seed",
-                "eval_every", "log_every", "max_consecutive_skips", "host_reads"},
+                "eval_every", "log_every", "max_consecutive_skips", "host_reads", "cuda_graph"},
                {{{"num_epochs", "epochs"},
                  {"max_steps", "steps"},
                  {"max_iters", "steps"},
@@ -467,6 +468,23 @@ class ConfigReader : KeyReader {
     read_int(map, path, "max_consecutive_skips", train.max_consecutive_skips,
              IntRange::between(0, kMaxCount));
     read_choice(map, path, "host_reads", train.host_reads, {"auto", "per_step", "at_log"});
+    read_bool(map, path, "cuda_graph", train.cuda_graph);
+  }
+
+  // train.cuda_graph records the deferred step on a GPU: settings that take another path, or
+  // that read the device every step, are refused with it.
+  void check_cuda_graph(const YAML::Node& root, const TrainConfig& config) const {
+    if (!config.train.cuda_graph) return;
+    const YAML::Node at = section(root, "", "train")["cuda_graph"];
+    const std::string why = "train.cuda_graph records the deferred step on a GPU";
+    if (config.train.host_reads == "per_step")
+      fail(at, "train.cuda_graph", why + ", which train.host_reads: per_step does not take; "
+                                   "use host_reads: at_log or auto");
+    if (config.device == "cpu")
+      fail(at, "train.cuda_graph", why + "; device: cpu has none (use device: cuda or auto)");
+    if (config.debug.detect_anomaly)
+      fail(at, "train.cuda_graph", why + ", and debug.detect_anomaly reads every step's "
+                                   "tensors on the host; switch one of them off");
   }
 
   void read_checkpoint(const YAML::Node& map, const std::string& path,

@@ -177,6 +177,7 @@ std::string to_yaml(const TrainConfig& config) {
   emit(out, "log_every", train.log_every);
   emit(out, "max_consecutive_skips", train.max_consecutive_skips);
   emit(out, "host_reads", train.host_reads);
+  emit(out, "cuda_graph", train.cuda_graph);
   out << YAML::EndMap;
 
   const CheckpointConfig& checkpoint = config.checkpoint;

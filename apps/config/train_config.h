@@ -97,6 +97,10 @@ struct TrainLoopConfig {
   // so a GPU never waits between them; "auto" is at_log on a GPU and per_step on the CPU,
   // where reading costs nothing.
   std::string host_reads = "auto";
+  // On a GPU with deferred steps (host_reads at_log or auto): the step is recorded as a CUDA
+  // graph once per window between two host reads and replayed for the window's other steps,
+  // one launch instead of hundreds (apps/train/recorded_step.h). The same steps, bit for bit.
+  bool cuda_graph = false;
 };
 
 struct CheckpointConfig {

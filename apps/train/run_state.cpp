@@ -25,6 +25,7 @@ std::string resume_fingerprint(const TrainConfig& config) {
   shared.train.log_every = defaults.train.log_every;
   shared.train.max_consecutive_skips = defaults.train.max_consecutive_skips;
   shared.train.host_reads = defaults.train.host_reads;  // the same steps either way
+  shared.train.cuda_graph = defaults.train.cuda_graph;  // likewise
   shared.checkpoint = defaults.checkpoint;
   shared.device = defaults.device;
   shared.debug = defaults.debug;

@@ -23,10 +23,12 @@
 #include "apps/train/progress.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/run_state.h"
+#include "apps/train/recorded_step.h"
 #include "apps/train/run_stats.h"
 #include "apps/train/session.h"
 #include "apps/train/training_setup.h"
 #include "core/autograd/grad_mode.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/ops/ops.h"
 
@@ -222,6 +224,16 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   // until a log, eval or checkpoint step reads all of them at once.
   std::optional<DeferredSteps> deferred;
   if (reads_at_log_steps(config, s.device)) deferred.emplace(scaler, *optimizer);
+  // train.cuda_graph: the deferred step recorded once per window and replayed.
+  std::optional<RecordedStep> recorded;
+  if (config.train.cuda_graph) {
+    std::unique_ptr<StepGraphs> graphs;
+    if (deferred) graphs = backend_for(s.device).make_step_graphs();
+    MIXPREC_CHECK(graphs != nullptr, "train.cuda_graph records the deferred step on a GPU, "
+                  "and this run trains on ", s.device, " (device: ", config.device,
+                  "); set train.cuda_graph: false or train on a GPU");
+    recorded.emplace(s, *optimizer, *deferred, *schedule, std::move(graphs));
+  }
   std::vector<UnresolvedStep> unresolved;
 
   const auto is_log_step = [&](int64_t step) {
@@ -326,6 +338,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     // losses up to it.
     const std::vector<double> losses = take_pending_losses();
     std::vector<ResolvedStep> resolved = deferred->resolve();
+    // The recording's learning rates and step counts were those of the window just ended.
+    if (recorded) recorded->end_window();
     MIXPREC_CHECK(resolved.size() == unresolved.size() && losses.size() == resolved.size(),
                   "internal: ", resolved.size(), " deferred steps resolved for ",
                   unresolved.size(), " taken");
@@ -378,8 +392,15 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     hooks.gradients = [&] { guard.gradients(step); };
     if (deferred && !bad_input) {
       if (unresolved.empty()) window_start = start;
+      std::optional<Tensor> loss;
+      if (recorded) {
+        // A step with an injected fault is taken eagerly: the recording would not inject it.
+        if (step == config.debug.inject_step) recorded->end_window();
+        else loss = recorded->take(step, step_batches, hooks);
+      }
       pending_losses.push_back(
-          take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));
+          loss ? *loss
+               : take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));
       unresolved.push_back(current);
       // The host reads only where it must: log, eval and checkpoint steps, an interrupt
       // (which saves), a full table of pending steps, and for train.max_consecutive_skips:
@@ -483,6 +504,11 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     summary["host_syncs_per_step"] =
         static_cast<double>(device_host_syncs(s.device) - syncs_at_start) /
         static_cast<double>(position.step - first_step);
+  }
+  if (recorded) {
+    // Steps taken by a replay; a recording is made once per window (and its step replayed).
+    summary["cuda_graph"] = {{"recordings", recorded->recordings()},
+                             {"replays", recorded->replays()}};
   }
   const double per_s = median_s > 0 ? static_cast<double>(samples_per_step) / median_s : 0.0;
   if (classification) {

@@ -37,11 +37,6 @@ const std::vector<std::string> kSchedule = {"precision=fp16",      "train.steps=
                                             "train.log_every=8",   "train.eval_every=0",
                                             "checkpoint.every=0"};
 
-std::vector<std::string> with(std::vector<std::string> overrides, std::vector<std::string> more) {
-  overrides.insert(overrides.end(), more.begin(), more.end());
-  return overrides;
-}
-
 double logged_number(const nlohmann::json& value) {
   if (value.is_number()) return value.get<double>();
   if (value.is_string()) return std::strtod(value.get<std::string>().c_str(), nullptr);
@@ -115,41 +110,18 @@ void expect_reads_at_log_steps(const std::string& label, const std::string& conf
 TEST_CASE("cuda: a GPT run left at auto reads the host only at log steps", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   REQUIRE_FALSE(repo_root().empty());
-  const fs::path text = find_data("tinyshakespeare/input.txt");
-  if (text.empty()) {
-    WARN("skipped: tiny shakespeare not found (shared/data/tinyshakespeare/input.txt)");
-    return;
-  }
+  const fs::path text = shakespeare_or_warn();
+  if (text.empty()) return;
   // gpt_shakespeare.yaml clips at 1.0 and runs AdamW with warmup and cosine decay.
-  expect_reads_at_log_steps(
-      "gpt_shakespeare", config_path("gpt_shakespeare.yaml"),
-      with(kSchedule, {"data.path=" + text.string(), "model.n_layer=1", "model.n_head=2",
-                       "model.n_embd=32", "model.block_size=16", "train.batch_size=4",
-                       "data.eval_batches=2", "schedule.warmup_steps=2",
-                       "train.clip_grad_norm=1.0"}));
+  expect_reads_at_log_steps("gpt_shakespeare", config_path("gpt_shakespeare.yaml"),
+                            with(kSchedule, small_gpt_overrides(text)));
 }
 
 TEST_CASE("cuda: a CNN run left at auto reads the host only at log steps", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
-  const fs::path images = find_data("mnist/t10k-images-idx3-ubyte.gz");
-  const fs::path labels = find_data("mnist/t10k-labels-idx1-ubyte.gz");
-  if (images.empty() || labels.empty()) {
-    WARN("skipped: the MNIST test set is not here (shared/data/mnist)");
-    return;
-  }
-  // A small CNN with batch norm, SGD with momentum, clipping at 0.5; a dynamic scale of 1024,
-  // as in the CPU's nonfinite tests (65536 overflows this model's FP16 gradients now and then).
   ScratchDir dir("cuda-host-reads-cnn");
-  const std::string config = dir / "cnn.yaml";
-  std::ofstream(config)
-      << "model:\n  type: cnn\n  in_channels: 1\n  input_size: 28\n"
-         "  layers: [{conv: 4, kernel: 3}, batchnorm, relu, {maxpool: 2}, flatten, {linear: 10}]\n"
-         "data:\n  train_images: " << images.string() << "\n  train_labels: " << labels.string()
-      << "\n  test_images: " << images.string() << "\n  test_labels: " << labels.string()
-      << "\n  limit_train: 256\n  limit_test: 32\n"
-         "loss_scale: {policy: dynamic, init_scale: 1024}\n"
-         "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
-         "train: {batch_size: 16, clip_grad_norm: 0.5}\n";
+  const std::string config = write_small_mnist_cnn(dir.path());
+  if (config.empty()) return;
   expect_reads_at_log_steps("small CNN on MNIST", config, kSchedule);
 }
 

@@ -67,5 +67,33 @@ TEST_CASE("cuda indices rewritten on the device after their copy are checked on 
                     Catch::Contains("holds 9 at index 1"));
 }
 
+TEST_CASE("cuda indices copied in place over a whole tensor keep their bounds", "[cuda]") {
+  MIXPREC_REQUIRE_CUDA();
+  const Tensor weight = Tensor::zeros({4, 2}, DType::F32, gpu());
+  // A fixed tensor refilled with copy_ (as a recorded training step's batch is): the bounds of
+  // each new source replace the old ones, so a bad index still fails without a device search.
+  Tensor fixed = Tensor::empty({3}, DType::I32, gpu());
+  fixed.copy_(Tensor::from_ints({0, 1, 2}, {3}, gpu()));
+  REQUIRE(fixed.index_bounds().has_value());
+  CHECK(fixed.index_bounds()->lowest == 0);
+  CHECK(fixed.index_bounds()->highest == 2);
+  const uint64_t before = cuda_host_syncs();
+  CHECK(ops::embedding(weight, fixed).shape() == Shape{3, 2});
+  CHECK(cuda_host_syncs() == before);
+  fixed.copy_(Tensor::from_ints({3, 7, 1}, {3}));  // from the host: bounds known there too
+  REQUIRE(fixed.index_bounds().has_value());
+  CHECK(fixed.index_bounds()->highest == 7);
+  CHECK_THROWS_WITH(ops::embedding(weight, fixed), Catch::Contains("holds 7 at index 1"));
+  // A source without bounds (written on the device) leaves none behind.
+  Tensor unknown = Tensor::empty({3}, DType::I32, gpu());
+  gpu_backend().arange(unknown, 0.0, 1.0);
+  fixed.copy_(unknown);
+  CHECK_FALSE(fixed.index_bounds().has_value());
+  // Nor does a cast from floats.
+  fixed.copy_(Tensor::from_ints({0, 1, 2}, {3}, gpu()));
+  fixed.copy_(Tensor::zeros({3}, DType::F32, gpu()));
+  CHECK_FALSE(fixed.index_bounds().has_value());
+}
+
 }  // namespace
 }  // namespace mixprec

@@ -140,35 +140,18 @@ LoggedRun train(const std::string& config, std::vector<std::string> overrides) {
   return train_logged("cuda-prefetch-upload", config, std::move(overrides));
 }
 
-// test_cuda_host_reads.cpp's small CNN on the MNIST test set, written to `path`; false when
-// the data is not here.
-bool write_cnn_config(const std::string& path) {
-  const fs::path images = find_data("mnist/t10k-images-idx3-ubyte.gz");
-  const fs::path labels = find_data("mnist/t10k-labels-idx1-ubyte.gz");
-  if (images.empty() || labels.empty()) return false;
-  std::ofstream(path)
-      << "model:\n  type: cnn\n  in_channels: 1\n  input_size: 28\n"
-         "  layers: [{conv: 4, kernel: 3}, batchnorm, relu, {maxpool: 2}, flatten, {linear: 10}]\n"
-         "data:\n  train_images: " << images.string() << "\n  train_labels: " << labels.string()
-      << "\n  test_images: " << images.string() << "\n  test_labels: " << labels.string()
-      << "\n  limit_train: 256\n  limit_test: 32\n"
-         "precision: fp16\n"
-         "loss_scale: {policy: dynamic, init_scale: 1024}\n"
-         "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
-         "train: {batch_size: 16, clip_grad_norm: 0.5}\n"
-         "device: cuda\n";
-  return true;
+// train_run_support.h's small CNN on the MNIST test set in FP16 on cuda, in `dir`; empty
+// (after a warning) when the data is not here.
+std::string write_cnn_config(const ScratchDir& dir) {
+  return write_small_mnist_cnn(dir.path(), "precision: fp16\ndevice: cuda\n");
 }
 
 TEST_CASE("cuda: prefetched uploads add no host wait to a run that reads at log steps",
           "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   ScratchDir dir("cuda-prefetch-upload-cnn");
-  const std::string config = dir / "cnn.yaml";
-  if (!write_cnn_config(config)) {
-    WARN("skipped: the MNIST test set is not here (shared/data/mnist)");
-    return;
-  }
+  const std::string config = write_cnn_config(dir);
+  if (config.empty()) return;
   // test_cuda_host_reads.cpp's schedule: logged at steps 1, 8 and 16 only.
   const LoggedRun run = train(config, {"train.steps=16", "train.log_every=8", "train.eval_every=0",
                                        "checkpoint.every=0"});
@@ -189,11 +172,8 @@ TEST_CASE("cuda: prefetched uploads add no host wait to a run that reads at log 
 TEST_CASE("cuda: an input injection on cuda:0 is reported at element 0 of its batch", "[cuda]") {
   MIXPREC_REQUIRE_CUDA();
   ScratchDir dir("cuda-prefetch-upload-inject");
-  const std::string config = dir / "cnn.yaml";
-  if (!write_cnn_config(config)) {
-    WARN("skipped: the MNIST test set is not here (shared/data/mnist)");
-    return;
-  }
+  const std::string config = write_cnn_config(dir);
+  if (config.empty()) return;
   for (const std::string value : {"nan", "inf"}) {
     INFO("value " << value);
     // Two microbatches a step: step 2 is made of batches 2 and 3; the value goes into batch 2.

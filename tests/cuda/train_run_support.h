@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "apps/train/trainer.h"
@@ -104,6 +105,53 @@ inline LoggedRun train_logged(const std::string& scratch, const std::string& con
     if (record.value("event", "") == "step") run.steps[record["step"].get<int64_t>()] = record;
   }
   return run;
+}
+
+// `overrides` followed by `more`.
+inline std::vector<std::string> with(std::vector<std::string> overrides,
+                                     const std::vector<std::string>& more) {
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  return overrides;
+}
+
+// tiny shakespeare, or an empty path after a warning that the test is skipped.
+inline fs::path shakespeare_or_warn() {
+  const fs::path text = find_data("tinyshakespeare/input.txt");
+  if (text.empty()) WARN("skipped: tiny shakespeare not found (shared/data/tinyshakespeare/input.txt)");
+  return text;
+}
+
+// Overrides of gpt_shakespeare.yaml (AdamW, warmup and cosine decay, clipping at 1.0) for a
+// one-layer GPT small enough for the emulated runtime, on `text`.
+inline std::vector<std::string> small_gpt_overrides(const fs::path& text) {
+  return {"data.path=" + text.string(), "model.n_layer=1",        "model.n_head=2",
+          "model.n_embd=32",            "model.block_size=16",    "train.batch_size=4",
+          "data.eval_batches=2",        "schedule.warmup_steps=2", "train.clip_grad_norm=1.0"};
+}
+
+// Writes `dir`/cnn.yaml, a small CNN with batch norm on 256 images of the MNIST test set, SGD
+// with momentum, clipping at 0.5 and a dynamic scale of 1024 (65536 overflows this model's
+// FP16 gradients now and then), plus the YAML lines `extra`; returns its path, or an empty
+// string after a warning that the test is skipped when the MNIST test set is not here.
+inline std::string write_small_mnist_cnn(const fs::path& dir, const std::string& extra = "") {
+  const fs::path images = find_data("mnist/t10k-images-idx3-ubyte.gz");
+  const fs::path labels = find_data("mnist/t10k-labels-idx1-ubyte.gz");
+  if (images.empty() || labels.empty()) {
+    WARN("skipped: the MNIST test set is not here (shared/data/mnist)");
+    return {};
+  }
+  const std::string config = (dir / "cnn.yaml").string();
+  std::ofstream(config)
+      << "model:\n  type: cnn\n  in_channels: 1\n  input_size: 28\n"
+         "  layers: [{conv: 4, kernel: 3}, batchnorm, relu, {maxpool: 2}, flatten, {linear: 10}]\n"
+         "data:\n  train_images: " << images.string() << "\n  train_labels: " << labels.string()
+      << "\n  test_images: " << images.string() << "\n  test_labels: " << labels.string()
+      << "\n  limit_train: 256\n  limit_test: 32\n"
+         "loss_scale: {policy: dynamic, init_scale: 1024}\n"
+         "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+         "train: {batch_size: 16, clip_grad_norm: 0.5}\n"
+      << extra;
+  return config;
 }
 
 }  // namespace cuda_train_test

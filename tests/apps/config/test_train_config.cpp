@@ -120,6 +120,8 @@ train:
   seed: 1337
   eval_every: 250
   log_every: 10
+  host_reads: at_log
+  cuda_graph: true
 checkpoint:
   every: 1000
   keep: 2
@@ -207,6 +209,8 @@ void check_same(const TrainConfig& a, const TrainConfig& b) {
   CHECK(a.train.seed == b.train.seed);
   CHECK(a.train.eval_every == b.train.eval_every);
   CHECK(a.train.log_every == b.train.log_every);
+  CHECK(a.train.host_reads == b.train.host_reads);
+  CHECK(a.train.cuda_graph == b.train.cuda_graph);
 
   CHECK(a.checkpoint.every == b.checkpoint.every);
   CHECK(a.checkpoint.keep == b.checkpoint.keep);
@@ -340,6 +344,8 @@ TEST_CASE("config: a complete GPT config fills every field", "[config]") {
 
   CHECK(c.source_path == path);
   CHECK(c.name == "shakespeare_char");  // no name: the file's stem
+  CHECK(c.train.host_reads == "at_log");
+  CHECK(c.train.cuda_graph);
   CHECK(c.model.type == ModelConfig::Type::Gpt);
   CHECK(c.model.gpt.vocab_size == 65);
   CHECK(c.model.gpt.block_size == 64);
@@ -663,6 +669,8 @@ TEST_CASE("config: to_yaml writes the defaults too", "[config]") {
                           "seed:",
                           "eval_every:",
                           "log_every:",
+                          "host_reads: auto",
+                          "cuda_graph: false",
                           "every:",
                           "keep:",
                           "save_initial:",

@@ -212,6 +212,7 @@ TEST_CASE("config errors: wrong types name the key, the type and the value", "[c
        {"optimizer.nesterov=\"true\"",
         "optimizer.nesterov: expected true or false, got the quoted string 'true'"},
        {"data.shuffle=0", "data.shuffle: expected true or false, got '0'"},
+       {"train.cuda_graph=yes", "train.cuda_graph: expected true or false, got 'yes'"},
        {"optimizer.betas=0.9", "optimizer.betas: expected a list of two numbers"},
        {"optimizer.betas=[0.9]", "optimizer.betas: expected a list of two numbers"},
        {"optimizer.betas=[0.9, x]", "optimizer.betas[1]: expected a number, got 'x'"},
@@ -342,6 +343,36 @@ TEST_CASE("config errors: choices list the allowed values", "[config]") {
        {"data.kind=csv", "data.kind must be one of idx, text, got 'csv'"},
        {"debug.inject_nonfinite={step: 1, tensor: w, value: zero}",
         "debug.inject_nonfinite.value must be one of inf, nan, got 'zero'"}});
+}
+
+TEST_CASE("config errors: train.cuda_graph with a setting it cannot take names both", "[config]") {
+  ErrorTempDir dir;
+  // Each alone is valid.
+  CHECK_NOTHROW(mixprec::parse_train_config(kGpt, kOrigin, dir.path().string(),
+                                            {"train.cuda_graph=true", "device=cuda"}));
+  CHECK_NOTHROW(mixprec::parse_train_config(kGpt, kOrigin, dir.path().string(),
+                                            {"train.host_reads=per_step", "device=cpu",
+                                             "debug.detect_anomaly=true"}));
+  const struct {
+    std::string other;
+    std::string expected;
+  } cases[] = {
+      {"train.host_reads=per_step", "which train.host_reads: per_step does not take"},
+      {"device=cpu", "device: cpu has none"},
+      {"debug.detect_anomaly=true", "debug.detect_anomaly reads every step's tensors"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.other);
+    // device=cuda first, so that only c.other stands in the way (a later override wins).
+    const std::string message =
+        parse_error(dir, kGpt, {"device=cuda", c.other, "train.cuda_graph=true"});
+    CHECK_THAT(message, Contains("train.cuda_graph records the deferred step on a GPU"));
+    CHECK_THAT(message, Contains(c.expected));
+    // In the file instead of an override: the same refusal.
+    std::string in_file = kGpt;
+    in_file.replace(in_file.find("train: {steps: 100}"), 19, "train: {steps: 100, cuda_graph: true}");
+    CHECK_THAT(parse_error(dir, in_file, {"device=cuda", c.other}), Contains(c.expected));
+  }
 }
 
 TEST_CASE("config errors: required sections and data keys", "[config]") {

@@ -1,0 +1,133 @@
+#include "apps/train/recorded_step.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace mixprec {
+namespace {
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  return a.defined() == b.defined() &&
+         (!a.defined() || (a.shape() == b.shape() && a.dtype() == b.dtype()));
+}
+
+// An index tensor's bounds are known and inside [0, upper); other dtypes always fit.
+bool indices_fit(const Tensor& t, int64_t upper) {
+  if (!t.defined() || t.dtype() != DType::I32) return true;
+  const auto bounds = t.index_bounds();
+  return bounds && bounds->lowest >= 0 && bounds->highest < upper;
+}
+
+}  // namespace
+
+RecordedStep::RecordedStep(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
+                           const LrSchedule& schedule, std::unique_ptr<StepGraphs> graphs)
+    : s_(s), optimizer_(optimizer), deferred_(deferred), schedule_(schedule),
+      graphs_(std::move(graphs)) {
+  MIXPREC_CHECK(graphs_ != nullptr, "RecordedStep: no step graphs for ", s.device);
+}
+
+void RecordedStep::end_window() {
+  graphs_->drop();
+  loss_ = Tensor();
+}
+
+bool RecordedStep::stage(const std::vector<Batch>& batches) {
+  const int64_t upper = s_.data->num_classes();
+  for (const Batch& batch : batches) {
+    if (!indices_fit(batch.inputs, upper) || !indices_fit(batch.targets, upper)) return false;
+  }
+  bool fits = fixed_.size() == batches.size();
+  for (size_t i = 0; fits && i < batches.size(); ++i)
+    fits = same_layout(fixed_[i].inputs, batches[i].inputs) &&
+           same_layout(fixed_[i].targets, batches[i].targets);
+  if (!fits) {
+    // New tensors: a recording that read the old ones ends here.
+    end_window();
+    fixed_.clear();
+    for (const Batch& batch : batches) {
+      Batch fixed;
+      fixed.inputs = Tensor::empty(batch.inputs.shape(), batch.inputs.dtype(), s_.device);
+      fixed.targets = Tensor::empty(batch.targets.shape(), batch.targets.dtype(), s_.device);
+      fixed_.push_back(std::move(fixed));
+    }
+  }
+  for (size_t i = 0; i < batches.size(); ++i) {
+    fixed_[i].inputs.copy_(batches[i].inputs);
+    fixed_[i].targets.copy_(batches[i].targets);
+    fixed_[i].number = batches[i].number;
+    fixed_[i].epoch = batches[i].epoch;
+    fixed_[i].input_scan = batches[i].input_scan;
+  }
+  return true;
+}
+
+std::vector<std::vector<double>> RecordedStep::host_buffers() const {
+  std::vector<std::vector<double>> values;
+  for (const auto& [name, buffer] : s_.model->named_buffers()) {
+    if (!buffer.device().is_cpu()) continue;
+    std::vector<double> v(static_cast<size_t>(buffer.numel()));
+    for (int64_t i = 0; i < buffer.numel(); ++i) v[static_cast<size_t>(i)] = buffer.get(i);
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
+void RecordedStep::move_host_buffers() {
+  size_t k = 0;
+  for (auto& [name, buffer] : s_.model->named_buffers()) {
+    if (!buffer.device().is_cpu()) continue;
+    const std::vector<double>& move = host_moves_.at(k++);
+    for (int64_t i = 0; i < buffer.numel(); ++i) {
+      const double by = move[static_cast<size_t>(i)];
+      if (by != 0.0) buffer.set(i, buffer.get(i) + by);
+    }
+  }
+}
+
+void RecordedStep::record(int64_t step, const StepHooks& hooks) {
+  const uint64_t dropout_offset = s_.dropout_gen ? s_.dropout_gen->offset() : 0;
+  const std::vector<std::vector<double>> before = host_buffers();
+  try {
+    graphs_->record([&] {
+      loss_ = take_deferred_step(s_, optimizer_, deferred_, schedule_, fixed_, hooks);
+    });
+  } catch (const std::exception& e) {
+    MIXPREC_FAIL("train.cuda_graph: recording step ", step, " failed: ", e.what(),
+                 ". Set train.cuda_graph: false to train without recording the step");
+  }
+  MIXPREC_CHECK(!s_.dropout_gen || s_.dropout_gen->offset() == dropout_offset,
+                "train.cuda_graph: the model draws dropout masks, whose random keys every "
+                "replay of the recorded step would repeat; set the model's dropout to 0 or "
+                "train.cuda_graph: false");
+  const std::vector<std::vector<double>> after = host_buffers();
+  host_moves_.assign(after.size(), {});
+  for (size_t k = 0; k < after.size(); ++k) {
+    host_moves_[k].resize(after[k].size());
+    for (size_t i = 0; i < after[k].size(); ++i) host_moves_[k][i] = after[k][i] - before[k][i];
+  }
+  ++recordings_;
+}
+
+std::optional<Tensor> RecordedStep::take(int64_t step, const std::vector<Batch>& batches,
+                                         const StepHooks& hooks) {
+  if (!graphs_->recorded() && !optimizer_.deferred_state_ready()) return std::nullopt;
+  if (!stage(batches)) {
+    end_window();
+    return std::nullopt;
+  }
+  if (graphs_->recorded()) {
+    graphs_->replay();
+    deferred_.add_replayed_step();
+    move_host_buffers();
+    ++replays_;
+  } else {
+    record(step, hooks);
+    graphs_->replay();
+    deferred_.keep_captured_step();
+  }
+  return loss_.clone();
+}
+
+}  // namespace mixprec
