@@ -16,7 +16,8 @@
 # LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
 # the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
 # kernel benchmarks, a short training stage (`mixprec train` of the GPU GPT config and of the
-# CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP32 and FP16
+# CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP16 with
+# train.cuda_graph beside an eager run of the same settings, FP32 and FP16
 # again with the GEMM (and for the CNN the convolution) algorithms autotuned, and a short FP16
 # run of each with every kernel timed, MIXPREC_KERNEL_PROFILE, whose tables go into
 # train.json and whose largest rows into the summary; the tuned runs' MIXPREC_AUTOTUNE_LOG
@@ -383,6 +384,10 @@ for run in runs:
     ms = number(run.get("summary", {}).get("median_step_ms"))
     if run["precision"] == "fp32" and run["status"] == "ok" and ms:
         fp32_ms[run["config"]] = ms
+# A recorded run (train.cuda_graph) against the eager run of its config and precision.
+graph_suffix = " cuda_graph"
+eager_ms = {(run["config"], run["precision"]): number(run.get("summary", {}).get("median_step_ms"))
+            for run in runs if run["status"] == "ok"}
 print(f"{'training (mixprec train)':<44} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
 for run in runs:
     label = f"train {run['config']} {run['precision']}"
@@ -405,6 +410,12 @@ for run in runs:
         line += f"  {syncs:.2f} syncs/step"
     if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
         line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
+    graph = summary.get("cuda_graph")
+    if isinstance(graph, dict):
+        line += f"  {graph.get('recordings')} recorded, {graph.get('replays')} replayed"
+        eager = eager_ms.get((run["config"][:-len(graph_suffix)], run["precision"]))
+        if run["config"].endswith(graph_suffix) and eager and ms > 0:
+            line += f"  {eager / ms:.2f}x eager"
     print(line)
 # What determinism costs each convolution, from the tuning logs of the runs that timed every
 # algorithm, atomics included (the whole logs are in train.json): the default plan's
@@ -593,8 +604,9 @@ train_profiled() {
 # The training stage, within $1 seconds: `mixprec train` of configs/gpt_shakespeare_gpu.yaml
 # (100 steps, 4 evaluation batches) and of configs/cnn_fashion.yaml (200 steps of 512), each
 # in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end, then the
-# per_step FP16 runs, the autotuned FP32 and FP16 runs, the CNN's FP32 and FP16 runs tuned
-# with non-deterministic convolutions admitted, and the kernel-timed FP16 runs. The runs'
+# per_step FP16 runs, the FP16 runs with and without train.cuda_graph, the autotuned FP32 and
+# FP16 runs, the CNN's FP32 and FP16 runs tuned with non-deterministic convolutions admitted,
+# and the kernel-timed FP16 runs. The runs'
 # summary.json, the end of their output and the kernel tables are gathered into train.json.
 # Sets train_failed when a run failed or ran out of time.
 training_stage() {
@@ -630,8 +642,8 @@ training_stage() {
   # reading the outcome after every step, which shows what the deferred step saves.
   local planned=0 precision
   local per_step=(--set train.host_reads=per_step)
-  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 6 ))
-  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 8 ))
+  (( ${#gpt_args[@]} > 0 )) && planned=$(( planned + 8 ))
+  (( ${#cnn_args[@]} > 0 )) && planned=$(( planned + 9 ))
   for precision in fp32 fp16 per_step; do
     if (( ${#gpt_args[@]} > 0 )); then
       planned=$(( planned - 1 ))
@@ -660,6 +672,22 @@ training_stage() {
         "not run: no Fashion-MNIST (${fashion_mnist_dir}) nor MNIST (set MIXPREC_DATA_DIR)" "" ""
     fi
   done
+  # FP16 with train.cuda_graph (the step recorded once per log window and replayed), beside
+  # an eager run of the same settings. The GPU GPT config's dropout cannot be recorded
+  # (apps/train/recorded_step.h), so both of its runs leave dropout out.
+  local graph=(--set train.cuda_graph=true) no_dropout=(--set model.dropout=0)
+  if (( ${#gpt_args[@]} > 0 )); then
+    planned=$(( planned - 1 ))
+    train_one "gpt_shakespeare_gpu no dropout" fp16 gpt_no_dropout "${planned}" "${gpt_args[@]}" \
+      "${no_dropout[@]}"
+    planned=$(( planned - 1 ))
+    train_one "gpt_shakespeare_gpu no dropout cuda_graph" fp16 gpt_graph "${planned}" \
+      "${gpt_args[@]}" "${no_dropout[@]}" "${graph[@]}"
+  fi
+  if (( ${#cnn_args[@]} > 0 )); then
+    planned=$(( planned - 1 ))
+    train_one "${cnn_label} cuda_graph" fp16 cnn_graph "${planned}" "${cnn_args[@]}" "${graph[@]}"
+  fi
   # FP32 and FP16 again with each new problem's algorithms timed on first use
   # (cuda/gemm_autotune.h, cuda/conv_autotune.h): what the libraries' heuristics leave.
   for precision in fp32 fp16; do
