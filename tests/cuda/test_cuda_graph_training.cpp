@@ -118,6 +118,23 @@ TEST_CASE("cuda: train.cuda_graph replays the GPT's steps bit for bit", "[cuda][
       4, 11);
 }
 
+TEST_CASE("cuda: train.cuda_graph replays steps of two microbatches in BF16 and FP32 bit for bit",
+          "[cuda][train]") {
+  MIXPREC_REQUIRE_CUDA();
+  REQUIRE_FALSE(repo_root().empty());
+  const fs::path text = shakespeare_or_warn();
+  if (text.empty()) return;
+  // Without a loss scale (BF16 and FP32 have none), each step accumulating two microbatches,
+  // each copied into its own fixed tensors.
+  for (const char* precision : {"precision=bf16", "precision=fp32"}) {
+    INFO(precision);
+    expect_replayed(expect_same_run(config_path("gpt_shakespeare.yaml"),
+                                    with(with(kSchedule, small_gpt_overrides(text)),
+                                         {precision, "train.accumulation_steps=2"})),
+                    4, 11);
+  }
+}
+
 TEST_CASE("cuda: train.cuda_graph replays a CNN with batch norm and a skipped step bit for bit",
           "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
