@@ -14,9 +14,15 @@ namespace mixprec {
 // counters [offset, offset + n): a fill's element i draws from counter offset + i, dropout's
 // from a word of counter offset + i / 4 (core/math/dropout.h), so every backend produces the
 // same numbers.
+//
+// `base`, for dropout masks on the CUDA backend only: when set, the offset is *base + offset,
+// with *base read in device memory when the kernel runs. The backend sets it while a training
+// step is recorded as a CUDA graph (core/step_graphs.h), so that each replay draws the masks
+// of its own step rather than those of the recorded one. Null everywhere else.
 struct PhiloxKey {
   uint64_t seed = 0;
   uint64_t offset = 0;
+  const uint64_t* base = nullptr;
 };
 
 struct Philox4 {

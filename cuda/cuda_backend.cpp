@@ -169,14 +169,28 @@ void CudaBackend::arange(Tensor& out, double start, double step) {
   kernels::arange(out.data(), out.dtype(), start, step, out.numel(), stream_);
 }
 
+PhiloxKey CudaBackend::mask_key(PhiloxKey key) const {
+  if (dropout_base_ == nullptr) return key;
+  MIXPREC_CHECK(key.offset >= dropout_host_base_, "cuda: a dropout key at offset ", key.offset,
+                " precedes the base ", dropout_host_base_, " of the step being recorded");
+  return PhiloxKey{key.seed, key.offset - dropout_host_base_, dropout_base_};
+}
+
+void CudaBackend::check_fill_key(const char* op) const {
+  MIXPREC_CHECK(dropout_base_ == nullptr, "cuda: ", op, " while a training step is recorded: ",
+                "its random key would be replayed unchanged at every replay");
+}
+
 void CudaBackend::random_uniform(Tensor& out, PhiloxKey key, float low, float high) {
   check_here("random_uniform", "out", out);
+  check_fill_key("random_uniform");
   use_device();
   kernels::random_uniform(out.data(), out.dtype(), out.numel(), key, low, high, stream_);
 }
 
 void CudaBackend::random_normal(Tensor& out, PhiloxKey key, float mean, float stddev) {
   check_here("random_normal", "out", out);
+  check_fill_key("random_normal");
   use_device();
   kernels::random_normal(out.data(), out.dtype(), out.numel(), key, mean, stddev, stream_);
 }

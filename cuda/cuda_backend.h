@@ -84,6 +84,14 @@ class CudaBackend final : public Backend {
   // The pinned buffers of the tables staged during the capture that just ended, for its graph
   // to keep (cuda/capture_staging.h).
   std::vector<void*> take_capture_staging() { return capture_staging_.take(); }
+  // While set (a step being recorded, cuda/cuda_graph.cpp), dropout masks are keyed relative
+  // to `host_base`: a key's offset becomes offset - host_base on top of the device value at
+  // `device_base` (PhiloxKey::base), which each replay sets to its own step's offset. Random
+  // fills are refused meanwhile. Null `device_base` ends it.
+  void set_relative_dropout_keys(const uint64_t* device_base, uint64_t host_base) {
+    dropout_base_ = device_base;
+    dropout_host_base_ = host_base;
+  }
 
   // ---- fills, casts, copies -------------------------------------------------------------
   void fill(Tensor& out, double value) override;
@@ -215,6 +223,10 @@ class CudaBackend final : public Backend {
   // read it: through the upload ring, or, while the stream is being captured, from pinned
   // memory that the graph keeps, so that every replay reads the same bytes.
   void upload_table(void* dst, const void* bytes, size_t n);
+  // `key` as the kernels get it: relative to the device base while one is set (above).
+  PhiloxKey mask_key(PhiloxKey key) const;
+  // Throws while dropout keys are relative: a random fill's key would be baked into a graph.
+  void check_fill_key(const char* op) const;
   // Makes this backend's device current for the calling thread (the CUDA runtime keeps it
   // per thread); every primitive calls it before touching the stream.
   void use_device() const;
@@ -233,6 +245,8 @@ class CudaBackend final : public Backend {
   PinnedUploadRing upload_ring_;
   CaptureStaging capture_staging_;
   CaptureGate capture_gate_;
+  const uint64_t* dropout_base_ = nullptr;
+  uint64_t dropout_host_base_ = 0;
 };
 
 }  // namespace mixprec

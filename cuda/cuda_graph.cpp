@@ -117,25 +117,48 @@ void CudaGraph::replay() { CUDA_CHECK(cudaGraphLaunch(exec_, backend_.stream()))
 
 namespace {
 
-// StepGraphs on the CUDA backend: one CudaGraph at a time, all in one pool.
+// StepGraphs on the CUDA backend: one CudaGraph at a time, all in one pool. The dropout base
+// lives in one device word, written (stream-ordered, without a host sync) before the
+// recording and before each replay; the recorded dropout kernels read it as they run.
 class CudaStepGraphs final : public StepGraphs {
  public:
-  explicit CudaStepGraphs(CudaBackend& backend) : backend_(backend), pool_(backend.allocator()) {}
-
-  void record(const std::function<void()>& body) override {
+  explicit CudaStepGraphs(CudaBackend& backend)
+      : backend_(backend), pool_(backend.allocator()),
+        dropout_base_(static_cast<uint64_t*>(backend.allocate(sizeof(uint64_t)))) {}
+  ~CudaStepGraphs() override {
     graph_.reset();
+    backend_.deallocate(dropout_base_, sizeof(uint64_t));
+  }
+  CudaStepGraphs(const CudaStepGraphs&) = delete;
+  CudaStepGraphs& operator=(const CudaStepGraphs&) = delete;
+
+  void record(const std::function<void()>& body, uint64_t dropout_base) override {
+    graph_.reset();
+    set_base(dropout_base);
+    // Keys relative to the base for the capture only, also when it fails.
+    struct RelativeKeys {
+      CudaBackend& backend;
+      ~RelativeKeys() { backend.set_relative_dropout_keys(nullptr, 0); }
+    } relative{backend_};
+    backend_.set_relative_dropout_keys(dropout_base_, dropout_base);
     graph_ = std::make_unique<CudaGraph>(backend_, body, pool_);
   }
-  void replay() override {
+  void replay(uint64_t dropout_base) override {
     MIXPREC_CHECK(graph_ != nullptr, "cuda: replay of a step graph that was not recorded");
+    set_base(dropout_base);
     graph_->replay();
   }
   void drop() override { graph_.reset(); }
   bool recorded() const override { return graph_ != nullptr; }
 
  private:
+  void set_base(uint64_t value) {
+    backend_.copy_from_host(dropout_base_, &value, sizeof(value));
+  }
+
   CudaBackend& backend_;
   PrivatePool pool_;  // outlives graph_ (declared before it)
+  uint64_t* dropout_base_;
   std::unique_ptr<CudaGraph> graph_;
 };
 

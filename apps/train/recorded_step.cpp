@@ -86,21 +86,23 @@ void RecordedStep::move_host_buffers() {
   }
 }
 
+uint64_t RecordedStep::dropout_offset() const {
+  return s_.dropout_gen ? s_.dropout_gen->offset() : 0;
+}
+
 void RecordedStep::record(int64_t step, const StepHooks& hooks) {
-  const uint64_t dropout_offset = s_.dropout_gen ? s_.dropout_gen->offset() : 0;
+  recorded_base_ = dropout_offset();
   const std::vector<std::vector<double>> before = host_buffers();
   try {
-    graphs_->record([&] {
-      loss_ = take_deferred_step(s_, optimizer_, deferred_, schedule_, fixed_, hooks);
-    });
+    graphs_->record(
+        [&] { loss_ = take_deferred_step(s_, optimizer_, deferred_, schedule_, fixed_, hooks); },
+        recorded_base_);
   } catch (const std::exception& e) {
     MIXPREC_FAIL("train.cuda_graph: recording step ", step, " failed: ", e.what(),
                  ". Set train.cuda_graph: false to train without recording the step");
   }
-  MIXPREC_CHECK(!s_.dropout_gen || s_.dropout_gen->offset() == dropout_offset,
-                "train.cuda_graph: the model draws dropout masks, whose random keys every "
-                "replay of the recorded step would repeat; set the model's dropout to 0 or "
-                "train.cuda_graph: false");
+  // The counters the step's dropout masks took, which each replay takes anew.
+  dropout_draws_ = dropout_offset() - recorded_base_;
   const std::vector<std::vector<double>> after = host_buffers();
   host_moves_.assign(after.size(), {});
   for (size_t k = 0; k < after.size(); ++k) {
@@ -118,13 +120,16 @@ std::optional<Tensor> RecordedStep::take(int64_t step, const std::vector<Batch>&
     return std::nullopt;
   }
   if (graphs_->recorded()) {
-    graphs_->replay();
+    const uint64_t base = dropout_offset();
+    graphs_->replay(base);
+    if (s_.dropout_gen) s_.dropout_gen->set_state(s_.dropout_gen->seed(), base + dropout_draws_);
     deferred_.add_replayed_step();
     move_host_buffers();
     ++replays_;
   } else {
+    // Recording moved the Generator past this step's draws already.
     record(step, hooks);
-    graphs_->replay();
+    graphs_->replay(recorded_base_);
     deferred_.keep_captured_step();
   }
   return loss_.clone();

@@ -13,16 +13,16 @@
 //   eagerly.
 // - With one: a replay, then the host's bookkeeping of a step (DeferredSteps's
 //   add_replayed_step; the host-side counters that the recorded forward moved, BatchNorm's
-//   num_batches_tracked, moved again by as much).
+//   num_batches_tracked, moved again by as much; the dropout Generator moved past the step's
+//   masks, which the replay drew from its offset on: core/step_graphs.h).
 // - The loss returned is a copy: the recording rewrites its own at every replay.
 // A step that does not fit the window's recording (other microbatch shapes, index tensors
 // whose bounds are unknown or outside [0, classes)) ends the window and returns nullopt, so
 // the caller takes it eagerly with its usual checks. The caller ends the window itself at
 // each resolve (the window's learning rates and step counts end there) and before a step it
 // takes eagerly for its own reasons (an injected fault).
-// Refused with mixprec::Error at the first recording: a model that draws dropout masks (their
-// random keys are kernel arguments, which every replay would repeat), and anything the device
-// refuses to record.
+// Refused with mixprec::Error at the first recording: anything the device refuses to record
+// (a host read or an upload inside the step, the kernel profile).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +65,8 @@ class RecordedStep {
   // The host-side (CPU) buffers of the model, as values.
   std::vector<std::vector<double>> host_buffers() const;
   void move_host_buffers();
+  // The dropout Generator's offset (0 without one).
+  uint64_t dropout_offset() const;
 
   Session& s_;
   Optimizer& optimizer_;
@@ -74,6 +76,8 @@ class RecordedStep {
   std::vector<Batch> fixed_;
   Tensor loss_;  // the recording's own loss
   std::vector<std::vector<double>> host_moves_;  // per host buffer: what one step adds
+  uint64_t recorded_base_ = 0;  // the dropout offset the recording was made at
+  uint64_t dropout_draws_ = 0;  // the counters one step's masks take
   int64_t recordings_ = 0;
   int64_t replays_ = 0;
 };

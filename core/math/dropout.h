@@ -20,9 +20,11 @@ MIXPREC_HD bool dropout_keep_word(uint32_t word, float p) {
   return !(static_cast<float>(word >> 8) * (1.0f / 16777216.0f) < p);
 }
 
-// The Philox block of element `index` of a call keyed `key`.
+// The Philox block of element `index` of a call keyed `key` (its device base added when set:
+// core/philox.h).
 MIXPREC_HD uint64_t dropout_block(const PhiloxKey& key, uint64_t index) {
-  return key.offset + (index >> 2);
+  const uint64_t offset = key.base == nullptr ? key.offset : *key.base + key.offset;
+  return offset + (index >> 2);
 }
 
 // True when element `index` of a call keyed `key` survives: one Philox evaluation, for code
