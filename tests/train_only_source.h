@@ -1,9 +1,11 @@
 // A BatchSource for tests that only hand out training batches: a derived class writes
 // train_batch; the epoch length, the kind of task and the description are given at
-// construction, and there are no evaluation batches (eval_batch throws).
+// construction, and there are no evaluation batches (eval_batch throws). Inputs are not
+// indices (input_index_bound is nullopt).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -28,6 +30,7 @@ class TrainOnlySource : public mixprec::BatchSource {
   }
   bool is_classification() const override { return classification_; }
   int64_t num_classes() const override { return classes_; }
+  std::optional<int64_t> input_index_bound() const override { return std::nullopt; }
   std::string describe() const override { return description_; }
 
  private:

@@ -50,6 +50,9 @@ class BatchSource {
   virtual bool is_classification() const = 0;
   // Classes (images) or vocabulary size (text).
   virtual int64_t num_classes() const = 0;
+  // Integer inputs (token ids) lie in [0, this); nullopt when the inputs are not indices
+  // (images). Checked where the data is read, so a batch never holds an input outside it.
+  virtual std::optional<int64_t> input_index_bound() const = 0;
   virtual std::string describe() const = 0;
 };
 

@@ -188,6 +188,7 @@ class CharText final : public BatchSource {
 
   bool is_classification() const override { return false; }
   int64_t num_classes() const override { return vocab_size_; }
+  std::optional<int64_t> input_index_bound() const override { return vocab_size_; }
 
   std::string describe() const override {
     std::ostringstream out;

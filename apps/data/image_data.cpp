@@ -106,6 +106,7 @@ class ImageData final : public BatchSource {
 
   bool is_classification() const override { return true; }
   int64_t num_classes() const override { return options_.num_classes; }
+  std::optional<int64_t> input_index_bound() const override { return std::nullopt; }
 
   std::string describe() const override {
     std::ostringstream out;

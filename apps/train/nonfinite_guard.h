@@ -75,6 +75,10 @@ class NonfiniteGuard {
   // Writes Inf/NaN into the first element of the named parameter's gradient when the
   // injection names a parameter at this step. After backward, before unscale.
   void gradients(int64_t step) const;
+  // True when debug.inject_nonfinite puts its value into step `step` (any target).
+  bool injects_at(int64_t step) const {
+    return target_ != Target::None && step == config_.debug.inject_step;
+  }
 
   // Telemetry for a step skipped for its input: the scaler was not used, so the scale, the
   // growth tracker and the hysteresis stay as they were and found_inf is false.

@@ -25,6 +25,9 @@ struct StepHooks {
   std::function<Tensor(int64_t micro, const Tensor& loss)> loss;
   // After every backward pass, before unscaling (the trainer's gradient checks).
   std::function<void()> gradients;
+  // The hooks do something to this step that a recording of another step would not repeat
+  // (an injected fault), so train.cuda_graph takes it eagerly (apps/train/recorded_step.h).
+  bool eager_only = false;
 };
 
 struct StepOutcome {

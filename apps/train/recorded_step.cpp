@@ -34,9 +34,12 @@ void RecordedStep::end_window() {
 }
 
 bool RecordedStep::stage(const std::vector<Batch>& batches) {
-  const int64_t upper = s_.data->num_classes();
+  // Integer inputs without a bound are not indices the recording can check.
+  const int64_t input_upper = s_.data->input_index_bound().value_or(0);
   for (const Batch& batch : batches) {
-    if (!indices_fit(batch.inputs, upper) || !indices_fit(batch.targets, upper)) return false;
+    if (!indices_fit(batch.inputs, input_upper) ||
+        !indices_fit(batch.targets, s_.data->num_classes()))
+      return false;
   }
   bool fits = fixed_.size() == batches.size();
   for (size_t i = 0; fits && i < batches.size(); ++i)
@@ -115,7 +118,7 @@ void RecordedStep::record(int64_t step, const StepHooks& hooks) {
 std::optional<Tensor> RecordedStep::take(int64_t step, const std::vector<Batch>& batches,
                                          const StepHooks& hooks) {
   if (!graphs_->recorded() && !optimizer_.deferred_state_ready()) return std::nullopt;
-  if (!stage(batches)) {
+  if (hooks.eager_only || !stage(batches)) {
     end_window();
     return std::nullopt;
   }

@@ -17,10 +17,11 @@
 //   masks, which the replay drew from its offset on: core/step_graphs.h).
 // - The loss returned is a copy: the recording rewrites its own at every replay.
 // A step that does not fit the window's recording (other microbatch shapes, index tensors
-// whose bounds are unknown or outside [0, classes)) ends the window and returns nullopt, so
-// the caller takes it eagerly with its usual checks. The caller ends the window itself at
-// each resolve (the window's learning rates and step counts end there) and before a step it
-// takes eagerly for its own reasons (an injected fault).
+// whose bounds are unknown or outside the data's: [0, classes) for targets,
+// [0, BatchSource::input_index_bound()) for inputs), or whose hooks say eager_only (an
+// injected fault), ends the window and returns nullopt, so the caller takes it eagerly with
+// its usual checks. The caller ends the window itself at each resolve (the window's learning
+// rates and step counts end there).
 // Refused with mixprec::Error at the first recording: anything the device refuses to record
 // (a host read or an upload inside the step, the kernel profile).
 #pragma once

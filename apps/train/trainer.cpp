@@ -390,14 +390,11 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     StepHooks hooks;
     hooks.loss = [&](int64_t micro, const Tensor& loss) { return guard.loss(step, micro, loss); };
     hooks.gradients = [&] { guard.gradients(step); };
+    hooks.eager_only = guard.injects_at(step);
     if (deferred && !bad_input) {
       if (unresolved.empty()) window_start = start;
       std::optional<Tensor> loss;
-      if (recorded) {
-        // A step with an injected fault is taken eagerly: the recording would not inject it.
-        if (step == config.debug.inject_step) recorded->end_window();
-        else loss = recorded->take(step, step_batches, hooks);
-      }
+      if (recorded) loss = recorded->take(step, step_batches, hooks);
       pending_losses.push_back(
           loss ? *loss
                : take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));

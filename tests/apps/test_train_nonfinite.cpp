@@ -324,6 +324,7 @@ class NoData final : public mixprec::BatchSource {
   mixprec::Batch eval_batch(int64_t) const override { return {}; }
   bool is_classification() const override { return true; }
   int64_t num_classes() const override { return 10; }
+  std::optional<int64_t> input_index_bound() const override { return std::nullopt; }
   std::string describe() const override { return "no data"; }
 };
 
@@ -343,6 +344,7 @@ class FloatData final : public mixprec::BatchSource {
   }
   bool is_classification() const override { return true; }
   int64_t num_classes() const override { return 2; }
+  std::optional<int64_t> input_index_bound() const override { return std::nullopt; }
   std::string describe() const override { return "float data"; }
 };
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,15 +46,11 @@ GraphRun train(const std::string& config, std::vector<std::string> overrides, bo
   ScratchDir dir(std::string("cuda-graph-training-") + (cuda_graph ? "on" : "off"));
   overrides.push_back("device=cuda");
   overrides.push_back(std::string("train.cuda_graph=") + (cuda_graph ? "true" : "false"));
-  TrainOptions options;
-  options.config_path = config;
-  options.overrides = overrides;
-  options.out_dir = dir / "run";
-  std::ostringstream log;
+  const LoggedRun logged = train_into(dir / "run", config, std::move(overrides));
   GraphRun run;
-  run.summary = run_training(options, log);
-  for (const nlohmann::json& record : read_jsonl(dir / "run/metrics.jsonl")) {
-    if (record.value("event", "") != "step") continue;
+  run.summary = logged.summary;
+  for (const auto& entry : logged.steps) {
+    const nlohmann::json& record = entry.second;
     nlohmann::json kept;
     for (const char* key : {"step", "loss", "train_loss", "lr", "epoch", "scale", "next_scale",
                             "skipped", "grad_norm", "scale_event"}) {
@@ -107,30 +104,25 @@ void expect_replayed(const nlohmann::json& summary, int64_t recordings, int64_t 
 
 TEST_CASE("cuda: train.cuda_graph replays the GPT's steps bit for bit", "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  REQUIRE_FALSE(repo_root().empty());
-  const fs::path text = shakespeare_or_warn();
-  if (text.empty()) return;
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  if (gpt.empty()) return;
   // AdamW with warmup and cosine decay (each step's learning rate differs) and clipping.
   // Step 1 is eager (AdamW has no moments before it); windows 2-4, 5-8, 9-12 and 13-16 each
   // record their first step and replay the others.
-  expect_replayed(
-      expect_same_run(config_path("gpt_shakespeare.yaml"), with(kSchedule, small_gpt_overrides(text))),
-      4, 11);
+  expect_replayed(expect_same_run(config_path("gpt_shakespeare.yaml"), gpt), 4, 11);
 }
 
 TEST_CASE("cuda: train.cuda_graph replays steps of two microbatches in BF16 and FP32 bit for bit",
           "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  REQUIRE_FALSE(repo_root().empty());
-  const fs::path text = shakespeare_or_warn();
-  if (text.empty()) return;
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  if (gpt.empty()) return;
   // Without a loss scale (BF16 and FP32 have none), each step accumulating two microbatches,
   // each copied into its own fixed tensors.
   for (const char* precision : {"precision=bf16", "precision=fp32"}) {
     INFO(precision);
     expect_replayed(expect_same_run(config_path("gpt_shakespeare.yaml"),
-                                    with(with(kSchedule, small_gpt_overrides(text)),
-                                         {precision, "train.accumulation_steps=2"})),
+                                    with(gpt, {precision, "train.accumulation_steps=2"})),
                     4, 11);
   }
 }
@@ -156,15 +148,12 @@ TEST_CASE("cuda: train.cuda_graph replays a CNN with batch norm and a skipped st
 TEST_CASE("cuda: train.cuda_graph replays a GPT with dropout, each step with its own masks",
           "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  REQUIRE_FALSE(repo_root().empty());
-  const fs::path text = shakespeare_or_warn();
-  if (text.empty()) return;
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  if (gpt.empty()) return;
   // Dropout on the embeddings, the attention matrix and both residual branches: a replay
   // that drew the recorded step's masks again would train differently from the eager run.
-  expect_replayed(expect_same_run(config_path("gpt_shakespeare.yaml"),
-                                  with(with(kSchedule, small_gpt_overrides(text)),
-                                       {"model.dropout=0.1"})),
-                  4, 11);
+  expect_replayed(
+      expect_same_run(config_path("gpt_shakespeare.yaml"), with(gpt, {"model.dropout=0.1"})), 4, 11);
 }
 
 }  // namespace

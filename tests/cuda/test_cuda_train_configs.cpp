@@ -46,20 +46,14 @@ double logged_number(const nlohmann::json& value) {
 // Trains `config` with `overrides` and device=`device` into a scratch folder and reads back
 // its metrics.jsonl and summary.json.
 RunCurve train(const std::string& config, std::vector<std::string> overrides, const std::string& device) {
-  ScratchDir dir("cuda-train-" + device);
   overrides.push_back("device=" + device);
-  TrainOptions options;
-  options.config_path = config;
-  options.overrides = overrides;
-  options.out_dir = dir / "run";
-  std::ostringstream log;
   RunCurve curve;
   const uint64_t syncs_before = cuda_host_syncs();
-  curve.summary = run_training(options, log);
+  const LoggedRun logged = train_logged("cuda-train-" + device, config, std::move(overrides));
   const uint64_t syncs = cuda_host_syncs() - syncs_before;
-  for (const nlohmann::json& record : read_jsonl(dir / "run/metrics.jsonl")) {
-    if (record.value("event", "") != "step") continue;
-    curve.steps.push_back(record["step"].get<int64_t>());
+  curve.summary = logged.summary;
+  for (const auto& [step, record] : logged.steps) {
+    curve.steps.push_back(step);
     curve.losses.push_back(logged_number(record["loss"]));
     curve.skipped.push_back(record["skipped"].get<bool>());
   }

@@ -89,22 +89,28 @@ struct LoggedRun {
   nlohmann::json summary;
 };
 
-// `mixprec train` of `config` with `overrides` into a scratch folder named after `scratch`
-// (removed again), through run_training; its log is dropped.
-inline LoggedRun train_logged(const std::string& scratch, const std::string& config,
-                              std::vector<std::string> overrides) {
-  ScratchDir dir(scratch);
+// `mixprec train` of `config` with `overrides` into the run folder `out_dir`, which the
+// caller keeps (to read its checkpoints), through run_training; its log is dropped.
+inline LoggedRun train_into(const fs::path& out_dir, const std::string& config,
+                            std::vector<std::string> overrides) {
   mixprec::TrainOptions options;
   options.config_path = config;
   options.overrides = std::move(overrides);
-  options.out_dir = dir / "run";
+  options.out_dir = out_dir;
   std::ostringstream log;
   LoggedRun run;
   run.summary = mixprec::run_training(options, log);
-  for (const nlohmann::json& record : read_jsonl(dir / "run/metrics.jsonl")) {
+  for (const nlohmann::json& record : read_jsonl(out_dir / "metrics.jsonl")) {
     if (record.value("event", "") == "step") run.steps[record["step"].get<int64_t>()] = record;
   }
   return run;
+}
+
+// train_into a scratch folder named after `scratch`, removed again.
+inline LoggedRun train_logged(const std::string& scratch, const std::string& config,
+                              std::vector<std::string> overrides) {
+  ScratchDir dir(scratch);
+  return train_into(dir / "run", config, std::move(overrides));
 }
 
 // `overrides` followed by `more`.
@@ -127,6 +133,15 @@ inline std::vector<std::string> small_gpt_overrides(const fs::path& text) {
   return {"data.path=" + text.string(), "model.n_layer=1",        "model.n_head=2",
           "model.n_embd=32",            "model.block_size=16",    "train.batch_size=4",
           "data.eval_batches=2",        "schedule.warmup_steps=2", "train.clip_grad_norm=1.0"};
+}
+
+// `base` followed by small_gpt_overrides on tiny shakespeare; empty after a warning that the
+// test is skipped when tiny shakespeare is not here. Fails the test when configs/ is not found.
+inline std::vector<std::string> small_gpt_run_or_warn(const std::vector<std::string>& base) {
+  REQUIRE_FALSE(repo_root().empty());
+  const fs::path text = shakespeare_or_warn();
+  if (text.empty()) return {};
+  return with(base, small_gpt_overrides(text));
 }
 
 // Writes `dir`/cnn.yaml, a small CNN with batch norm on 256 images of the MNIST test set, SGD

@@ -97,6 +97,7 @@ TEST_CASE("char text ids are the ranks of sorted code points", "[data][text]") {
   for (int d = 0; d < kLength; ++d) CHECK(vocab.chars()[d] == static_cast<char32_t>(0x100 + d));
   const auto data = load_char_text(o);
   CHECK(data->num_classes() == kLength);
+  CHECK(data->input_index_bound() == std::optional<int64_t>(kLength));
   CHECK_FALSE(data->is_classification());
   // Decoding a batch back through the vocabulary gives the text's characters.
   o.shuffle = false;

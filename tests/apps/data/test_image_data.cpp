@@ -118,6 +118,7 @@ TEST_CASE("image data without shuffling gives the file order, epoch after epoch"
   REQUIRE(data->batches_per_epoch() == 3);
   CHECK(data->is_classification());
   CHECK(data->num_classes() == 4);
+  CHECK_FALSE(data->input_index_bound().has_value());
   for (int64_t n = 0; n < 7; ++n) {
     INFO("batch " << n);
     const Batch batch = data->train_batch(n);
