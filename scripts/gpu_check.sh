@@ -14,21 +14,23 @@
 # OUTDIR: prints `nvidia-smi -L` and `ldd` of the binaries, puts the CUDA libraries of the
 # machine (cuDNN and cuBLAS from PyTorch's nvidia-* wheels, the toolkit's lib64) on
 # LD_LIBRARY_PATH, checks that the binaries start (else builds there from the sources when
-# the dependencies exist, or says what is missing and stops), runs the CUDA tests and the CUDA
-# kernel benchmarks, a short training stage (`mixprec train` of the GPU GPT config and of the
+# the dependencies exist, or says what is missing and stops), runs the CUDA tests, the CUDA
+# kernel benchmarks, PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py),
+# PyTorch eager against mixprec on the same model, batch and GPU (scripts/bench_vs_torch.sh,
+# which runs scripts/torch_bench.py, autocast + GradScaler, and `mixprec bench`, for the GPU
+# GPT config and the CNN config in FP32 and FP16), then a short training stage (`mixprec train` of the GPU GPT config and of the
 # CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP16 again
 # with train.cuda_graph (the step recorded as a CUDA graph and replayed), FP32 and FP16
 # again with the GEMM (and for the CNN the convolution) algorithms autotuned, and a short FP16
 # run of each with every kernel timed, MIXPREC_KERNEL_PROFILE, whose tables go into
 # train.json and whose largest rows into the summary; the tuned runs' MIXPREC_AUTOTUNE_LOG
 # logs go into train.json too, and each convolution's default, fastest deterministic and
-# fastest algorithm into the summary), then
-# PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py) and a PyTorch
-# autocast + GradScaler step for comparison, and prints a summary table last. Every step runs
-# under `timeout`; the whole run stays under 8 minutes. Logs (at most 8 files, all that comes
-# back from the machine) go to OUTDIR: env.log, tests.log, bench.log, bench.json, train.json
-# (each training run's summary.json and the end of its output), torch_amp_step.log
-# (torch_gemm.py's output, then the step's), summary.txt, and build.log when it had to build.
+# fastest algorithm into the summary), and prints a summary table last. Every step runs
+# under `timeout`; the whole run stays under 8 minutes. Logs (8 files, all that may come back
+# from the machine) go to OUTDIR: env.log (with the build's output when it had to build),
+# tests.log, bench.log, bench.json, torch.log (torch_gemm.py's output, then bench_vs_torch.sh's),
+# compare.json (the joined rows of each comparison), train.json (each training run's
+# summary.json and the end of its output), summary.txt.
 #
 # Data: --prepare copies tiny shakespeare and MNIST's test set into build-gpu/data, and the
 # run points MIXPREC_DATA_DIR there unless it is set. The training stage and the end-to-end
@@ -43,7 +45,8 @@
 # Environment: MIXPREC_JOBS (parallel jobs of --prepare, default 2),
 # MIXPREC_GPU_TEST_FILTER (Catch2 test spec, default: every test of mixprec_cuda_tests),
 # MIXPREC_GPU_SKIP_TORCH=1 (skip the PyTorch steps), MIXPREC_GPU_SKIP_TRAIN=1 (skip the
-# training stage), MIXPREC_DATA_DIR (see Data).
+# training stage), MIXPREC_DATA_DIR (see Data). tests/gpu_check/dry_run.sh runs the whole
+# script on a machine without a GPU, with stand-ins for the GPU binaries and for PyTorch.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,15 +68,16 @@ run_budget=470
 startup_timeout=20
 test_timeout=200
 bench_timeout=120
-train_timeout=110
-torch_timeout=90
+train_timeout=150
+compare_timeout=100
 torch_gemm_timeout=25
 fallback_configure_timeout=90
 fallback_build_timeout=300
 
-# Each training run keeps this many seconds of the training stage's limit for every run still
-# to come after it, so that a slow first run cannot starve the others of their chance to start.
-train_run_reserve=10
+# Each training or comparison run keeps this many seconds of its stage's limit for every run
+# still to come after it, so that a slow first run cannot starve the others of their chance
+# to start. The training stage has 16 runs: its first may take 150 - 15 * 5 = 75 seconds.
+run_reserve=5
 
 fashion_mnist_dir=/usr/share/datasets/fashion-mnist
 
@@ -253,13 +257,13 @@ fallback_build() {
     echo "headers in /usr/include and /usr/local/include:"
     find /usr/include /usr/local/include -mindepth 1 -maxdepth 1 -printf '%f ' 2>&1
     echo
-  } >>"${out}/build.log"
+  } >>"${out}/env.log"
   if (( ${#missing[@]} > 0 )); then
     {
       echo "cannot build here either: missing ${missing[*]}"
       echo "(nothing can be installed on this machine; rebuild build-gpu/ on the build machine"
       echo " against libraries this machine has: see the ldd output above and env.log)"
-    } | tee -a "${out}/build.log" >&2
+    } | tee -a "${out}/env.log" >&2
     return 1
   fi
   local build_dir=/tmp/mixprec-build-gpu
@@ -268,13 +272,13 @@ fallback_build() {
   build_limit="$(step_limit "${fallback_build_timeout}")"
   timeout "${fallback_configure_timeout}" cmake -S "${root}" -B "${build_dir}" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DMIXPREC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DMIXPREC_NATIVE=OFF >>"${out}/build.log" 2>&1 &&
+    -DMIXPREC_NATIVE=OFF >>"${out}/env.log" 2>&1 &&
     timeout "${build_limit}" cmake --build "${build_dir}" -j "$(nproc)" \
-      --target "${binaries[@]}" >>"${out}/build.log" 2>&1
+      --target "${binaries[@]}" >>"${out}/env.log" 2>&1
   local rc=$?
   if (( rc != 0 )); then
-    echo "build here failed (exit ${rc}, 124 = timed out); last lines of build.log:" >&2
-    tail -n 20 "${out}/build.log" >&2
+    echo "build here failed (exit ${rc}, 124 = timed out); last lines of env.log:" >&2
+    tail -n 20 "${out}/env.log" >&2
     return 1
   fi
   mkdir -p "${build_dir}/staged"
@@ -301,7 +305,7 @@ catch_counts() {
   fi
 }
 
-# The summary table, from the step results and bench.json / torch_amp_step.log.
+# The summary table, from the step results and bench.json / torch.log.
 summary_table() {
   echo "mixprec GPU check: ${gpu_name}"
   printf '%-34s %s\n' "binaries" "${binaries_note}"
@@ -520,17 +524,59 @@ EOF
   else
     printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
   fi
-  printf '%-34s %s\n' "PyTorch step (torch_amp_step.py)" "${torch_note}"
+  compare_rows
+}
+
+# The comparison's rows of the summary table, from compare.json: per config, mixprec's and
+# PyTorch's median FP32 and FP16 steps, FP16's speed-up over FP32 in each (the issue's
+# target: 2x for the CNN, 2.5x for the GPT) and mixprec's FP16 step over PyTorch's (target at
+# most 0.75); compare_note when there is nothing to show.
+compare_rows() {
+  if [[ ! -s "${out}/compare.json" ]] || ! command -v python3 >/dev/null 2>&1; then
+    printf '%-34s %s\n' "mixprec against PyTorch eager" "${compare_note}"
+    return
+  fi
+  python3 - "${out}/compare.json" <<'EOF'
+import json, math, sys
+with open(sys.argv[1]) as f:
+    configs = json.load(f)["configs"]
+print(f"{'mixprec against PyTorch eager':<44} median step (mixprec bench, torch_bench.py), same model, batch, GPU")
+for entry in configs:
+    label = entry["config"]
+    if entry["status"] != "ok":
+        print(f"  {label:<42} {entry['status']}")
+        continue
+    ms = {}
+    for row in entry.get("rows", []):
+        value = row.get("median_step_ms")
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            ms[(row.get("framework"), row.get("precision"))] = value
+    def cell(framework, precision):
+        value = ms.get((framework, precision))
+        return f"{value:.3f}" if value else "n/a"
+    def ratio(a, b):
+        return a / b if a and b else None
+    target_speedup = 2.5 if label.startswith("gpt") else 2.0
+    line = f"  {label:<42} mixprec {cell('mixprec', 'fp32')} / {cell('mixprec', 'fp16')} ms"
+    speedup = ratio(ms.get(("mixprec", "fp32")), ms.get(("mixprec", "fp16")))
+    if speedup:
+        line += f" (FP16 {speedup:.2f}x, target {target_speedup:g}x)"
+    line += f", torch {cell('torch', 'fp32')} / {cell('torch', 'fp16')} ms"
+    versus = ratio(ms.get(("mixprec", "fp16")), ms.get(("torch", "fp16")))
+    if versus:
+        line += f", mixprec/torch FP16 {versus:.2f} (target <= 0.75)"
+    print(line)
+EOF
 }
 
 # The torch.mm rows of the summary table, from the torch_gemm lines that torch_gemm.py wrote
-# into torch_amp_step.log; torch_gemm_note where a dtype has no figure.
+# into torch.log; torch_gemm_note where a dtype has no figure.
 torch_gemm_rows() {
   local dtype label value
   for dtype in fp16 bf16; do
     label="torch.mm 4096^3 ${dtype^^}"
     value="$(awk -v d="${dtype}" '$1 == "torch_gemm" && $2 == d && $3 == 4096 { v = $4 } END { print v }' \
-      "${out}/torch_amp_step.log" 2>/dev/null)"
+      "${out}/torch.log" 2>/dev/null)"
     if [[ "${value}" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
       awk -v label="${label}" -v v="${value}" -v peak="${fp16_peak_tflops}" 'BEGIN {
         printf "%-34s %8.1f TFLOP/s  %5.1f%% of %.0f FP16 peak\n", label, v, 100 * v / peak, peak }'
@@ -554,6 +600,95 @@ find_data() {
   return 1
 }
 
+# The GPU configs as the training stage and the comparison with PyTorch run them, without
+# their number of steps: gpt_base (configs/gpt_shakespeare_gpu.yaml on tiny shakespeare, 4
+# evaluation batches) and cnn_base (configs/cnn_fashion.yaml, batches of 512, on Fashion-MNIST
+# or else MNIST's test set, cnn_label saying which), each the config file then its --set
+# options (on cuda:0, no evaluation or checkpoint before the end); empty without the data.
+gpu_config_args() {
+  local common=(--set device=cuda --set train.eval_every=0 --set checkpoint.every=0)
+  local text images labels
+  gpt_base=()
+  if text="$(find_data tinyshakespeare/input.txt)"; then
+    gpt_base=("${root}/configs/gpt_shakespeare_gpu.yaml" "${common[@]}" --set "data.path=${text}"
+      --set data.eval_batches=4)
+  fi
+  cnn_label=cnn_fashion
+  cnn_base=()
+  local cnn_common=("${root}/configs/cnn_fashion.yaml" "${common[@]}" --set train.batch_size=512)
+  if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" &&
+    -f "${fashion_mnist_dir}/t10k-images-idx3-ubyte.gz" ]]; then
+    cnn_base=("${cnn_common[@]}")
+  elif images="$(find_data mnist/t10k-images-idx3-ubyte.gz)" &&
+    labels="$(find_data mnist/t10k-labels-idx1-ubyte.gz)"; then
+    # No Fashion-MNIST here: MNIST's test set, as both splits, measures the same model.
+    cnn_label="cnn_fashion on MNIST"
+    cnn_base=("${cnn_common[@]}" --set "data.train_images=${images}"
+      --set "data.train_labels=${labels}" --set "data.test_images=${images}"
+      --set "data.test_labels=${labels}" --set data.normalize.mean=0.1307
+      --set data.normalize.std=0.3081)
+  fi
+}
+
+# PyTorch eager against mixprec on the same model, batch, data and GPU, within $1 seconds:
+# scripts/bench_vs_torch.sh (torch_bench.py: autocast + GradScaler, TF32 off; then `mixprec
+# bench --compare`) for the GPT (40 steps) and the CNN (60 steps), FP32 and FP16, medians
+# after 5 warm-up steps. Their output goes to torch.log, the joined rows of each to
+# compare.json. Sets compare_failed when one failed or ran out of time.
+compare_stage() {
+  local limit="$1"
+  local dir deadline=$(( SECONDS + limit ))
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/mixprec-compare.XXXXXX")"
+  compare_failed=0
+  gpu_config_args
+  : >"${dir}/runs.tsv"
+  local key label steps runs_after run_limit rc status args=()
+  for key in gpt cnn; do
+    if [[ "${key}" == gpt ]]; then
+      label=gpt_shakespeare_gpu steps=40 runs_after=1 args=(${gpt_base[@]+"${gpt_base[@]}"})
+    else
+      label="${cnn_label}" steps=60 runs_after=0 args=(${cnn_base[@]+"${cnn_base[@]}"})
+    fi
+    run_limit=$(( deadline - SECONDS - run_reserve * runs_after ))
+    if (( ${#args[@]} == 0 )); then
+      status="not run: no data (set MIXPREC_DATA_DIR)"
+    elif (( run_limit < 5 )); then
+      status="not run: out of time"
+    else
+      log "bench_vs_torch.sh ${label} (limit ${run_limit} s)"
+      echo "== bench_vs_torch.sh ${label}" >>"${out}/torch.log"
+      MIXPREC="${bin_dir}/mixprec" MIXPREC_PYTHON=python3 timeout "${run_limit}" \
+        bash "${root}/scripts/bench_vs_torch.sh" "${args[@]}" --out "${dir}/${key}" \
+        --precisions fp32,fp16 --steps "${steps}" --warmup 5 >>"${out}/torch.log" 2>&1
+      rc=$?
+      status=ok
+      if (( rc == 124 )); then
+        status="timed out after ${run_limit} s"
+      elif (( rc != 0 )); then
+        status="exit ${rc}"
+      fi
+    fi
+    [[ "${status}" == ok ]] || compare_failed=1
+    printf '%s\t%s\t%s\n' "${label}" "${status}" "${dir}/${key}/mixprec/bench.json" \
+      >>"${dir}/runs.tsv"
+  done
+  python3 - "${dir}/runs.tsv" "${out}/compare.json" <<'PY'
+import json, os, sys
+configs = []
+with open(sys.argv[1]) as f:
+    for line in f:
+        label, status, bench = line.rstrip("\n").split("\t")
+        entry = {"config": label, "status": status}
+        if status == "ok" and os.path.isfile(bench):
+            with open(bench) as b:
+                entry["rows"] = json.load(b).get("rows", [])
+        configs.append(entry)
+with open(sys.argv[2], "w") as f:
+    json.dump({"configs": configs}, f, indent=2)
+PY
+  compare_note="see compare.json"
+}
+
 # One line of ${train_dir}/runs.tsv: config label, precision, status ("ok", "exit N", "timed
 # out after N s", "not run: ..."), run folder, console log, kernel profile (or nothing).
 train_record() {
@@ -562,12 +697,12 @@ train_record() {
 
 # One run of the training stage: a config label, the precision, a folder name, the number of
 # runs still to come after this one, then the `mixprec train` arguments. Its time limit is
-# what is left of the stage's, less train_run_reserve for each run still to come.
+# what is left of the stage's, less run_reserve for each run still to come.
 train_one() {
   local label="$1" precision="$2" key="$3" runs_after="$4"
   shift 4
   local run_dir="${train_dir}/${key}-${precision}" run_log="${train_dir}/${key}-${precision}.log"
-  local limit=$(( train_deadline - SECONDS - train_run_reserve * runs_after ))
+  local limit=$(( train_deadline - SECONDS - run_reserve * runs_after ))
   if (( limit < 5 )); then
     train_record "${label}" "${precision}" "not run: out of time" "" ""
     train_failed=1
@@ -611,32 +746,14 @@ train_profiled() {
 # Sets train_failed when a run failed or ran out of time.
 training_stage() {
   local limit="$1"
-  train_dir="$(mktemp -d /tmp/mixprec-train.XXXXXX)"
+  train_dir="$(mktemp -d "${TMPDIR:-/tmp}/mixprec-train.XXXXXX")"
   train_deadline=$(( SECONDS + limit ))
   train_failed=0
   : >"${train_dir}/runs.tsv"
-  local common=(--set device=cuda --set train.eval_every=0 --set checkpoint.every=0)
-
-  local text gpt_args=()
-  if text="$(find_data tinyshakespeare/input.txt)"; then
-    gpt_args=("${root}/configs/gpt_shakespeare_gpu.yaml" "${common[@]}" --set "data.path=${text}"
-      --set train.steps=100 --set data.eval_batches=4)
-  fi
-  local images labels cnn_label=cnn_fashion cnn_args=()
-  local cnn_common=("${root}/configs/cnn_fashion.yaml" "${common[@]}" --set train.steps=200
-    --set train.batch_size=512)
-  if [[ -f "${fashion_mnist_dir}/train-images-idx3-ubyte.gz" &&
-    -f "${fashion_mnist_dir}/t10k-images-idx3-ubyte.gz" ]]; then
-    cnn_args=("${cnn_common[@]}")
-  elif images="$(find_data mnist/t10k-images-idx3-ubyte.gz)" &&
-    labels="$(find_data mnist/t10k-labels-idx1-ubyte.gz)"; then
-    # No Fashion-MNIST here: MNIST's test set, as both splits, measures the same model.
-    cnn_label="cnn_fashion on MNIST"
-    cnn_args=("${cnn_common[@]}" --set "data.train_images=${images}"
-      --set "data.train_labels=${labels}" --set "data.test_images=${images}"
-      --set "data.test_labels=${labels}" --set data.normalize.mean=0.1307
-      --set data.normalize.std=0.3081)
-  fi
+  gpu_config_args
+  local gpt_args=() cnn_args=()
+  (( ${#gpt_base[@]} > 0 )) && gpt_args=("${gpt_base[@]}" --set train.steps=100)
+  (( ${#cnn_base[@]} > 0 )) && cnn_args=("${cnn_base[@]}" --set train.steps=200)
 
   # Each config in FP32 and FP16 (train.host_reads auto: read at log steps only), then FP16
   # reading the outcome after every step, which shows what the deferred step saves.
@@ -759,12 +876,13 @@ run_on_gpu() {
   out="$(cd "${out}" && pwd)"
   local env_log="${out}/env.log"
   : > "${env_log}"
+  : > "${out}/torch.log"
   bin_dir="${payload}/bin"
   gpu_name="no GPU"
   binaries_note="not checked"
   tests_note="not run"
   bench_note="not run"
-  torch_note="not run"
+  compare_note="not run"
   torch_gemm_note="not run"
   train_note="not run"
   test_filter="${MIXPREC_GPU_TEST_FILTER:-}"
@@ -830,7 +948,7 @@ run_on_gpu() {
       echo "the carried binaries do not start here (see env.log); trying to build here" |
         tee -a "${env_log}" >&2
       if fallback_build && binaries_start >>"${env_log}" 2>&1; then
-        binaries_note="built on this machine (build.log)"
+        binaries_note="built on this machine (env.log)"
       else
         binaries_note="do not start, and cannot be built here"
         summary_table | tee "${out}/summary.txt"
@@ -903,6 +1021,42 @@ run_on_gpu() {
     grep -E '^BM_(Cuda|ImageBatch)' "${out}/bench.log" || true
   fi
 
+  # torch.mm at the GEMM benchmark's shape, first in torch.log, before the comparison of
+  # whole steps.
+  limit="$(step_limit "${torch_gemm_timeout}")"
+  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
+    torch_gemm_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
+  elif (( limit == 0 )); then
+    torch_gemm_note="not run: out of time"
+  else
+    log "PyTorch torch.mm 4096^3 (limit ${limit} s)"
+    echo "== torch_gemm.py" >>"${out}/torch.log"
+    timeout "${limit}" python3 "${root}/scripts/torch_gemm.py" --n 4096 \
+      >>"${out}/torch.log" 2>&1
+    rc=$?
+    torch_gemm_note="no figure (torch.log)"
+    if (( rc != 0 )); then
+      torch_gemm_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (torch.log)"
+    elif grep -q '^skipped:' "${out}/torch.log"; then
+      torch_gemm_note="$(grep '^skipped:' "${out}/torch.log" | tail -n 1)"
+    fi
+    grep -E '^(torch_gemm|skipped:)' "${out}/torch.log" || true
+  fi
+
+  # The issue's step-time targets, side by side in one run: FP16 against FP32, and mixprec
+  # against PyTorch eager on the same model.
+  limit="$(step_limit "${compare_timeout}")"
+  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
+    compare_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
+  elif (( limit == 0 )); then
+    compare_note="not run: out of time"
+    status=1
+  else
+    log "mixprec against PyTorch eager (limit ${limit} s)"
+    compare_stage "${limit}"
+    (( compare_failed == 0 )) || status=1
+  fi
+
   limit="$(step_limit "${train_timeout}")"
   if [[ "${MIXPREC_GPU_SKIP_TRAIN:-0}" == 1 ]]; then
     train_note="skipped (MIXPREC_GPU_SKIP_TRAIN=1)"
@@ -913,46 +1067,6 @@ run_on_gpu() {
     log "training stage (limit ${limit} s)"
     training_stage "${limit}"
     (( train_failed == 0 )) || status=1
-  fi
-
-  # torch.mm at the GEMM benchmark's shape, first in torch_amp_step.log (no file to spare),
-  # before the longer PyTorch step so that a run short of time still compares the GEMMs.
-  limit="$(step_limit "${torch_gemm_timeout}")"
-  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
-    torch_gemm_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
-  elif (( limit == 0 )); then
-    torch_gemm_note="not run: out of time"
-  else
-    log "PyTorch torch.mm 4096^3 (limit ${limit} s)"
-    echo "== torch_gemm.py" >"${out}/torch_amp_step.log"
-    timeout "${limit}" python3 "${root}/scripts/torch_gemm.py" --n 4096 \
-      >>"${out}/torch_amp_step.log" 2>&1
-    rc=$?
-    torch_gemm_note="no figure (torch_amp_step.log)"
-    if (( rc != 0 )); then
-      torch_gemm_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (torch_amp_step.log)"
-    elif grep -q '^skipped:' "${out}/torch_amp_step.log"; then
-      torch_gemm_note="$(grep '^skipped:' "${out}/torch_amp_step.log" | tail -n 1)"
-    fi
-    grep -E '^(torch_gemm|skipped:)' "${out}/torch_amp_step.log" || true
-  fi
-
-  limit="$(step_limit "${torch_timeout}")"
-  if [[ "${MIXPREC_GPU_SKIP_TORCH:-0}" == 1 ]]; then
-    torch_note="skipped (MIXPREC_GPU_SKIP_TORCH=1)"
-  elif (( limit == 0 )); then
-    torch_note="not run: out of time"
-  else
-    log "PyTorch autocast + GradScaler step (limit ${limit} s)"
-    timeout "${limit}" python3 "${root}/scripts/torch_amp_step.py" --device cuda \
-      --model mlp --batch 512 --width 2048 --depth 4 >>"${out}/torch_amp_step.log" 2>&1
-    rc=$?
-    if (( rc == 0 )); then
-      torch_note="$(grep '^summary:' "${out}/torch_amp_step.log" | tail -n 1 | sed 's/^summary: //')"
-    else
-      torch_note="exit ${rc}$( (( rc == 124 )) && echo ' (timed out)') (torch_amp_step.log)"
-    fi
-    tail -n 6 "${out}/torch_amp_step.log"
   fi
 
   log "summary"

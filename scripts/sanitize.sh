@@ -21,5 +21,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # - "emulated:cuda: the CNN/GPT config trains on cuda:0 ...": 180 steps of each config on the
 #   emulated CUDA backend; every kernel and library call they make is also in the shorter
 #   emulated agreement tests, which do run here.
-skip='^(cnn_fashion learns for 200 steps|the peak-memory probe sees 64 MiB|emulated:cuda: the (CNN|GPT) config trains)'
+# - "emulated:gpu_check_dry_run": it checks scripts/gpu_check.sh's flow and tables; the CLI
+#   runs it makes go through the code the other emulated tests run.
+skip='^(cnn_fashion learns for 200 steps|the peak-memory probe sees 64 MiB|emulated:cuda: the (CNN|GPT) config trains|emulated:gpu_check_dry_run)'
 ctest --test-dir "${build_dir}" --output-on-failure -j "$(nproc)" -E "${skip}" "$@"
