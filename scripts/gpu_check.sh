@@ -18,7 +18,8 @@
 # kernel benchmarks, PyTorch's torch.mm at the GEMM benchmark's shape (scripts/torch_gemm.py),
 # PyTorch eager against mixprec on the same model, batch and GPU (scripts/bench_vs_torch.sh,
 # which runs scripts/torch_bench.py, autocast + GradScaler, and `mixprec bench`, for the GPU
-# GPT config and the CNN config in FP32 and FP16), then a short training stage (`mixprec train` of the GPU GPT config and of the
+# GPT config and the CNN config in FP32 and FP16, and `mixprec bench` again with
+# train.cuda_graph), then a short training stage (`mixprec train` of the GPU GPT config and of the
 # CNN config, FP32 and FP16 each, FP16 again with train.host_reads=per_step, FP16 again
 # with train.cuda_graph (the step recorded as a CUDA graph and replayed), FP32 and FP16
 # again with the GEMM (and for the CNN the convolution) algorithms autotuned, and a short FP16
@@ -392,12 +393,14 @@ for run in runs:
 graph_suffix = " cuda_graph"
 eager_ms = {(run["config"], run["precision"]): number(run.get("summary", {}).get("median_step_ms"))
             for run in runs if run["status"] == "ok"}
-print(f"{'training (mixprec train)':<44} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
+# The label column fits the longest label, so that the figures line up.
+width = max([44] + [len(f"train {run['config']} {run['precision']}") for run in runs])
+print(f"{'training (mixprec train)':<{width}} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
 for run in runs:
     label = f"train {run['config']} {run['precision']}"
     summary = run.get("summary")
     if run["status"] != "ok" or summary is None:
-        print(f"{label:<44} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
+        print(f"{label:<{width}} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
         continue
     ms = number(summary.get("median_step_ms")) or 0.0
     if "tokens_per_s" in summary:
@@ -405,7 +408,7 @@ for run in runs:
     else:
         throughput = f"{number(summary.get('samples_per_s')) or 0.0:9.0f} samples/s"
     val_loss = number(summary.get("val_loss"))
-    line = f"{label:<44} {ms:8.2f} ms/step {throughput}  val_loss " + \
+    line = f"{label:<{width}} {ms:8.2f} ms/step {throughput}  val_loss " + \
         (f"{val_loss:.3f}" if val_loss is not None else "n/a")
     if summary.get("skipped_steps"):
         line += f"  {summary['skipped_steps']} skipped"
@@ -633,7 +636,9 @@ gpu_config_args() {
 # PyTorch eager against mixprec on the same model, batch, data and GPU, within $1 seconds:
 # scripts/bench_vs_torch.sh (torch_bench.py: autocast + GradScaler, TF32 off; then `mixprec
 # bench --compare`) for the GPT (40 steps) and the CNN (60 steps), FP32 and FP16, medians
-# after 5 warm-up steps. Their output goes to torch.log, the joined rows of each to
+# after 5 warm-up steps, mixprec reading the device every 10 steps (train.log_every, the GPU
+# GPT config's own); then `mixprec bench` of each again with train.cuda_graph, against the
+# same PyTorch rows. Their output goes to torch.log, the joined rows of each run to
 # compare.json. Sets compare_failed when one failed or ran out of time.
 compare_stage() {
   local limit="$1"
@@ -642,24 +647,38 @@ compare_stage() {
   compare_failed=0
   gpu_config_args
   : >"${dir}/runs.tsv"
-  local key label steps runs_after run_limit rc status args=()
-  for key in gpt cnn; do
-    if [[ "${key}" == gpt ]]; then
-      label=gpt_shakespeare_gpu steps=40 runs_after=1 args=(${gpt_base[@]+"${gpt_base[@]}"})
-    else
-      label="${cnn_label}" steps=60 runs_after=0 args=(${cnn_base[@]+"${cnn_base[@]}"})
-    fi
+  local key label steps runs_after=4 run_limit rc status torch_rows has_data args=()
+  for key in gpt gpt_graph cnn cnn_graph; do
+    runs_after=$(( runs_after - 1 ))
+    case "${key}" in
+      gpt*) label=gpt_shakespeare_gpu steps=40 args=(${gpt_base[@]+"${gpt_base[@]}"}) ;;
+      cnn*) label="${cnn_label}" steps=60 args=(${cnn_base[@]+"${cnn_base[@]}"}) ;;
+    esac
+    has_data=$(( ${#args[@]} > 0 ))
+    args+=(--precisions fp32,fp16 --steps "${steps}" --warmup 5 --set train.log_every=10)
+    # The PyTorch rows this run is compared with: those bench_vs_torch.sh kept.
+    torch_rows="${dir}/${key%_graph}/torch/compare.json"
+    [[ -f "${torch_rows}" ]] || torch_rows="${dir}/${key%_graph}/torch/bench.json"
+    [[ "${key}" == *_graph ]] && label="${label} cuda_graph"
     run_limit=$(( deadline - SECONDS - run_reserve * runs_after ))
-    if (( ${#args[@]} == 0 )); then
+    if (( ! has_data )); then
       status="not run: no data (set MIXPREC_DATA_DIR)"
+    elif [[ "${key}" == *_graph && ! -f "${torch_rows}" ]]; then
+      status="not run: no PyTorch rows to compare with"
     elif (( run_limit < 5 )); then
       status="not run: out of time"
     else
-      log "bench_vs_torch.sh ${label} (limit ${run_limit} s)"
-      echo "== bench_vs_torch.sh ${label}" >>"${out}/torch.log"
-      MIXPREC="${bin_dir}/mixprec" MIXPREC_PYTHON=python3 timeout "${run_limit}" \
-        bash "${root}/scripts/bench_vs_torch.sh" "${args[@]}" --out "${dir}/${key}" \
-        --precisions fp32,fp16 --steps "${steps}" --warmup 5 >>"${out}/torch.log" 2>&1
+      log "${label}: mixprec against PyTorch (limit ${run_limit} s)"
+      echo "== ${label}" >>"${out}/torch.log"
+      if [[ "${key}" == *_graph ]]; then
+        timeout "${run_limit}" "${bin_dir}/mixprec" bench "${args[@]}" \
+          --set train.cuda_graph=true --compare "${torch_rows}" --out "${dir}/${key}/mixprec" \
+          >>"${out}/torch.log" 2>&1
+      else
+        MIXPREC="${bin_dir}/mixprec" MIXPREC_PYTHON=python3 timeout "${run_limit}" \
+          bash "${root}/scripts/bench_vs_torch.sh" "${args[@]}" --out "${dir}/${key}" \
+          >>"${out}/torch.log" 2>&1
+      fi
       rc=$?
       status=ok
       if (( rc == 124 )); then

@@ -275,6 +275,24 @@ TEST_CASE("bench without fp32 and with fewer steps than warmup says so", "[apps]
   CHECK(log.str().find("scale.png not drawn") != std::string::npos);
 }
 
+TEST_CASE("bench keeps a train.log_every given with --set", "[apps][bench]") {
+  if (!mnist_present()) {
+    WARN("MNIST test set not found; skipped");
+    return;
+  }
+  ScratchDir dir("bench-log-every");
+  mixprec::BenchOptions options = tiny_bench_options(dir, {"fp32"}, 6, 2);
+  options.overrides = {"train.log_every=3"};
+  std::ostringstream log;
+  const nlohmann::json bench = mixprec::run_bench(options, log);
+  INFO(log.str());
+  const std::string run = bench["rows"][0]["run_dir"].get<std::string>();
+  CHECK(read_text(run + "/config.yaml").find("log_every: 3\n") != std::string::npos);
+  // The step times still cover every step after the warmup: steps 3 to 6.
+  CHECK(bench["rows"][0]["note"] == "");
+  CHECK(bench["rows"][0]["median_step_ms"].get<double>() > 0.0);
+}
+
 TEST_CASE("bench refuses bad input before any run folder appears", "[apps][bench]") {
   if (!mnist_present()) {
     WARN("MNIST test set not found; skipped");

@@ -64,8 +64,9 @@ else
   expect 1 '^GEMM 4096\^3 FP16 +[0-9.]+ TFLOP/s'
   expect 2 '^torch\.mm 4096\^3 (FP16|BF16) +[0-9.]+ TFLOP/s'
   # The comparison with PyTorch, per config: both frameworks' steps and the targets' ratios.
-  expect 1 '^  gpt_shakespeare_gpu .*FP16 [0-9.]+x, target 2\.5x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
-  expect 1 '^  cnn_fashion.*FP16 [0-9.]+x, target 2x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
+  expect 2 '^  gpt_shakespeare_gpu( cuda_graph)? +mixprec .*FP16 [0-9.]+x, target 2\.5x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
+  expect 2 '^  cnn_fashion.*mixprec .*FP16 [0-9.]+x, target 2x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
+  expect 2 '^  [a-z_ A-Z]+ cuda_graph +mixprec '
   # All 16 runs of the training stage ran (7 of the GPT, 9 of the CNN), none out of time.
   expect 16 '^train .* ms/step'
   expect 7 '^train gpt_shakespeare_gpu.* ms/step'
