@@ -533,16 +533,19 @@ EOF
 # The comparison's rows of the summary table, from compare.json: per config, mixprec's and
 # PyTorch's median FP32 and FP16 steps, FP16's speed-up over FP32 in each (the issue's
 # target: 2x for the CNN, 2.5x for the GPT) and mixprec's FP16 step over PyTorch's (target at
-# most 0.75); compare_note when there is nothing to show.
+# most 0.75); compare_note when there is nothing to show. Then the issue's targets, one line
+# each with its figure and whether it was met: these ratios, and the FP16 GEMM's share of the
+# peak (the faster of the heuristic's and the tuned plan, from bench.json).
 compare_rows() {
   if [[ ! -s "${out}/compare.json" ]] || ! command -v python3 >/dev/null 2>&1; then
     printf '%-34s %s\n' "mixprec against PyTorch eager" "${compare_note}"
     return
   fi
-  python3 - "${out}/compare.json" <<'EOF'
-import json, math, sys
+  FP16_PEAK="${fp16_peak_tflops}" python3 - "${out}/compare.json" "${out}/bench.json" <<'EOF'
+import json, math, os, sys
 with open(sys.argv[1]) as f:
     configs = json.load(f)["configs"]
+targets = []  # (what, figure, target, met)
 print(f"{'mixprec against PyTorch eager':<44} median step (mixprec bench, torch_bench.py), same model, batch, GPU")
 for entry in configs:
     label = entry["config"]
@@ -564,11 +567,27 @@ for entry in configs:
     speedup = ratio(ms.get(("mixprec", "fp32")), ms.get(("mixprec", "fp16")))
     if speedup:
         line += f" (FP16 {speedup:.2f}x, target {target_speedup:g}x)"
+        targets.append((f"{label}, FP16 over FP32", f"{speedup:.2f}x", f">= {target_speedup:g}x",
+                        speedup >= target_speedup))
     line += f", torch {cell('torch', 'fp32')} / {cell('torch', 'fp16')} ms"
     versus = ratio(ms.get(("mixprec", "fp16")), ms.get(("torch", "fp16")))
     if versus:
         line += f", mixprec/torch FP16 {versus:.2f} (target <= 0.75)"
+        targets.append((f"{label}, mixprec/torch FP16", f"{versus:.2f}", "<= 0.75", versus <= 0.75))
     print(line)
+if os.path.isfile(sys.argv[2]):
+    with open(sys.argv[2]) as f:
+        runs = {b["name"]: b for b in json.load(f).get("benchmarks", [])}
+    tflops = [runs[name]["TFLOP/s"] for name in ("BM_CudaGemm/F16/4096/manual_time",
+                                                 "BM_CudaGemmTuned/F16/4096/manual_time")
+              if name in runs and "TFLOP/s" in runs[name]]
+    if tflops:
+        share = 100 * max(tflops) / float(os.environ["FP16_PEAK"])
+        targets.insert(0, ("GEMM 4096^3 FP16, share of the dense peak", f"{share:.1f}%", ">= 70%",
+                           share >= 70))
+print(f"{'targets of the issue':<56} {'measured':>9}  {'target':<8} (the amp share: see each profile)")
+for what, figure, target, met in targets:
+    print(f"  {what:<54} {figure:>9}  {target:<8} {'met' if met else 'MISSED'}")
 EOF
 }
 

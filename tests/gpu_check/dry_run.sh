@@ -67,6 +67,11 @@ else
   expect 2 '^  gpt_shakespeare_gpu( cuda_graph)? +mixprec .*FP16 [0-9.]+x, target 2\.5x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
   expect 2 '^  cnn_fashion.*mixprec .*FP16 [0-9.]+x, target 2x.*mixprec/torch FP16 [0-9.]+ \(target <= 0\.75\)'
   expect 2 '^  [a-z_ A-Z]+ cuda_graph +mixprec '
+  # The targets, each with its figure and whether it was met: the GEMM's share of the peak,
+  # then FP16 over FP32 and mixprec over PyTorch for each of the four comparison runs.
+  expect 1 '^targets of the issue'
+  expect 9 '^  .+ +[0-9.]+[x%]? +(>=|<=) [0-9.]+[x%]? +(met|MISSED)$'
+  expect 1 '^  GEMM 4096\^3 FP16, share of the dense peak +[0-9.]+% +>= 70% +(met|MISSED)$'
   # All 16 runs of the training stage ran (7 of the GPT, 9 of the CNN), none out of time.
   expect 16 '^train .* ms/step'
   expect 7 '^train gpt_shakespeare_gpu.* ms/step'
