@@ -98,8 +98,8 @@ void CudaBackend::attention_softmax_backward(const Tensor& probs, const Tensor& 
   if (r.rows == 0) return;
   use_device();
   kernels::attention_softmax_backward(ds.dtype(), probs.data_as<float>(),
-                                      dprobs.data_as<float>(), p, mask_key(key), ds.data(), r.rows, r.cols,
-                                      stream_);
+                                      dprobs.data_as<float>(), p, mask_key(key), ds.data(),
+                                      r.rows, r.cols, stream_);
 }
 
 void CudaBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {

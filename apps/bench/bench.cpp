@@ -12,6 +12,7 @@
 #include "apps/bench/bench_rows.h"
 #include "apps/bench/peak_memory.h"
 #include "apps/checkpoint/atomic_file.h"
+#include "apps/config/train_config.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/session.h"
 #include "apps/train/trainer.h"
@@ -115,9 +116,7 @@ Plan plan_runs(const BenchOptions& options) {
   // About 100 logged steps a run: enough for a loss curve, few enough that a GPU rarely waits
   // to read a loss. A train.log_every given with --set is kept: on a GPU the host reads the
   // device at log steps only, so it sets how often a short bench waits for the device.
-  const bool user_log_every =
-      std::any_of(options.overrides.begin(), options.overrides.end(),
-                  [](const std::string& o) { return o.rfind("train.log_every=", 0) == 0; });
+  const bool user_log_every = overrides_set_key(options.overrides, "train.log_every");
   const int64_t log_every = std::max<int64_t>(1, plan.steps / 100);
   for (PlannedRun& run : plan.runs) {
     if (!user_log_every) run.overrides.push_back("train.log_every=" + std::to_string(log_every));

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "apps/config/yaml_values.h"
+#include "apps/config/train_config.h"
 #include "core/error.h"
 
 namespace mixprec::config_loader {
@@ -104,15 +105,23 @@ void apply_override(const std::string& origin, YAML::Node& root, const Override&
   }
 }
 
-}  // namespace
-
-std::vector<Override> apply_overrides(const std::string& origin, YAML::Node& root,
-                                      const std::vector<std::string>& texts) {
+// apply_overrides, which with `skip_refused` leaves out a text it cannot parse or apply (and
+// whatever maps it created on its way) instead of failing on it.
+std::vector<Override> apply_all(const std::string& origin, YAML::Node& root,
+                                const std::vector<std::string>& texts, bool skip_refused) {
   std::vector<Override> parsed;
   bool set_epochs = false, set_steps = false;
   for (const std::string& text : texts) {
-    parsed.push_back(parse_override(origin, text));
-    apply_override(origin, root, parsed.back());
+    const YAML::Node before = skip_refused ? YAML::Clone(root) : YAML::Node();
+    try {
+      Override override_ = parse_override(origin, text);
+      apply_override(origin, root, override_);
+      parsed.push_back(std::move(override_));
+    } catch (const Error&) {
+      if (!skip_refused) throw;
+      root.reset(before);
+      continue;
+    }
     set_epochs = set_epochs || parsed.back().key_path == "train.epochs";
     set_steps = set_steps || parsed.back().key_path == "train.steps";
   }
@@ -125,4 +134,33 @@ std::vector<Override> apply_overrides(const std::string& origin, YAML::Node& roo
   return parsed;
 }
 
+}  // namespace
+
+std::vector<Override> apply_overrides(const std::string& origin, YAML::Node& root,
+                                      const std::vector<std::string>& texts) {
+  return apply_all(origin, root, texts, false);
+}
+
 }  // namespace mixprec::config_loader
+
+namespace mixprec {
+
+bool overrides_set_key(const std::vector<std::string>& overrides, const std::string& key_path) {
+  // The texts applied to an empty tree hold exactly what they set. One that cannot apply there
+  // (an index into a list only the file has) cannot reach a key path without indices.
+  YAML::Node root(YAML::NodeType::Map);
+  config_loader::apply_all("--set", root, overrides, true);
+  YAML::Node node;
+  node.reset(root);
+  std::stringstream parts(key_path);
+  std::string part;
+  while (std::getline(parts, part, '.')) {
+    if (!node.IsMap()) return false;
+    const YAML::Node next = std::as_const(node)[part];  // const: a look-up adds no key
+    if (!next.IsDefined()) return false;
+    node.reset(next);
+  }
+  return !key_path.empty();
+}
+
+}  // namespace mixprec

@@ -146,6 +146,12 @@ TrainConfig load_train_config(const std::string& path,
 TrainConfig parse_train_config(const std::string& yaml_text, const std::string& origin,
                                const std::string& base_dir,
                                const std::vector<std::string>& overrides = {});
+// Whether the --set texts `overrides` give `key_path` (dotted keys, no indices:
+// "train.log_every") a value, read as the loader reads them: keys are trimmed, a later text
+// wins, and a map set at a parent path counts if it holds the key ("train={log_every: 5}"
+// does; "train={steps: 9}" does not, and it removes what an earlier text gave the section).
+// A text the loader would refuse gives nothing here (loading the config reports it).
+bool overrides_set_key(const std::vector<std::string>& overrides, const std::string& key_path);
 // Every setting, defaults included, as YAML that load_train_config reads back to the same
 // TrainConfig (the run directory's config.yaml).
 std::string to_yaml(const TrainConfig& config);

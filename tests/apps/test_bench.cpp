@@ -282,7 +282,7 @@ TEST_CASE("bench keeps a train.log_every given with --set", "[apps][bench]") {
   }
   ScratchDir dir("bench-log-every");
   mixprec::BenchOptions options = tiny_bench_options(dir, {"fp32"}, 6, 2);
-  options.overrides = {"train.log_every=3"};
+  options.overrides = {" train.log_every =3"};  // as the config loader reads it
   std::ostringstream log;
   const nlohmann::json bench = mixprec::run_bench(options, log);
   INFO(log.str());

@@ -564,6 +564,33 @@ TEST_CASE("config: overrides create missing sections", "[config]") {
   CHECK(c.device == "cuda");
 }
 
+TEST_CASE("config: overrides_set_key reads the texts as the loader does", "[config]") {
+  using mixprec::overrides_set_key;
+  const std::string key = "train.log_every";
+  CHECK(overrides_set_key({"train.log_every=3"}, key));
+  CHECK(overrides_set_key({" train.log_every =3"}, key));  // the loader trims the key
+  CHECK(overrides_set_key({"train={log_every: 3, steps: 9}"}, key));
+  CHECK(overrides_set_key({"train.steps=9", "train.log_every=3", "precision=fp16"}, key));
+  // A later map replaces the section, and with it the key an earlier text gave.
+  CHECK_FALSE(overrides_set_key({"train.log_every=3", "train={steps: 9}"}, key));
+  CHECK_FALSE(overrides_set_key({"train={steps: 9}"}, key));
+  CHECK_FALSE(overrides_set_key({"train.log_everyday=3", "train.eval_every=3"}, key));
+  CHECK_FALSE(overrides_set_key({"log_every=3", "model.train.log_every=3"}, key));
+  CHECK_FALSE(overrides_set_key({}, key));
+  // Texts the loader refuses give nothing, nor do the maps they would have passed through;
+  // the ones beside them still count.
+  CHECK_FALSE(overrides_set_key({"train.log_every"}, key));
+  CHECK_FALSE(overrides_set_key({"train.layers[0]=1"}, "train"));
+  CHECK_FALSE(overrides_set_key({"train=5", "train.log_every=3"}, key));
+  CHECK(overrides_set_key({"model.layers[0].conv=64", "train.log_every=3", "x[=1"}, key));
+  CHECK(overrides_set_key({"train.log_every=3"}, "train"));
+  CHECK_FALSE(overrides_set_key({"train.log_every=3"}, ""));
+  // The loader's rule for the run length holds here too.
+  CHECK_FALSE(overrides_set_key({"train={epochs: 2, log_every: 3}", "train.steps=9"},
+                                "train.epochs"));
+  CHECK(overrides_set_key({"train.epochs=2", "train.steps=9"}, "train.epochs"));
+}
+
 TEST_CASE("config: load_train_config applies overrides and keeps policy auto", "[config]") {
   TempDir dir;
   write_idx_files(dir);
