@@ -1,5 +1,6 @@
 #include "apps/train/recorded_step.h"
 
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -12,11 +13,12 @@ bool same_layout(const Tensor& a, const Tensor& b) {
          (!a.defined() || (a.shape() == b.shape() && a.dtype() == b.dtype()));
 }
 
-// An index tensor's bounds are known and inside [0, upper); other dtypes always fit.
-bool indices_fit(const Tensor& t, int64_t upper) {
+// An index tensor's bounds are known and inside [0, *upper); without an upper bound an index
+// tensor does not fit, since the recording could not check it. Other dtypes always fit.
+bool indices_fit(const Tensor& t, std::optional<int64_t> upper) {
   if (!t.defined() || t.dtype() != DType::I32) return true;
   const auto bounds = t.index_bounds();
-  return bounds && bounds->lowest >= 0 && bounds->highest < upper;
+  return upper && bounds && bounds->lowest >= 0 && bounds->highest < *upper;
 }
 
 }  // namespace
@@ -34,8 +36,7 @@ void RecordedStep::end_window() {
 }
 
 bool RecordedStep::stage(const std::vector<Batch>& batches) {
-  // Integer inputs without a bound are not indices the recording can check.
-  const int64_t input_upper = s_.data->input_index_bound().value_or(0);
+  const std::optional<int64_t> input_upper = s_.data->input_index_bound();
   for (const Batch& batch : batches) {
     if (!indices_fit(batch.inputs, input_upper) ||
         !indices_fit(batch.targets, s_.data->num_classes()))

@@ -1,13 +1,15 @@
 // RecordedStep (apps/train/recorded_step.h) on its own, with a small GPT on cuda:0: which
 // steps it records or replays and which it hands back to the caller to take eagerly (nullopt):
 // a step before the optimizer's buffers exist, a step whose hooks say eager_only, and a step
-// whose token ids are out of the data's range or of unknown range. A step it hands back ends
-// the window, so the next one records anew.
+// whose token ids are out of the data's range, of unknown range, or from data that gives no
+// range. A step it hands back ends the window, so the next one records anew.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "amp/deferred_steps.h"
@@ -58,6 +60,23 @@ Tensor with_first_id(const Tensor& ids, int32_t value) {
   return Tensor::from_ints(values, ids.shape()).to(ids.device());
 }
 
+// `source` as it is, but for its integer inputs, whose bound it does not give.
+class UnboundedInputs final : public BatchSource {
+ public:
+  explicit UnboundedInputs(const BatchSource& source) : source_(source) {}
+  Batch train_batch(int64_t number) const override { return source_.train_batch(number); }
+  int64_t batches_per_epoch() const override { return source_.batches_per_epoch(); }
+  int64_t eval_batch_count() const override { return source_.eval_batch_count(); }
+  Batch eval_batch(int64_t number) const override { return source_.eval_batch(number); }
+  bool is_classification() const override { return source_.is_classification(); }
+  int64_t num_classes() const override { return source_.num_classes(); }
+  std::optional<int64_t> input_index_bound() const override { return std::nullopt; }
+  std::string describe() const override { return source_.describe(); }
+
+ private:
+  const BatchSource& source_;
+};
+
 TEST_CASE("cuda: a recorded step hands back the steps it cannot replay", "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
   const std::vector<std::string> gpt = small_gpt_run_or_warn({"precision=fp16"});
@@ -101,6 +120,12 @@ TEST_CASE("cuda: a recorded step hands back the steps it cannot replay", "[cuda]
     REQUIRE_FALSE(ids.index_bounds().has_value());
     bad[0].inputs = ids;
     CHECK_FALSE(rig.recorded.take(4, bad, hooks).has_value());
+  }
+  SECTION("a step whose integer inputs the data gives no bound for") {
+    std::unique_ptr<BatchSource> bounded = std::move(rig.s.data);
+    rig.s.data = std::make_unique<UnboundedInputs>(*bounded);
+    CHECK_FALSE(rig.recorded.take(4, rig.batches(3), hooks).has_value());
+    rig.s.data = std::move(bounded);
   }
   // Nothing was replayed for the step handed back, and its window ended: the next step
   // records anew.
