@@ -52,6 +52,8 @@ set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 payload="${root}/build-gpu"
+# The JSON files and the summary's tables are written by this script's Python half.
+report="${root}/scripts/gpu_check_report.py"
 tree="${root}/build-gpu-cmake"
 binaries=(mixprec mixprec_cuda_tests mixprec_bench_kernels)
 # What may be carried in all; --prepare refuses a payload above the second figure.
@@ -312,218 +314,14 @@ summary_table() {
   printf '%-34s %s\n' "binaries" "${binaries_note}"
   printf '%-34s %s\n' "CUDA tests (${test_filter:-all})" "${tests_note}"
   if [[ -s "${out}/bench.json" ]] && command -v python3 >/dev/null 2>&1; then
-    FP16_PEAK="${fp16_peak_tflops}" HBM_PEAK="${hbm_peak_gbs}" python3 - "${out}/bench.json" \
-      "${out}/train.json" <<'EOF'
-import json, math, os, sys
-fp16_peak = float(os.environ["FP16_PEAK"])
-hbm_peak = float(os.environ["HBM_PEAK"])
-with open(sys.argv[1]) as f:
-    runs = {b["name"]: b for b in json.load(f).get("benchmarks", [])}
-# The FP16 GPT step of the training stage, if it ran: the amp tail is quoted as its share.
-gpt_fp16_ms = None
-if os.path.isfile(sys.argv[2]):
-    with open(sys.argv[2]) as f:
-        for run in json.load(f).get("runs", []):
-            ms = run.get("summary", {}).get("median_step_ms")
-            if run["config"] == "gpt_shakespeare_gpu" and run["precision"] == "fp16" and \
-                    isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0:
-                gpt_fp16_ms = ms
-rows = [
-    ("GEMM 4096^3 FP16", "BM_CudaGemm/F16/4096/manual_time", "TFLOP/s"),
-    ("GEMM 4096^3 BF16", "BM_CudaGemm/BF16/4096/manual_time", "TFLOP/s"),
-    ("GEMM 4096^3 FP16 (tuned)", "BM_CudaGemmTuned/F16/4096/manual_time", "TFLOP/s"),
-    ("GEMM 4096^3 BF16 (tuned)", "BM_CudaGemmTuned/BF16/4096/manual_time", "TFLOP/s"),
-    ("GEMM 4096^3 FP32 (TF32 off)", "BM_CudaGemm/F32/4096/manual_time", "TFLOP/s"),
-    ("GEMM 4096^3 FP32 (TF32 on)", "BM_CudaGemm/TF32/4096/manual_time", "TFLOP/s"),
-    ("add 25M FP16", "BM_CudaAdd/F16/25000000/manual_time", "GB/s"),
-    ("add 25M FP32", "BM_CudaAdd/F32/25000000/manual_time", "GB/s"),
-    ("unscale_and_check 25M/100 FP16", "BM_CudaUnscaleAndCheck/F16/manual_time", "GB/s"),
-    ("unscale_and_check 25M/100 FP32", "BM_CudaUnscaleAndCheck/F32/manual_time", "GB/s"),
-    ("amp + AdamW tail, GPT, FP16", "BM_CudaAmpStep/manual_time", "us/step"),
-    ("attn softmax fwd+bwd (GPT), fused", "BM_CudaAttentionSoftmax/fused/manual_time", "us/layer"),
-    ("attn softmax fwd+bwd, composed", "BM_CudaAttentionSoftmax/composed/manual_time", "us/layer"),
-    ("c_fc+gelu fwd+bwd (GPT), fused", "BM_CudaLinearGelu/fused/manual_time", "us/layer"),
-    ("c_fc+gelu fwd+bwd, composed", "BM_CudaLinearGelu/composed/manual_time", "us/layer"),
-    ("CNN batch of 512 built, 1 thread", "BM_ImageBatch/1/real_time", "us/batch"),
-    ("CNN batch of 512 built, 4 threads", "BM_ImageBatch/4/real_time", "us/batch"),
-]
-for label, name, unit in rows:
-    run = runs.get(name)
-    if run is None:
-        print(f"{label:<34} not run")
-    elif run.get("error_occurred"):
-        print(f"{label:<34} error: {run.get('error_message', '?')}")
-    elif unit == "us/batch":
-        # The host's work per CNN step in the data prefetcher: above the step time, it bounds it.
-        unit_name = run.get("time_unit", "?") + "/batch"
-        print(f"{label:<34} {run['real_time']:8.0f} {unit_name:<8} on the host")
-    elif unit not in run:
-        print(f"{label:<34} no {unit} counter")
-    else:
-        value = run[unit]
-        if unit == "TFLOP/s":
-            print(f"{label:<34} {value:8.1f} TFLOP/s  {100 * value / fp16_peak:5.1f}% of {fp16_peak:.0f} FP16 peak")
-        elif unit == "us/step":
-            share = f"  {100 * value / (1000 * gpt_fp16_ms):5.1f}% of the {gpt_fp16_ms:.2f} ms FP16 GPT step" \
-                if gpt_fp16_ms else ""
-            print(f"{label:<34} {value:8.0f} us/step{share}")
-        elif unit == "us/layer":
-            print(f"{label:<34} {value:8.0f} us/layer (forward + backward, x6 layers per step)")
-        else:
-            print(f"{label:<34} {value:8.0f} GB/s     {100 * value / hbm_peak:5.1f}% of {hbm_peak:.0f} GB/s HBM")
-EOF
+    python3 "${report}" bench-table "${out}/bench.json" "${out}/train.json" \
+      "${fp16_peak_tflops}" "${hbm_peak_gbs}"
   else
     printf '%-34s %s\n' "CUDA kernel benchmarks" "${bench_note}"
   fi
   torch_gemm_rows
   if [[ -s "${out}/train.json" ]] && command -v python3 >/dev/null 2>&1; then
-    python3 - "${out}/train.json" <<'EOF'
-import json, math, re, sys
-with open(sys.argv[1]) as f:
-    runs = json.load(f)["runs"]
-def number(value):
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
-# FP16's speed-up is the FP32 run's median step time over its own, per config.
-fp32_ms = {}
-for run in runs:
-    ms = number(run.get("summary", {}).get("median_step_ms"))
-    if run["precision"] == "fp32" and run["status"] == "ok" and ms:
-        fp32_ms[run["config"]] = ms
-# A recorded run (train.cuda_graph) against the eager run of its config and precision.
-graph_suffix = " cuda_graph"
-eager_ms = {(run["config"], run["precision"]): number(run.get("summary", {}).get("median_step_ms"))
-            for run in runs if run["status"] == "ok"}
-# The label column fits the longest label, so that the figures line up.
-width = max([44] + [len(f"train {run['config']} {run['precision']}") for run in runs])
-print(f"{'training (mixprec train)':<{width}} median step, throughput, final val loss, FP16 speed-up, host syncs per step")
-for run in runs:
-    label = f"train {run['config']} {run['precision']}"
-    summary = run.get("summary")
-    if run["status"] != "ok" or summary is None:
-        print(f"{label:<{width}} {run['status'] if run['status'] != 'ok' else 'no summary.json'}")
-        continue
-    ms = number(summary.get("median_step_ms")) or 0.0
-    if "tokens_per_s" in summary:
-        throughput = f"{number(summary['tokens_per_s']) or 0.0:9.0f} tokens/s "
-    else:
-        throughput = f"{number(summary.get('samples_per_s')) or 0.0:9.0f} samples/s"
-    val_loss = number(summary.get("val_loss"))
-    line = f"{label:<{width}} {ms:8.2f} ms/step {throughput}  val_loss " + \
-        (f"{val_loss:.3f}" if val_loss is not None else "n/a")
-    if summary.get("skipped_steps"):
-        line += f"  {summary['skipped_steps']} skipped"
-    syncs = number(summary.get("host_syncs_per_step"))
-    if syncs is not None:
-        line += f"  {syncs:.2f} syncs/step"
-    if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
-        line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
-    graph = summary.get("cuda_graph")
-    if isinstance(graph, dict):
-        line += f"  {graph.get('recordings')} recorded, {graph.get('replays')} replayed"
-        eager = eager_ms.get((run["config"][:-len(graph_suffix)], run["precision"]))
-        if run["config"].endswith(graph_suffix) and eager and ms > 0:
-            line += f"  {eager / ms:.2f}x eager"
-    print(line)
-# What determinism costs each convolution, from the tuning logs of the runs that timed every
-# algorithm, atomics included (the whole logs are in train.json): the default plan's
-# algorithm (the heuristic's first deterministic one), the fastest deterministic one and the
-# fastest of all, each with its median time.
-for run in runs:
-    if "tuned nondet" not in run["config"] or not run.get("autotune"):
-        continue
-    sections, current = [], None
-    for line in run["autotune"]:
-        if not line.startswith("  "):
-            current = (line, [])
-            sections.append(current)
-        elif current is not None:
-            # A candidate: its name and median time, or None when it failed.
-            m = re.match(r"  (.*?)  median ([0-9.]+) us", line)
-            if m:
-                current[1].append((m.group(1), float(m.group(2))))
-            elif line.endswith("  failed"):
-                current[1].append((line[2:-len("  failed")], None))
-    printed = False
-    for header, candidates in sections:
-        if not header.startswith("cudnnConvolution") or not candidates:
-            continue
-        if not printed:
-            print(f"convolution algorithms, {run['config']} {run['precision']} (median us):")
-            printed = True
-        deterministic = [c for c in candidates if "non-deterministic" not in c[0]]
-        timed = [c for c in candidates if c[1] is not None]
-        timed_deterministic = [c for c in deterministic if c[1] is not None]
-        def named(c):
-            if c is None:
-                return "none"
-            return f"{c[0].split(',')[0]} " + (f"{c[1]:.1f}" if c[1] is not None else "failed")
-        def fastest(cs):
-            return min(cs, key=lambda c: c[1]) if cs else None
-        print(f"  {header[:96]}: default {named(deterministic[0] if deterministic else None)}, "
-              f"fastest deterministic {named(fastest(timed_deterministic))}, "
-              f"fastest {named(fastest(timed))}")
-# The largest entries of each kernel profile (the whole tables are in train.json).
-for run in runs:
-    table = run.get("kernel_profile")
-    if not table:
-        continue
-    # The header, a row per kernel, the total row, then the host's time inside the calls.
-    total_at = next((i for i, row in enumerate(table) if row.endswith("all timed launches")),
-                    len(table) - 1)
-    host_line = next((row for row in table if row.startswith("host time inside")), "")
-    rows = table[1:total_at]
-    print(f"device time per kernel, {run['config']} {run['precision']}: the 12 largest of {len(rows)}")
-    for row in table[:min(13, total_at)] + [table[total_at]]:
-        print("  " + row[:170])
-    # The kernels' device time per step (evaluation and the first step's set-up included, so
-    # an upper bound) beside the untimed FP16 run's median step: a step much longer than its
-    # kernels waits for the host (launch-bound), one close to it is bound by the device. The
-    # host's time inside the launch calls says how much of such a wait they explain.
-    fields = table[total_at].split()
-    steps = number(run.get("summary", {}).get("steps"))
-    base = run["config"].replace(" (kernels timed)", "")
-    median = next((number(r.get("summary", {}).get("median_step_ms")) for r in runs
-                   if r["config"] == base and r["precision"] == "fp16" and r["status"] == "ok"), None)
-    if len(fields) > 1 and steps and median:
-        try:
-            per_step = float(fields[1]) / steps
-            print(f"  kernels: {per_step:.2f} ms of device time per step (at most), "
-                  f"against a median FP16 step of {median:.2f} ms ({100 * per_step / median:.0f}%)")
-            host_ms = float(host_line.split(":")[1].split()[0])
-            print(f"  host: {host_ms / steps:.2f} ms per step inside the launch calls "
-                  f"(kernels, cuBLASLt, cuDNN; profiled, so an upper bound)")
-        except (ValueError, IndexError):
-            pass
-        # The issue's amp budget: unscale + check, the scale's update and the optimizer
-        # together within 5% of the step. Clipping and the widening of the 16-bit gradients
-        # into the FP32 .grad (one widen_gradients launch per backward, and any cast into
-        # F32) are shown beside it, not in it.
-        def per_step_ms(patterns):
-            total = 0.0
-            for row in rows:
-                cells = row.split()
-                if len(cells) > 4 and any(re.search(p, row) for p in patterns):
-                    try:
-                        total += float(cells[1])
-                    except ValueError:
-                        pass
-            return total / steps
-        amp = per_step_ms([r"launch_unscale", r"count_taken_step", r"launch_param_steps",
-                           r"update_loss_scale", r"loss_scale_factor"])
-        clip = per_step_ms([r"squared_norms", r"clip_by_total_norm"])
-        widen = per_step_ms([r"launch_cast \[with Src = [_a-z0-9]*(half|bfloat16); Dst = float",
-                             r"kernels::widen_gradients"])
-        print(f"  amp: {amp:.3f} ms per step in unscale + check, scale update and optimizer "
-              f"({100 * amp / median:.1f}% of the median step, target <= 5%); clipping "
-              f"{clip:.3f} ms, 16-bit -> FP32 gradient widening {widen:.3f} ms")
-        # Which side of the device time to work on: the libraries' GEMMs and convolutions,
-        # or the project's own kernels (everything else).
-        gemm = per_step_ms([r"\scublasLtMatmul "])
-        conv = per_step_ms([r"\scudnnConvolution"])
-        own = per_step_ms([r""]) - gemm - conv  # the empty pattern takes every row
-        print(f"  split: {gemm:.2f} ms per step in cuBLASLt matmuls, {conv:.2f} ms in cuDNN "
-              f"convolutions, {own:.2f} ms in the project's own kernels")
-EOF
+    python3 "${report}" train-table "${out}/train.json"
   else
     printf '%-34s %s\n' "training (mixprec train)" "${train_note}"
   fi
@@ -541,54 +339,8 @@ compare_rows() {
     printf '%-34s %s\n' "mixprec against PyTorch eager" "${compare_note}"
     return
   fi
-  FP16_PEAK="${fp16_peak_tflops}" python3 - "${out}/compare.json" "${out}/bench.json" <<'EOF'
-import json, math, os, sys
-with open(sys.argv[1]) as f:
-    configs = json.load(f)["configs"]
-targets = []  # (what, figure, target, met)
-print(f"{'mixprec against PyTorch eager':<44} median step (mixprec bench, torch_bench.py), same model, batch, GPU")
-for entry in configs:
-    label = entry["config"]
-    if entry["status"] != "ok":
-        print(f"  {label:<42} {entry['status']}")
-        continue
-    ms = {}
-    for row in entry.get("rows", []):
-        value = row.get("median_step_ms")
-        if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-            ms[(row.get("framework"), row.get("precision"))] = value
-    def cell(framework, precision):
-        value = ms.get((framework, precision))
-        return f"{value:.3f}" if value else "n/a"
-    def ratio(a, b):
-        return a / b if a and b else None
-    target_speedup = 2.5 if label.startswith("gpt") else 2.0
-    line = f"  {label:<42} mixprec {cell('mixprec', 'fp32')} / {cell('mixprec', 'fp16')} ms"
-    speedup = ratio(ms.get(("mixprec", "fp32")), ms.get(("mixprec", "fp16")))
-    if speedup:
-        line += f" (FP16 {speedup:.2f}x, target {target_speedup:g}x)"
-        targets.append((f"{label}, FP16 over FP32", f"{speedup:.2f}x", f">= {target_speedup:g}x",
-                        speedup >= target_speedup))
-    line += f", torch {cell('torch', 'fp32')} / {cell('torch', 'fp16')} ms"
-    versus = ratio(ms.get(("mixprec", "fp16")), ms.get(("torch", "fp16")))
-    if versus:
-        line += f", mixprec/torch FP16 {versus:.2f} (target <= 0.75)"
-        targets.append((f"{label}, mixprec/torch FP16", f"{versus:.2f}", "<= 0.75", versus <= 0.75))
-    print(line)
-if os.path.isfile(sys.argv[2]):
-    with open(sys.argv[2]) as f:
-        runs = {b["name"]: b for b in json.load(f).get("benchmarks", [])}
-    tflops = [runs[name]["TFLOP/s"] for name in ("BM_CudaGemm/F16/4096/manual_time",
-                                                 "BM_CudaGemmTuned/F16/4096/manual_time")
-              if name in runs and "TFLOP/s" in runs[name]]
-    if tflops:
-        share = 100 * max(tflops) / float(os.environ["FP16_PEAK"])
-        targets.insert(0, ("GEMM 4096^3 FP16, share of the dense peak", f"{share:.1f}%", ">= 70%",
-                           share >= 70))
-print(f"{'targets of the issue':<56} {'measured':>9}  {'target':<8} (the amp share: see each profile)")
-for what, figure, target, met in targets:
-    print(f"  {what:<54} {figure:>9}  {target:<8} {'met' if met else 'MISSED'}")
-EOF
+  python3 "${report}" compare-table "${out}/compare.json" "${out}/bench.json" \
+    "${fp16_peak_tflops}"
 }
 
 # The torch.mm rows of the summary table, from the torch_gemm lines that torch_gemm.py wrote
@@ -627,6 +379,7 @@ find_data() {
 # evaluation batches) and cnn_base (configs/cnn_fashion.yaml, batches of 512, on Fashion-MNIST
 # or else MNIST's test set, cnn_label saying which), each the config file then its --set
 # options (on cuda:0, no evaluation or checkpoint before the end); empty without the data.
+# Set once, before the stages that use them.
 gpu_config_args() {
   local common=(--set device=cuda --set train.eval_every=0 --set checkpoint.every=0)
   local text images labels
@@ -657,14 +410,14 @@ gpu_config_args() {
 # bench --compare`) for the GPT (40 steps) and the CNN (60 steps), FP32 and FP16, medians
 # after 5 warm-up steps, mixprec reading the device every 10 steps (train.log_every, the GPU
 # GPT config's own); then `mixprec bench` of each again with train.cuda_graph, against the
-# same PyTorch rows. Their output goes to torch.log, the joined rows of each run to
-# compare.json. Sets compare_failed when one failed or ran out of time.
+# same PyTorch rows; the configs are gpu_config_args's. Their output goes to torch.log, the
+# joined rows of each run to compare.json. Sets compare_failed when one failed or ran out of
+# time.
 compare_stage() {
   local limit="$1"
   local dir deadline=$(( SECONDS + limit ))
   dir="$(mktemp -d "${TMPDIR:-/tmp}/mixprec-compare.XXXXXX")"
   compare_failed=0
-  gpu_config_args
   : >"${dir}/runs.tsv"
   local key label steps runs_after=4 run_limit rc status torch_rows has_data args=()
   for key in gpt gpt_graph cnn cnn_graph; do
@@ -710,20 +463,7 @@ compare_stage() {
     printf '%s\t%s\t%s\n' "${label}" "${status}" "${dir}/${key}/mixprec/bench.json" \
       >>"${dir}/runs.tsv"
   done
-  python3 - "${dir}/runs.tsv" "${out}/compare.json" <<'PY'
-import json, os, sys
-configs = []
-with open(sys.argv[1]) as f:
-    for line in f:
-        label, status, bench = line.rstrip("\n").split("\t")
-        entry = {"config": label, "status": status}
-        if status == "ok" and os.path.isfile(bench):
-            with open(bench) as b:
-                entry["rows"] = json.load(b).get("rows", [])
-        configs.append(entry)
-with open(sys.argv[2], "w") as f:
-    json.dump({"configs": configs}, f, indent=2)
-PY
+  python3 "${report}" gather-compare "${dir}/runs.tsv" "${out}/compare.json"
   compare_note="see compare.json"
 }
 
@@ -779,16 +519,15 @@ train_profiled() {
 # in FP32 and then FP16 on cuda:0, with no evaluation or checkpoint before the end, then the
 # per_step FP16 runs, the FP16 runs with train.cuda_graph, the autotuned FP32 and
 # FP16 runs, the CNN's FP32 and FP16 runs tuned with non-deterministic convolutions admitted,
-# and the kernel-timed FP16 runs. The runs'
-# summary.json, the end of their output and the kernel tables are gathered into train.json.
-# Sets train_failed when a run failed or ran out of time.
+# and the kernel-timed FP16 runs; the configs are gpu_config_args's. The runs' summary.json,
+# the end of their output and the kernel tables are gathered into train.json. Sets
+# train_failed when a run failed or ran out of time.
 training_stage() {
   local limit="$1"
   train_dir="$(mktemp -d "${TMPDIR:-/tmp}/mixprec-train.XXXXXX")"
   train_deadline=$(( SECONDS + limit ))
   train_failed=0
   : >"${train_dir}/runs.tsv"
-  gpu_config_args
   local gpt_args=() cnn_args=()
   (( ${#gpt_base[@]} > 0 )) && gpt_args=("${gpt_base[@]}" --set train.steps=100)
   (( ${#cnn_base[@]} > 0 )) && cnn_args=("${cnn_base[@]}" --set train.steps=200)
@@ -880,30 +619,7 @@ training_stage() {
     train_note="ran, but without python3 no table: see ${train_dir}"
     return
   fi
-  python3 - "${train_dir}/runs.tsv" "${out}/train.json" <<'EOF'
-import json, os, sys
-runs = []
-with open(sys.argv[1]) as f:
-    for line in f:
-        config, precision, status, run_dir, run_log, profile = line.rstrip("\n").split("\t")
-        run = {"config": config, "precision": precision, "status": status}
-        if profile and os.path.isfile(profile):
-            with open(profile, errors="replace") as s:
-                run["kernel_profile"] = s.read().splitlines()
-        summary = os.path.join(run_dir, "summary.json") if run_dir else ""
-        if summary and os.path.isfile(summary):
-            with open(summary) as s:
-                run["summary"] = json.load(s)
-        if run_log and os.path.isfile(run_log):
-            with open(run_log, errors="replace") as s:
-                run["output_tail"] = s.read().splitlines()[-20:]
-        if run_dir and os.path.isfile(run_dir + ".autotune.txt"):
-            with open(run_dir + ".autotune.txt", errors="replace") as s:
-                run["autotune"] = s.read().splitlines()
-        runs.append(run)
-with open(sys.argv[2], "w") as f:
-    json.dump({"runs": runs}, f, indent=2)
-EOF
+  python3 "${report}" gather-train "${train_dir}/runs.tsv" "${out}/train.json"
   train_note="see train.json"
 }
 
@@ -967,6 +683,9 @@ run_on_gpu() {
       echo "Fashion-MNIST: not found (MNIST's test set stands in)"
     fi
   } | tee -a "${env_log}"
+
+  # The configs as the comparison and the training stage run them.
+  gpu_config_args
 
   log "ldd"
   print_ldd | tee -a "${env_log}"
