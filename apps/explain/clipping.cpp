@@ -7,6 +7,7 @@
 #include "amp/static_loss_scale.h"
 #include "apps/explain/topics.h"
 #include "core/error.h"
+#include "core/math/amp.h"
 #include "core/ops/ops.h"
 #include "layers/parameter.h"
 #include "optim/clip_grad_norm.h"
@@ -60,9 +61,15 @@ std::vector<std::string> clipping_steps(const ClippingLesson& l) {
                   " in p's FP32 gradient buffer, tagged as scaled by S.");
   steps.push_back("clip_grad_norm on the still-scaled gradient is refused: \"" + l.refusal +
                   "\"");
-  const std::string clip_action = l.true_norm > s.max_norm
-                                      ? " and multiplies by max_norm / (norm + 1e-6), giving "
-                                      : ", within the limit, and leaves it as it is: ";
+  // The clip factor max_norm / norm, and the one applied with PyTorch's 1e-6 in the
+  // denominator, which keeps a zero norm from dividing by zero.
+  const std::string clip_action =
+      l.true_norm > s.max_norm
+          ? ", so the clip factor is max_norm / norm = " + shortest_text(s.max_norm) + "/" +
+                shortest_text(l.true_norm) + " = " + shortest_text(l.plain_factor) +
+                "; it multiplies by max_norm / (norm + 1e-6) = " + exact_text(l.clip_factor) +
+                ", giving "
+          : ", within the limit, and leaves it as it is: ";
   steps.push_back("Correct order. GradScaler::unscale gives " + vector_text(l.unscaled_grad) +
                   "; clip_grad_norm measures the norm " + shortest_text(l.true_norm) +
                   clip_action + vector_text(l.correct) + ", norm " +
@@ -97,6 +104,8 @@ ClippingLesson run_clipping_lesson(const ClippingSetup& setup) {
   right.scaler->unscale(*right.sgd);
   l.unscaled_grad = right.p.grad().to_float_vector();
   l.true_norm = clip_grad_norm({right.p}, setup.max_norm);
+  l.clip_factor = clip_coefficient(l.true_norm, setup.max_norm);
+  l.plain_factor = l.true_norm > setup.max_norm ? setup.max_norm / l.true_norm : 1.0;
   l.correct = right.p.grad().to_float_vector();
   l.correct_norm = l2_norm(l.correct);
   right.scaler->step(*right.sgd);
@@ -126,6 +135,8 @@ LessonJson clipping_json(const ClippingLesson& l) {
   j["refusal"] = l.refusal;
   j["unscaled_grad"] = json_numbers(l.unscaled_grad);
   j["true_norm"] = json_number(l.true_norm);
+  j["clip_factor"] = json_number(l.clip_factor);
+  j["plain_factor"] = json_number(l.plain_factor);
   j["correct"] = json_numbers(l.correct);
   j["correct_norm"] = json_number(l.correct_norm);
   j["scaled_norm"] = json_number(l.scaled_norm);

@@ -28,6 +28,8 @@ struct ClippingLesson {
   // Correct order: unscale, then clip.
   std::vector<float> unscaled_grad;
   double true_norm = 0.0;             // returned by clip_grad_norm
+  double clip_factor = 1.0;           // what clip_grad_norm multiplied by (clip_coefficient)
+  double plain_factor = 1.0;          // max_norm / true_norm: the factor without the 1e-6
   std::vector<float> correct;         // the clipped gradient
   double correct_norm = 0.0;          // its L2 norm, in double
   // Wrong order: clip the scaled gradient, then unscale.
@@ -40,8 +42,8 @@ struct ClippingLesson {
 // Throws mixprec::Error for a setup the framework rejects.
 ClippingLesson run_clipping_lesson(const ClippingSetup& setup = {});
 std::string clipping_text(const ClippingLesson& lesson);
-// Keys: grad, max_norm, scale, scaled_grad, refusal, unscaled_grad, true_norm, correct,
-// correct_norm, scaled_norm, clipped_scaled, wrong_order, wrong_order_norm (vectors as
+// Keys: grad, max_norm, scale, scaled_grad, refusal, unscaled_grad, true_norm, clip_factor,
+// plain_factor, correct, correct_norm, scaled_norm, clipped_scaled, wrong_order, wrong_order_norm (vectors as
 // arrays of numbers), steps (the walk-through).
 LessonJson clipping_json(const ClippingLesson& lesson);
 

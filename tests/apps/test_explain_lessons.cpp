@@ -250,6 +250,8 @@ TEST_CASE("explain clipping: unscale then clip, versus clip then unscale", "[app
   CHECK(l.unscaled_grad == std::vector<float>{3.0f, 4.0f});
   CHECK(l.true_norm == Approx(std::sqrt(3.0 * 3.0 + 4.0 * 4.0)).epsilon(1e-12));
   const double factor = 1.0 / (5.0 + 1e-6);
+  CHECK(l.plain_factor == 0.2);  // the explainer's "clip factor 1/5 = 0.2"
+  CHECK(l.clip_factor == factor);
   REQUIRE(l.correct.size() == 2);
   CHECK(l.correct[0] == Approx(3.0 * factor).epsilon(1e-7));
   CHECK(l.correct[1] == Approx(4.0 * factor).epsilon(1e-7));
@@ -275,9 +277,12 @@ TEST_CASE("explain clipping: unscale then clip, versus clip then unscale", "[app
   CHECK(j.at("wrong_order")[0].get<double>() == static_cast<double>(l.wrong_order[0]));
   CHECK(j.at("wrong_order_norm").get<double>() == l.wrong_order_norm);
   CHECK(j.at("refusal") == l.refusal);
+  CHECK(j.at("plain_factor").get<double>() == 0.2);
+  CHECK(j.at("clip_factor").get<double>() == factor);
   const std::string text = clipping_text(l);
   CHECK(contains(text, l.refusal));
   CHECK(contains(text, "[48, 64]"));
+  CHECK(contains(text, "the clip factor is max_norm / norm = 1/5 = 0.2;"));
 }
 
 // ---- accumulation (explainer section 8) -------------------------------------------------------
