@@ -327,7 +327,7 @@ class ConfigReader : KeyReader {
                        LossScaleConfig& scale) const {
     check_keys(map, path,
                {"policy", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
-                "hysteresis", "min_scale", "max_scale", "floor_policy"},
+                "hysteresis", "hysteresis_mode", "min_scale", "max_scale", "floor_policy"},
                {{{"scale", "init_scale"},
                  {"initial_scale", "init_scale"},
                  {"type", "policy"},
@@ -341,6 +341,8 @@ class ConfigReader : KeyReader {
                 DoubleRange::between(0.0, true, 1.0, true));
     read_int(map, path, "growth_interval", scale.growth_interval, IntRange::between(1, kMaxInt32));
     read_int(map, path, "hysteresis", scale.hysteresis, IntRange::between(1, kMaxInt32));
+    read_choice(map, path, "hysteresis_mode", scale.hysteresis_mode,
+                {"reset_on_growth", "consecutive"});
     read_double(map, path, "min_scale", scale.min_scale, DoubleRange::above(0.0));
     read_double(map, path, "max_scale", scale.max_scale, DoubleRange::above(0.0));
     read_choice(map, path, "floor_policy", scale.floor_policy, {"clamp", "warn", "error"});

@@ -138,6 +138,7 @@ std::string to_yaml(const TrainConfig& config) {
   emit_number(out, "backoff_factor", scale.backoff_factor);
   emit(out, "growth_interval", scale.growth_interval);
   emit(out, "hysteresis", scale.hysteresis);
+  emit(out, "hysteresis_mode", scale.hysteresis_mode);
   emit_number(out, "min_scale", scale.min_scale);
   emit_number(out, "max_scale", scale.max_scale);
   emit(out, "floor_policy", scale.floor_policy);

@@ -49,12 +49,15 @@ struct DataConfig {
 };
 
 struct LossScaleConfig {
-  std::string policy = "auto";  // auto (the precision's default) | dynamic | static | none
+  // auto: dynamic, with the settings below, where the precision needs a loss scale (fp16),
+  // else none | dynamic | static | none
+  std::string policy = "auto";
   double init_scale = 65536.0;  // dynamic: initial S; static: the S
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   int64_t hysteresis = 1;
+  std::string hysteresis_mode = "reset_on_growth";  // reset_on_growth | consecutive
   double min_scale = 1.0;      // dynamic: floor
   double max_scale = 16777216.0;  // 2^24
   std::string floor_policy = "clamp";  // clamp | warn | error

@@ -112,17 +112,23 @@ std::unique_ptr<LrSchedule> make_schedule(const TrainConfig& config, int64_t tot
 
 std::unique_ptr<LossScalePolicy> make_loss_scale_policy(const TrainConfig& config) {
   const LossScaleConfig& c = config.loss_scale;
-  if (c.policy == "auto") return make_precision_policy(config).default_loss_scale();
-  if (c.policy == "none") return std::make_unique<NoLossScale>();
-  if (c.policy == "static") return std::make_unique<StaticLossScale>(c.init_scale);
-  MIXPREC_CHECK(c.policy == "dynamic", "loss_scale.policy: expected auto, dynamic, static or "
-                                       "none, got '", c.policy, "'");
+  // auto is the precision's default kind (PrecisionPolicy::default_loss_scale), built from
+  // the config's settings like any other, so that a dynamic scale's init_scale or
+  // growth_interval given with auto is the one the run uses.
+  const std::string policy =
+      c.policy != "auto" ? c.policy
+                         : (make_precision_policy(config).needs_loss_scaling() ? "dynamic" : "none");
+  if (policy == "none") return std::make_unique<NoLossScale>();
+  if (policy == "static") return std::make_unique<StaticLossScale>(c.init_scale);
+  MIXPREC_CHECK(policy == "dynamic", "loss_scale.policy: expected auto, dynamic, static or "
+                                     "none, got '", c.policy, "'");
   DynamicLossScaleOptions options;
   options.init_scale = c.init_scale;
   options.growth_factor = c.growth_factor;
   options.backoff_factor = c.backoff_factor;
   options.growth_interval = static_cast<int>(c.growth_interval);
   options.hysteresis = static_cast<int>(c.hysteresis);
+  options.hysteresis_mode = parse_hysteresis_mode(c.hysteresis_mode);
   options.min_scale = c.min_scale;
   options.max_scale = c.max_scale;
   options.floor_policy = parse_floor_policy(c.floor_policy);

@@ -35,7 +35,9 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& config,
                                           const std::vector<Parameter>& params);
 // `total_steps` fills a cosine schedule's decay_steps when the config leaves it 0.
 std::unique_ptr<LrSchedule> make_schedule(const TrainConfig& config, int64_t total_steps);
-// `policy: auto` gives the precision's default (dynamic for fp16, none otherwise).
+// `policy: auto` gives the precision's default kind (dynamic for fp16, none otherwise), with
+// the section's settings as for that policy given by name. Throws mixprec::Error, "loss_scale:
+// ...", for dynamic settings DynamicLossScale refuses.
 std::unique_ptr<LossScalePolicy> make_loss_scale_policy(const TrainConfig& config);
 
 // Optimizer steps of the run: train.steps, or train.epochs * batches_per_epoch /

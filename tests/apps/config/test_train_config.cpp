@@ -57,8 +57,8 @@ data:
   shuffle: false
 precision: fp16
 loss_scale: {policy: dynamic, init_scale: 1024, growth_factor: 4, backoff_factor: 0.25,
-             growth_interval: 500, hysteresis: 3, min_scale: 2, max_scale: 65536,
-             floor_policy: warn}
+             growth_interval: 500, hysteresis: 3, hysteresis_mode: consecutive, min_scale: 2,
+             max_scale: 65536, floor_policy: warn}
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4,
             betas: [0.8, 0.99], eps: 1.0e-6}
 schedule: {type: step, step_size: 300, gamma: 0.5, warmup_steps: 10, decay_steps: 900,
@@ -181,6 +181,7 @@ void check_same(const TrainConfig& a, const TrainConfig& b) {
   CHECK(a.loss_scale.backoff_factor == b.loss_scale.backoff_factor);
   CHECK(a.loss_scale.growth_interval == b.loss_scale.growth_interval);
   CHECK(a.loss_scale.hysteresis == b.loss_scale.hysteresis);
+  CHECK(a.loss_scale.hysteresis_mode == b.loss_scale.hysteresis_mode);
   CHECK(a.loss_scale.min_scale == b.loss_scale.min_scale);
   CHECK(a.loss_scale.max_scale == b.loss_scale.max_scale);
   CHECK(a.loss_scale.floor_policy == b.loss_scale.floor_policy);
@@ -296,6 +297,7 @@ TEST_CASE("config: a complete CNN config fills every field", "[config]") {
   CHECK(c.loss_scale.backoff_factor == 0.25);
   CHECK(c.loss_scale.growth_interval == 500);
   CHECK(c.loss_scale.hysteresis == 3);
+  CHECK(c.loss_scale.hysteresis_mode == "consecutive");
   CHECK(c.loss_scale.min_scale == 2.0);
   CHECK(c.loss_scale.max_scale == 65536.0);
   CHECK(c.loss_scale.floor_policy == "warn");
@@ -434,6 +436,7 @@ TEST_CASE("config: unset settings take the documented defaults", "[config]") {
   CHECK(c.loss_scale.backoff_factor == 0.5);
   CHECK(c.loss_scale.growth_interval == 2000);
   CHECK(c.loss_scale.hysteresis == 1);
+  CHECK(c.loss_scale.hysteresis_mode == "reset_on_growth");
   CHECK(c.loss_scale.min_scale == 1.0);
   CHECK(c.loss_scale.max_scale == 16777216.0);
   CHECK(c.loss_scale.floor_policy == "clamp");
@@ -674,6 +677,7 @@ TEST_CASE("config: to_yaml writes the defaults too", "[config]") {
                           "backoff_factor:",
                           "growth_interval:",
                           "hysteresis:",
+                          "hysteresis_mode: reset_on_growth",
                           "min_scale:",
                           "max_scale:",
                           "floor_policy:",
