@@ -2,6 +2,7 @@
 // and the action reads them after run_cli's parse, when this function's frame is gone.
 #include "apps/cli_study_commands.h"
 
+#include <cstdint>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -23,6 +24,19 @@ std::vector<std::string> split_commas(const std::string& text) {
   return items;
 }
 
+// An integer option's lower bound, said as the config's range errors say it ("must be >= 1,
+// got -1") rather than as CLI11's numeric range, whose upper end is DBL_MAX in full.
+CLI::Validator at_least(int64_t low) {
+  return CLI::Validator(
+      [low](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!CLI::detail::lexical_cast(text, value))
+          return "expected an integer, got '" + text + "'";
+        return value >= low ? "" : "must be >= " + std::to_string(low) + ", got " + text;
+      },
+      "INT>=" + std::to_string(low));
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, std::function<void()>& action, std::ostream& out,
@@ -36,10 +50,10 @@ void add_bench_command(CLI::App& app, std::function<void()>& action, std::ostrea
   bench->add_option("--precisions", *precisions,
                     "Comma-separated: fp32, fp16, bf16, fp16-noscale (default fp32,fp16,bf16)");
   bench->add_option("--steps", options->steps, "Optimizer steps per precision (default: the config's)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   bench->add_option("--warmup", options->warmup,
                     "First steps left out of the timing statistics (default 5)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   bench->add_option("--out", options->out_dir, "Output folder (default runs/<name>-bench-<date>)");
   bench->add_option("--compare", options->compare,
                     "Another bench.json (e.g. from scripts/torch_bench.py) whose rows join the table")
@@ -66,10 +80,10 @@ void add_inspect_command(CLI::App& app, std::function<void()>& action, std::ostr
   inspect->add_option("config", options->config_path, "The YAML config file")->required();
   inspect->add_option("--steps", options->steps,
                       "Optimizer steps to train first, as the config says (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   inspect->add_option("--batches", options->batches,
                       "Training batches whose gradients are gathered (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   inspect->add_option("--out", options->out_dir,
                       "Output folder (default runs/<name>-inspect-<date>)");
   inspect->add_option("--set", options->overrides, "Override a setting (repeatable)")

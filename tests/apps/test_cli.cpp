@@ -179,6 +179,26 @@ TEST_CASE("mixprec device says whether the CUDA backend is registered", "[apps][
 }
 #endif
 
+TEST_CASE("out-of-range counts of bench and inspect are said in the config's words",
+          "[apps][cli]") {
+  struct Case {
+    std::vector<const char*> args;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"bench", "c.yaml", "--steps", "0"}, "error: --steps: must be >= 1, got 0"},
+           {{"bench", "c.yaml", "--warmup", "-1"}, "error: --warmup: must be >= 0, got -1"},
+           {{"bench", "c.yaml", "--steps", "2.5"},
+            "error: --steps: expected an integer, got '2.5'"},
+           {{"inspect", "c.yaml", "--steps", "-3"}, "error: --steps: must be >= 0, got -3"},
+           {{"inspect", "c.yaml", "--batches", "0"}, "error: --batches: must be >= 1, got 0"}}) {
+    const CliResult r = run(c.args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind(c.message + " (run `mixprec --help` for usage)\n", 0) == 0);
+  }
+}
+
 TEST_CASE("bad command lines exit with 2 and one message on stderr", "[apps][cli]") {
   for (const auto& args : std::vector<std::vector<const char*>>{
            {"frobnicate"},
