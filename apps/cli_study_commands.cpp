@@ -34,7 +34,7 @@ CLI::Validator at_least(int64_t low) {
           return "expected an integer, got '" + text + "'";
         return value >= low ? "" : "must be >= " + std::to_string(low) + ", got " + text;
       },
-      "INT>=" + std::to_string(low));
+      ">=" + std::to_string(low));
 }
 
 }  // namespace
