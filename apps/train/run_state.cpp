@@ -1,6 +1,9 @@
 #include "apps/train/run_state.h"
 
+#include <cmath>
+
 #include "apps/checkpoint/tensor_json.h"
+#include "apps/train/run_stats.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -45,6 +48,7 @@ nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& posi
       {"skipped_steps", position.skipped_steps},
       {"train_seconds", position.train_seconds},
       {"schedule_steps", position.schedule_steps},
+      {"recent_losses", position.recent_losses},
       {"optimizer", {{"scalars", opt.scalars}, {"tensors", tensors}}},
       {"scaler", scaler.state_dict()},
       {"dropout_generator", {{"seed", dropout_gen.seed()}, {"offset", dropout_gen.offset()}}},
@@ -101,6 +105,17 @@ RunPosition restore_run_state(const nlohmann::json& state, const std::string& pa
   const nlohmann::json& seconds = field(state, "train_seconds", path);
   MIXPREC_CHECK(seconds.is_number(), path, ": 'train_seconds' must be a number");
   position.train_seconds = seconds.get<double>();
+  if (state.contains("recent_losses")) {
+    const nlohmann::json& losses = state.at("recent_losses");
+    MIXPREC_CHECK(losses.is_array() && losses.size() <= RunStats::kRecent, path,
+                  ": 'recent_losses' must be an array of at most ", RunStats::kRecent,
+                  " finite numbers, got ", json_excerpt(losses));
+    for (const nlohmann::json& loss : losses) {
+      MIXPREC_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), path,
+                    ": 'recent_losses' must hold finite numbers, got ", json_excerpt(loss));
+      position.recent_losses.push_back(loss.get<double>());
+    }
+  }
 
   const nlohmann::json& opt = field(state, "optimizer", path);
   OptimizerState opt_state;

@@ -1,6 +1,8 @@
 // What a checkpoint holds besides the weights (state.json), and restoring it.
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 #include <string>
 
@@ -26,6 +28,10 @@ struct RunPosition {
   // The run length a cosine schedule with decay_steps 0 decays over, fixed by the run that
   // started, so that a resumed run keeps the schedule even when it is asked to run longer.
   int64_t schedule_steps = 0;
+  // The last finite losses (RunStats::recent_losses), so that summary.json's train_loss of a
+  // resumed run is the mean of the same steps as without the interruption. A state.json
+  // without them (written before they were kept) restores none.
+  std::vector<double> recent_losses;
 };
 
 nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,

@@ -50,4 +50,13 @@ std::optional<double> RunStats::recent_loss() const {
   return sum / static_cast<double>(recent_losses_.size());
 }
 
+std::vector<double> RunStats::recent_losses() const {
+  return std::vector<double>(recent_losses_.begin(), recent_losses_.end());
+}
+
+void RunStats::restore_recent_losses(const std::vector<double>& losses) {
+  recent_losses_.assign(losses.begin(), losses.end());
+  while (recent_losses_.size() > kRecent) recent_losses_.pop_front();
+}
+
 }  // namespace mixprec

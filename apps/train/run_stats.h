@@ -32,9 +32,14 @@ class RunStats {
   std::optional<double> take_window_loss();
   // Mean of the last 50 finite losses (summary.json's train_loss).
   std::optional<double> recent_loss() const;
+  // Those losses, oldest first, for a checkpoint; and the same given back on resume, before
+  // any step is recorded (at most the last kRecent are kept).
+  std::vector<double> recent_losses() const;
+  void restore_recent_losses(const std::vector<double>& losses);
+
+  static constexpr size_t kRecent = 50;
 
  private:
-  static constexpr size_t kRecent = 50;
   std::vector<double> step_seconds_;
   std::deque<double> recent_seconds_;
   std::deque<double> recent_losses_;

@@ -58,10 +58,11 @@ uint64_t device_host_syncs(Device device) {
   return 0;
 }
 
-CheckpointData checkpoint_data(const Session& s, const RunPosition& position,
+CheckpointData checkpoint_data(const Session& s, RunPosition position, const RunStats& stats,
                                const Optimizer& optimizer, const GradScaler& scaler) {
   CheckpointData data;
   data.model = s.model->state_dict();
+  position.recent_losses = stats.recent_losses();
   data.state = make_run_state(s.config, position, optimizer, scaler, *s.dropout_gen);
   return data;
 }
@@ -165,6 +166,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   } else {
     require_fresh_run_dir(run_dir);
   }
+  RunStats stats;
+  stats.restore_recent_losses(position.recent_losses);
   const std::unique_ptr<LrSchedule> schedule = make_schedule(config, position.schedule_steps);
   optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
   NonfiniteGuard guard(config, s.params, *s.data, total_steps);
@@ -199,7 +202,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     progress.message(text);
   }
   if (!resuming && config.checkpoint.save_initial) {
-    save_checkpoint(checkpoints_dir, 0, checkpoint_data(s, position, *optimizer, scaler),
+    save_checkpoint(checkpoints_dir, 0, checkpoint_data(s, position, stats, *optimizer, scaler),
                     config.checkpoint.keep);
   }
 
@@ -207,7 +210,6 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   // The worker scans each batch's inputs, casts them to the working dtype and uploads them to
   // the device, off this thread.
   Prefetcher batches(*s.data, position.next_batch, s.device, s.precision.working_dtype());
-  RunStats stats;
   std::vector<Tensor> pending_losses;  // losses of the steps since they were last read
   double step_loss = std::numeric_limits<double>::quiet_NaN();  // the last loss read
   int64_t loss_step = 0;  // the step it belongs to
@@ -322,7 +324,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   const auto stop_at = [&](int64_t step) {
     progress.finish();
     const std::string saved = save_checkpoint(
-        checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+        checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
         config.checkpoint.keep);
     guard.stop(step, scaler, saved, metrics);  // writes the "stopped" record, throws
   };
@@ -454,7 +456,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       progress.message(text);
     }
     if (save_step) {
-      save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+      save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
                       config.checkpoint.keep);
       last_saved = step;
     }
@@ -464,7 +466,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       if (deferred) resolve_deferred();
       progress.finish();
       if (last_saved != step) {
-        save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, *optimizer, scaler),
+        save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
                         config.checkpoint.keep);
       }
       throw TrainingInterrupted(interrupt_signal(), step, total_steps, run_dir,
@@ -475,7 +477,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   if (!evaluated) last_eval = evaluate(*s.model, *s.data, s.device, working);
   if (last_saved != position.step) {
     save_checkpoint(checkpoints_dir, position.step,
-                    checkpoint_data(s, position, *optimizer, scaler), config.checkpoint.keep);
+                    checkpoint_data(s, position, stats, *optimizer, scaler), config.checkpoint.keep);
   }
 
   const double median_s = stats.median_step_seconds();

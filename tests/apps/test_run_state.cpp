@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,7 +46,7 @@ TEST_CASE("run_state: a state written by make_run_state restores position, lr an
   const TrainConfig config;
   RunObjects saved(0.25, 11);
   saved.dropout_gen.next(40);  // the stream has moved on: offset 40
-  const RunPosition position{7, 9, 2, 1.5, 100};
+  const RunPosition position{7, 9, 2, 1.5, 100, {2.5, 2.25}};
   const nlohmann::json state =
       make_run_state(config, position, *saved.optimizer, saved.scaler, saved.dropout_gen);
 
@@ -56,6 +57,7 @@ TEST_CASE("run_state: a state written by make_run_state restores position, lr an
   CHECK(got.skipped_steps == 2);
   CHECK(got.train_seconds == 1.5);
   CHECK(got.schedule_steps == 100);
+  CHECK(got.recent_losses == std::vector<double>{2.5, 2.25});
   CHECK(restored.optimizer->lr() == 0.25);
   CHECK(restored.dropout_gen.seed() == 11);
   CHECK(restored.dropout_gen.offset() == 40);
@@ -65,6 +67,34 @@ TEST_CASE("run_state: a state written by make_run_state restores position, lr an
   other.train.seed = 1;
   CHECK_THROWS_WITH(restored.restore(state, other),
                     Contains("run/state.json") && Contains("another config"));
+}
+
+TEST_CASE("run_state: recent_losses are optional, and checked when present",
+          "[apps][run_state]") {
+  const TrainConfig config;
+  RunObjects saved(0.25, 11);
+  const nlohmann::json good = make_run_state(config, RunPosition{7, 9, 2, 1.5, 100, {1.0}},
+                                             *saved.optimizer, saved.scaler, saved.dropout_gen);
+  // A state.json from before they were kept restores none.
+  nlohmann::json older = good;
+  older.erase("recent_losses");
+  RunObjects restored(0.01, 3);
+  CHECK(restored.restore(older, config).recent_losses.empty());
+  CHECK(restored.optimizer->lr() == 0.25);
+
+  for (const auto& [bad, needle] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {nlohmann::json("1.0"), "must be an array of at most 50 finite numbers"},
+           {nlohmann::json(std::vector<double>(51, 1.0)), "at most 50"},
+           {nlohmann::json::array({1.0, "2"}), "must hold finite numbers, got \"2\""},
+           {nlohmann::json::array({1.0, nullptr}), "must hold finite numbers, got null"}}) {
+    INFO(bad.dump());
+    nlohmann::json state = good;
+    state["recent_losses"] = bad;
+    RunObjects fresh(0.01, 3);
+    CHECK_THROWS_WITH(fresh.restore(state, config),
+                      Contains("run/state.json: 'recent_losses'") && Contains(needle));
+    CHECK(fresh.optimizer->lr() == 0.01);  // nothing was restored
+  }
 }
 
 // Restoring copies the optimizer's scalars and quotes bad values in messages; both recursed

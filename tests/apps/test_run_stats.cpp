@@ -38,3 +38,31 @@ TEST_CASE("RunStats: loss windows and non-finite losses", "[apps][stats]") {
   for (int i = 0; i < 50; ++i) stats.record(1.0, 0.25);
   CHECK(stats.recent_loss() == Approx(0.25));  // only the last 50
 }
+
+TEST_CASE("RunStats: the recent losses go into a checkpoint and come back on resume",
+          "[apps][stats]") {
+  RunStats before;
+  for (int i = 1; i <= 60; ++i) before.record(1.0, static_cast<double>(i));
+  const std::vector<double> saved = before.recent_losses();
+  REQUIRE(saved.size() == RunStats::kRecent);
+  CHECK(saved.front() == 11.0);  // oldest first: steps 11..60
+  CHECK(saved.back() == 60.0);
+
+  RunStats resumed;
+  resumed.restore_recent_losses(saved);
+  CHECK(resumed.recent_loss() == before.recent_loss());
+  for (int i = 61; i <= 70; ++i) {
+    before.record(1.0, static_cast<double>(i));
+    resumed.record(1.0, static_cast<double>(i));
+  }
+  CHECK(resumed.recent_loss() == before.recent_loss());  // mean of 21..70
+  CHECK(resumed.recent_loss() == Approx(45.5));
+  // The log line's window starts empty after a resume, and a list longer than the window
+  // keeps its last kRecent values.
+  CHECK(resumed.take_window_loss() == Approx(65.5));
+  std::vector<double> long_list(80, 1.0);
+  long_list.back() = 51.0;
+  resumed.restore_recent_losses(long_list);
+  CHECK(resumed.recent_losses().size() == RunStats::kRecent);
+  CHECK(resumed.recent_loss() == Approx(2.0));  // (49 + 51) / 50
+}

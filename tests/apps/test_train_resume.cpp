@@ -108,6 +108,12 @@ TEST_CASE("resume: fp16 with accumulation and a skipped step is bit-identical", 
   CHECK(b["skipped_steps"] == 1);
   // metrics.jsonl of the resumed run has each step once, 1..8.
   CHECK(logged_steps(resumed) == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  // summary.json's train_loss is the mean of the same steps' losses (those before the
+  // checkpoint came back with it), not only of the steps since the resume.
+  const nlohmann::json straight_summary = read_json(straight + "/summary.json");
+  const nlohmann::json resumed_summary = read_json(resumed + "/summary.json");
+  CHECK(resumed_summary["train_loss"] == straight_summary["train_loss"]);
+  CHECK(b["recent_losses"].size() == 8);  // step 3 overflowed in a gradient, not its loss
 }
 
 TEST_CASE("resume: fp32 and bf16 with accumulation are bit-identical", "[apps][train][resume]") {
