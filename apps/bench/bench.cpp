@@ -47,6 +47,7 @@ struct Plan {
   std::string name;
   std::string device;
   bool cuda = false;
+  bool tf32 = false;  // the config's: FP32 GEMMs and convolutions on TF32 tensor cores
   int64_t steps = 0;
   int64_t samples_per_step = 0;  // batch_size * accumulation_steps
   int64_t tokens_per_sample = 1;  // block_size for text
@@ -102,6 +103,7 @@ Plan plan_runs(const BenchOptions& options) {
       if (plan.runs.empty()) {
         plan.name = s.config.name;
         plan.device = s.device.str();
+        plan.tf32 = s.config.tf32;
         plan.cuda = s.device.is_cuda();
         plan.steps = total_optimizer_steps(s.config, *s.data);
         plan.samples_per_step = s.config.train.batch_size * s.config.train.accumulation_steps;
@@ -263,6 +265,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& log) {
   nlohmann::json bench{{"config", options.config_path},
                        {"name", plan.name},
                        {"device", plan.device},
+                       {"tf32", plan.tf32},
                        {"steps", plan.steps},
                        {"warmup", options.warmup},
                        {"overrides", options.overrides},

@@ -157,7 +157,11 @@ std::vector<std::string> row_notes(const nlohmann::json& bench) {
 std::string heading(const nlohmann::json& bench) {
   std::ostringstream text;
   text << bench.value("name", std::string("bench")) << " on "
-       << bench.value("device", std::string("?")) << ", " << bench.value("steps", int64_t{0})
+       << bench.value("device", std::string("?"));
+  // A bench.json of PyTorch's (or of an older mixprec) may not say.
+  if (bench.contains("tf32") && bench["tf32"].is_boolean())
+    text << (bench["tf32"].get<bool>() ? " with TF32 on" : " with TF32 off");
+  text << ", " << bench.value("steps", int64_t{0})
        << " steps per precision; step times leave out the first "
        << bench.value("warmup", int64_t{0}) << " steps";
   return text.str();

@@ -25,9 +25,9 @@ constexpr int64_t kMaxExtent = int64_t{1} << 20;    // sizes of layers, batches,
 constexpr int64_t kMaxCount = int64_t{1} << 40;     // steps and other counts of events
 constexpr int64_t kMaxInt32 = 2147483647;           // settings the scaler keeps as int
 
-const std::vector<std::string> kRootKeys = {"name",       "model",     "data",     "precision",
-                                            "loss_scale", "optimizer", "schedule", "train",
-                                            "checkpoint", "device",    "debug"};
+const std::vector<std::string> kRootKeys = {"name",      "model",      "data",     "precision",
+                                            "tf32",      "loss_scale", "optimizer", "schedule",
+                                            "train",     "checkpoint", "device",   "debug"};
 const std::vector<std::string> kCnnKeys = {"type", "in_channels", "input_size", "layers"};
 const std::vector<std::string> kGptKeys = {"type",    "vocab_size", "block_size",
                                            "n_layer", "n_head",     "n_embd",
@@ -53,7 +53,8 @@ class ConfigReader : KeyReader {
                  {"training", "train"},
                  {"scaler", "loss_scale"},
                  {"loss_scaling", "loss_scale"},
-                 {"amp", "precision"}},
+                 {"amp", "precision"},
+                 {"allow_tf32", "tf32"}},
                 {},
                 ""});
     config.name = default_name;
@@ -68,6 +69,7 @@ class ConfigReader : KeyReader {
     read_data(section(root, "", "data"), "data", config.data);
 
     read_choice(root, "", "precision", config.precision, {"fp32", "fp16", "bf16"});
+    read_bool(root, "", "tf32", config.tf32);
     read_loss_scale(section(root, "", "loss_scale"), "loss_scale", config.precision,
                     config.loss_scale);
     read_optimizer(section(root, "", "optimizer"), "optimizer", config.optimizer);

@@ -129,6 +129,7 @@ std::string to_yaml(const TrainConfig& config) {
   out << YAML::EndMap;
 
   emit(out, "precision", config.precision);
+  emit(out, "tf32", config.tf32);
 
   const LossScaleConfig& scale = config.loss_scale;
   out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;

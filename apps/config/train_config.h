@@ -133,6 +133,10 @@ struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   std::string precision = "fp32";  // fp32 | fp16 | bf16
+  // Whether FP32 GEMMs and convolutions on a GPU may run on TF32 tensor cores (inputs rounded
+  // to 10-bit mantissas): off by default, as in PyTorch since 1.12; summary.json and bench.json
+  // say which. The CPU backend always computes full FP32.
+  bool tf32 = false;
   LossScaleConfig loss_scale;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -493,6 +493,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       {"median_step_ms", median_s * 1000.0},
       {"train_seconds", position.train_seconds},
       {"precision", config.precision},
+      {"tf32", config.tf32},
       {"device", s.device.str()},
       {"parameters", s.model->parameter_count()},
       {"batch_size", batch_size},

@@ -73,6 +73,7 @@ std::shared_ptr<Module> make_model(const TrainConfig& config, int64_t data_class
 PrecisionPolicy make_precision_policy(const TrainConfig& config) {
   PrecisionPolicy policy;
   policy.precision = parse_precision(config.precision);
+  policy.allow_tf32 = config.tf32;
   return policy;
 }
 

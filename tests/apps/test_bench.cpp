@@ -121,6 +121,10 @@ TEST_CASE("bench runs fp32, fp16, bf16 and fp16-noscale side by side and joins t
   CHECK(bench["config"] == options.config_path);
   CHECK(bench["name"] == "tiny_cnn");
   CHECK(bench["device"] == "cpu");
+  CHECK(bench["tf32"] == false);
+  CHECK(log.str().find("tiny_cnn on cpu with TF32 off, 6 steps") != std::string::npos);
+  CHECK(read_json(bench["rows"][0]["run_dir"].get<std::string>() + "/summary.json")["tf32"] ==
+        false);
   CHECK(bench["steps"] == 6);
   CHECK(bench["warmup"] == 2);
   const nlohmann::json& rows = bench["rows"];

@@ -128,7 +128,11 @@ TEST_CASE("bench_table aligns every row and prints nulls as dashes", "[apps][ben
   std::istringstream text(table);
   for (std::string line; std::getline(text, line);) lines.push_back(line);
   REQUIRE(lines.size() == 9);  // heading, header, rule, four rows, two notes
-  CHECK(lines[0].find("tiny on cpu, 10 steps") != std::string::npos);
+  CHECK(lines[0].find("tiny on cpu, 10 steps") != std::string::npos);  // TF32 not stated
+  nlohmann::json with_tf32 = bench;
+  with_tf32["tf32"] = true;
+  with_tf32["device"] = "cuda:0";
+  CHECK(mixprec::bench_table(with_tf32).rfind("tiny on cuda:0 with TF32 on, 10 steps", 0) == 0);
   CHECK(lines[1].find("throughput samples/s") != std::string::npos);
   CHECK(lines[1].size() == lines[2].size());
   CHECK(lines[3].size() == lines[2].size());

@@ -56,6 +56,7 @@ data:
   limit_test: 200
   shuffle: false
 precision: fp16
+tf32: true
 loss_scale: {policy: dynamic, init_scale: 1024, growth_factor: 4, backoff_factor: 0.25,
              growth_interval: 500, hysteresis: 3, hysteresis_mode: consecutive, min_scale: 2,
              max_scale: 65536, floor_policy: warn}
@@ -175,6 +176,7 @@ void check_same(const TrainConfig& a, const TrainConfig& b) {
   CHECK(a.data.shuffle == b.data.shuffle);
 
   CHECK(a.precision == b.precision);
+  CHECK(a.tf32 == b.tf32);
   CHECK(a.loss_scale.policy == b.loss_scale.policy);
   CHECK(a.loss_scale.init_scale == b.loss_scale.init_scale);
   CHECK(a.loss_scale.growth_factor == b.loss_scale.growth_factor);
@@ -291,6 +293,7 @@ TEST_CASE("config: a complete CNN config fills every field", "[config]") {
   CHECK_FALSE(c.data.shuffle);
 
   CHECK(c.precision == "fp16");
+  CHECK(c.tf32);
   CHECK(c.loss_scale.policy == "dynamic");
   CHECK(c.loss_scale.init_scale == 1024.0);
   CHECK(c.loss_scale.growth_factor == 4.0);
@@ -430,6 +433,7 @@ TEST_CASE("config: unset settings take the documented defaults", "[config]") {
   CHECK(c.data.shuffle);
 
   CHECK(c.precision == "fp32");
+  CHECK_FALSE(c.tf32);
   CHECK(c.loss_scale.policy == "auto");
   CHECK(c.loss_scale.init_scale == 65536.0);
   CHECK(c.loss_scale.growth_factor == 2.0);
@@ -671,6 +675,7 @@ TEST_CASE("config: to_yaml writes the defaults too", "[config]") {
                           "limit_test:",
                           "shuffle:",
                           "precision:",
+                          "tf32: false",
                           "policy: auto",
                           "init_scale:",
                           "growth_factor:",

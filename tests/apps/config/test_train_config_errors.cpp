@@ -335,6 +335,7 @@ TEST_CASE("config errors: choices list the allowed values", "[config]") {
         "none, got 'dynamc' (did you mean 'dynamic'?)"},
        {"loss_scale.floor_policy=ignore",
         "loss_scale.floor_policy must be one of clamp, warn, error, got 'ignore'"},
+       {"tf32=sometimes", "tf32: expected true or false"},
        {"loss_scale.hysteresis_mode=always",
         "loss_scale.hysteresis_mode must be one of reset_on_growth, consecutive, got 'always'"},
        {"optimizer.type=lamb", "optimizer.type must be one of sgd, adam, adamw, got 'lamb'"},

@@ -1,6 +1,7 @@
-// make_loss_scale_policy (apps/train/training_setup.h): the policy a config's loss_scale
-// section gives, `auto` included. auto is the precision's default kind, built from the same
-// settings as an explicit policy, so a setting given beside auto is the one the run uses.
+// apps/train/training_setup.h from a TrainConfig: make_loss_scale_policy, the policy a config's
+// loss_scale section gives, `auto` included (the precision's default kind, built from the same
+// settings as an explicit policy, so a setting given beside auto is the one the run uses), and
+// make_precision_policy's TF32 switch.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -67,6 +68,15 @@ TEST_CASE("loss scale setup: settings a dynamic scale refuses name the section",
   TrainConfig config = with_scale("fp16", "auto");
   config.loss_scale.init_scale = 2.0;  // below min_scale
   CHECK_THROWS_WITH(make_loss_scale_policy(config), Catch::Contains("loss_scale: "));
+}
+
+TEST_CASE("precision setup: tf32 in the config is the policy's TF32 switch", "[apps][train]") {
+  TrainConfig config;
+  CHECK_FALSE(make_precision_policy(config).allow_tf32);
+  config.tf32 = true;
+  const PrecisionPolicy policy = make_precision_policy(config);
+  CHECK(policy.allow_tf32);
+  CHECK(policy.describe().find("TF32 on") != std::string::npos);
 }
 
 }  // namespace
