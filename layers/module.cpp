@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/autograd/grad_mode.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -31,6 +32,9 @@ void check_local_name(const char* what, const std::string& name) {
 }  // namespace
 
 Tensor Module::operator()(const Tensor& input) {
+  // The ops this call records carry the module's path (Node::layer, anomaly reports), also
+  // when a parent calls a grandchild directly, as GPT::forward calls its blocks.
+  const LayerScope layer(path_, false);
   Tensor output = forward(input);
   return forward_hook_ ? forward_hook_(output) : output;
 }
@@ -174,6 +178,12 @@ void Module::assign_names(const std::string& prefix) {
   std::vector<std::pair<std::string, Tensor>> buffers;
   collect_buffers(prefix, buffers);
   for (auto& [name, buffer] : buffers) buffer.set_name(name);
+  assign_paths(prefix);
+}
+
+void Module::assign_paths(const std::string& path) {
+  path_ = path;
+  for (auto& [name, child] : children_) child->assign_paths(join(path, name));
 }
 
 // ---- loading -----------------------------------------------------------------------------------

@@ -78,8 +78,12 @@ class Module {
   // Non-strict: only shape mismatches throw; missing and unexpected names are ignored.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
-  // Gives every Parameter its full dotted name. Called once by the code that builds the root.
+  // Gives every Parameter its full dotted name, and every module below this one its path
+  // ("transformer.h.0.attn"), which names the layer of the ops it records when it is called
+  // (errors, anomaly mode). Called once by the code that builds the root.
   void assign_names(const std::string& prefix = "");
+  // The module's dotted path from the root, "" for the root and before assign_names.
+  const std::string& path() const { return path_; }
 
  protected:
   // Registers `value` as a parameter (a new Parameter whose master is an F32 copy).
@@ -104,7 +108,10 @@ class Module {
   void collect_buffers(const std::string& prefix,
                        std::vector<std::pair<std::string, Tensor>>& out) const;
 
+  void assign_paths(const std::string& path);
+
   bool training_ = true;
+  std::string path_;
   ForwardHook forward_hook_;
   std::vector<std::pair<std::string, Parameter>> parameters_;
   // unique_ptr so that references handed out by register_buffer stay valid.

@@ -428,9 +428,11 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
       // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
       // before the clock stops, so device work still queued is timed in the step that waits
-      // for it rather than in none.
+      // for it rather than in none. Checkpoint steps read too: a checkpoint keeps the recent
+      // losses (summary.json's train_loss after a resume), as the deferred path's does.
       bool loss_read = false;
-      if (is_log_step(step) || result.skipped() || (progress.bar() && s.device.is_cpu())) {
+      if (is_log_step(step) || save_step || result.skipped() ||
+          (progress.bar() && s.device.is_cpu())) {
         loss_read = true;
         const std::vector<double> values = take_pending_losses();
         for (double value : values) stats.record_loss(value);
@@ -464,6 +466,7 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
     // not, as the run is then complete.
     if (interrupt_signal() != 0 && !last) {
       if (deferred) resolve_deferred();
+      for (double value : take_pending_losses()) stats.record_loss(value);  // for the save
       progress.finish();
       if (last_saved != step) {
         save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),

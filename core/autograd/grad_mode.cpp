@@ -18,7 +18,11 @@ AnomalyModeGuard::AnomalyModeGuard(bool enabled) : previous_(tls_anomaly_mode) {
 AnomalyModeGuard::~AnomalyModeGuard() { tls_anomaly_mode = previous_; }
 
 std::string current_layer_name() { return tls_layer_name; }
-LayerScope::LayerScope(const std::string& name) : previous_(tls_layer_name) {
+LayerScope::LayerScope(const std::string& name, bool nested) : previous_(tls_layer_name) {
+  if (!nested) {
+    if (!name.empty()) tls_layer_name = name;
+    return;
+  }
   tls_layer_name = previous_.empty() ? name : previous_ + "." + name;
 }
 LayerScope::~LayerScope() { tls_layer_name = previous_; }

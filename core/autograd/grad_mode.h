@@ -35,11 +35,13 @@ class AnomalyModeGuard {
 };
 
 // Names the layer that the ops recorded in this scope belong to ("features.3"); nested
-// scopes join with '.'.
+// scopes join with '.'. A module called through Module::operator() opens one with its full
+// dotted name (`nested` false: the name replaces the enclosing one, since a module knows its
+// whole path; an empty name then keeps the enclosing one).
 std::string current_layer_name();
 class LayerScope {
  public:
-  explicit LayerScope(const std::string& name);
+  explicit LayerScope(const std::string& name, bool nested = true);
   ~LayerScope();
   LayerScope(const LayerScope&) = delete;
   LayerScope& operator=(const LayerScope&) = delete;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/node.h"
 #include "core/ops/ops.h"
 #include "layer_test_util.h"
 #include "layers/module.h"
@@ -153,6 +155,31 @@ TEST_CASE("assign_names gives every parameter its dotted name", "[layers][module
   tree.assign_names();
   CHECK(tree.a->weight.working().name() == "a.weight");
   CHECK_THROWS_WITH(tree.a->weight.set_name(""), Contains("non-empty"));
+}
+
+TEST_CASE("a module called by operator() names its ops with its path", "[layers][module]") {
+  Tree tree;
+  CHECK(tree.b->c->path().empty());  // no path until the root names the tree
+  tree.assign_names();
+  CHECK(tree.path().empty());
+  CHECK(tree.a->path() == "a");
+  CHECK(tree.b->c->path() == "b.c");
+
+  Tensor x = Tensor::from_vector({1, 1, 1}, {1, 3});
+  x.set_requires_grad(true);
+  // A grandchild called directly (as GPT::forward calls its blocks) still carries its whole
+  // path; ops outside every module carry none, and the scope ends with the call.
+  const Tensor y = (*tree.b->c)(x);
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->layer == "b.c");
+  CHECK(ops::mul(y, y).grad_fn()->layer.empty());
+  CHECK((*tree.a)(x).grad_fn()->layer == "a");
+
+  // Anomaly mode names the layer whose output overflowed.
+  tree.b->c->weight.master().fill_(3e38);
+  tree.b->c->weight.refresh_working();
+  AnomalyModeGuard anomaly;
+  CHECK_THROWS_WITH((*tree.b->c)(x), Contains("in layer 'b.c'") && Contains("Inf or NaN"));
 }
 
 TEST_CASE("tied parameters appear once in parameters() and under both names in state_dict",
