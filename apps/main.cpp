@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
   const int status = mixprec::run_cli(argc, argv, std::cout, std::cerr);
   std::cout.flush();
   if (!std::cout) {
-    std::cerr << "warning: standard output was closed before mixprec finished, so some of its "
-                 "console output was lost; a training run's records are in its run folder "
-                 "(metrics.jsonl, summary.json, checkpoints/)\n";
+    std::cerr << "warning: standard output could not be written (closed or full) before mixprec "
+                 "finished, so some of its console output was lost; a training run's records "
+                 "are in its run folder (metrics.jsonl, summary.json, checkpoints/)\n";
   }
   return status;
 }

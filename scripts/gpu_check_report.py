@@ -10,9 +10,10 @@
 gather-*: the stage's runs.tsv (one tab-separated line per run, as gpu_check.sh writes it)
 joined with the files each run left (summary.json, the end of its output, its kernel profile
 and tuning log; or its bench.json rows) into one JSON file, since only eight files come back
-from the GPU machine. *-table: rows of the summary table, printed. A figure that is missing,
-not a number or not finite prints as missing ("n/a", "not run"); nothing here fails on a run
-that failed. Standard library only: the GPU machine has python3 but nothing installed for it.
+from the GPU machine. *-table: rows of the summary table, printed. A step time, rate or
+counter that is missing, not a number, not finite or not above zero prints as missing ("n/a",
+"no ... counter") and enters no ratio; nothing here fails on a run that failed. Standard
+library only: the GPU machine has python3 but nothing installed for it.
 """
 import json
 import math
@@ -142,8 +143,11 @@ def bench_table(bench_json, train_json, fp16_peak, hbm_peak):
             # The host's work per CNN step in the data prefetcher: above the step time, it
             # bounds it.
             unit_name = run.get("time_unit", "?") + "/batch"
-            print(f"{label:<{LABEL}} {run['real_time']:8.0f} {unit_name:<8} on the host")
-        elif number(run.get(unit)) is None:
+            if positive(run.get("real_time")) is None:
+                print(f"{label:<{LABEL}} no real_time")
+            else:
+                print(f"{label:<{LABEL}} {run['real_time']:8.0f} {unit_name:<8} on the host")
+        elif positive(run.get(unit)) is None:
             print(f"{label:<{LABEL}} no {unit} counter")
         else:
             value = run[unit]
@@ -186,26 +190,27 @@ def train_rows(runs):
             print(f"{label:<{width}} "
                   f"{run['status'] if run['status'] != 'ok' else 'no summary.json'}")
             continue
-        ms = number(summary.get("median_step_ms")) or 0.0
-        if "tokens_per_s" in summary:
-            throughput = f"{number(summary['tokens_per_s']) or 0.0:9.0f} tokens/s "
-        else:
-            throughput = f"{number(summary.get('samples_per_s')) or 0.0:9.0f} samples/s"
+        ms = positive(summary.get("median_step_ms"))
+        unit = "tokens/s " if "tokens_per_s" in summary else "samples/s"
+        rate = positive(summary.get("tokens_per_s" if "tokens_per_s" in summary else
+                                    "samples_per_s"))
+        throughput = (f"{rate:9.0f}" if rate else f"{'n/a':>9}") + f" {unit}"
         val_loss = number(summary.get("val_loss"))
-        line = f"{label:<{width}} {ms:8.2f} ms/step {throughput}  val_loss " + \
+        step = f"{ms:8.2f}" if ms else f"{'n/a':>8}"
+        line = f"{label:<{width}} {step} ms/step {throughput}  val_loss " + \
             (f"{val_loss:.3f}" if val_loss is not None else "n/a")
         if summary.get("skipped_steps"):
             line += f"  {summary['skipped_steps']} skipped"
         syncs = number(summary.get("host_syncs_per_step"))
         if syncs is not None:
             line += f"  {syncs:.2f} syncs/step"
-        if run["precision"] == "fp16" and run["config"] in fp32_ms and ms > 0:
+        if run["precision"] == "fp16" and run["config"] in fp32_ms and ms:
             line += f"  {fp32_ms[run['config']] / ms:.2f}x FP32"
         graph = summary.get("cuda_graph")
         if isinstance(graph, dict):
             line += f"  {graph.get('recordings')} recorded, {graph.get('replays')} replayed"
             eager = eager_ms.get((run["config"][:-len(GRAPH_SUFFIX)], run["precision"]))
-            if run["config"].endswith(GRAPH_SUFFIX) and eager and ms > 0:
+            if run["config"].endswith(GRAPH_SUFFIX) and eager and ms:
                 line += f"  {eager / ms:.2f}x eager"
         print(line)
 

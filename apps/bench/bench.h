@@ -9,7 +9,8 @@
 // about 100 points while a GPU reads its loss only at those steps.
 //
 // <out>/ then holds:
-// - bench.json: {"config", "name", "device", "steps", "warmup", "overrides", "rows"}. One
+// - bench.json: {"config", "name", "device", "tf32" (the config's), "steps", "warmup",
+//   "overrides", "rows"}. One
 //   row per precision, in the order asked: "framework" ("mixprec"), "precision",
 //   "median_step_ms", "min_step_ms", "max_step_ms" (over the steps after `warmup`; all steps
 //   when there are no more than `warmup`, which "note" says), "throughput" and

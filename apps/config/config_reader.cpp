@@ -355,9 +355,8 @@ class ConfigReader : KeyReader {
       fail(max_node, max_path,
            max_path + " (" + format_number(scale.max_scale) + ") must be >= " + path +
                ".min_scale (" + format_number(scale.min_scale) + ")");
-    // A dynamic scale starts inside its own bounds (auto is dynamic for fp16).
-    const bool dynamic =
-        scale.policy == "dynamic" || (scale.policy == "auto" && precision == "fp16");
+    // A dynamic scale starts inside its own bounds.
+    const bool dynamic = effective_loss_scale_policy(scale.policy, precision) == "dynamic";
     if (dynamic && (scale.init_scale < scale.min_scale || scale.init_scale > scale.max_scale)) {
       const YAML::Node init_node = map["init_scale"].IsDefined() ? map["init_scale"] : map;
       const std::string init_path = join_key(path, "init_scale");

@@ -54,6 +54,11 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
   return config;
 }
 
+std::string effective_loss_scale_policy(const std::string& policy, const std::string& precision) {
+  if (policy != "auto") return policy;
+  return precision == "fp16" ? "dynamic" : "none";
+}
+
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code error;
   MIXPREC_CHECK(fs::exists(path, error), "config file '", path, "' not found");

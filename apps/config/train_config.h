@@ -49,8 +49,8 @@ struct DataConfig {
 };
 
 struct LossScaleConfig {
-  // auto: dynamic, with the settings below, where the precision needs a loss scale (fp16),
-  // else none | dynamic | static | none
+  // auto | dynamic | static | none; auto is dynamic for fp16 and none for fp32 and bf16
+  // (effective_loss_scale_policy), with the settings below either way.
   std::string policy = "auto";
   double init_scale = 65536.0;  // dynamic: initial S; static: the S
   double growth_factor = 2.0;
@@ -134,8 +134,9 @@ struct TrainConfig {
   DataConfig data;
   std::string precision = "fp32";  // fp32 | fp16 | bf16
   // Whether FP32 GEMMs and convolutions on a GPU may run on TF32 tensor cores (inputs rounded
-  // to 10-bit mantissas): off by default, as in PyTorch since 1.12; summary.json and bench.json
-  // say which. The CPU backend always computes full FP32.
+  // to 10-bit mantissas): off by default for both, as PyTorch's matmuls since 1.12 (PyTorch's
+  // cuDNN convolutions still default to TF32); summary.json and bench.json say which. The CPU
+  // backend always computes full FP32.
   bool tf32 = false;
   LossScaleConfig loss_scale;
   OptimizerConfig optimizer;
@@ -153,6 +154,10 @@ TrainConfig load_train_config(const std::string& path,
 TrainConfig parse_train_config(const std::string& yaml_text, const std::string& origin,
                                const std::string& base_dir,
                                const std::vector<std::string>& overrides = {});
+// The policy `policy` stands for at `precision`: auto is dynamic for fp16 (the one format
+// whose gradients underflow) and none for fp32 and bf16, as PrecisionPolicy's default; the
+// others are themselves.
+std::string effective_loss_scale_policy(const std::string& policy, const std::string& precision);
 // Whether the --set texts `overrides` give `key_path` (dotted keys, no indices:
 // "train.log_every") a value, read as the loader reads them: keys are trimmed, a later text
 // wins, and a map set at a parent path counts if it holds the key ("train={log_every: 5}"

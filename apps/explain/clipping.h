@@ -43,8 +43,8 @@ struct ClippingLesson {
 ClippingLesson run_clipping_lesson(const ClippingSetup& setup = {});
 std::string clipping_text(const ClippingLesson& lesson);
 // Keys: grad, max_norm, scale, scaled_grad, refusal, unscaled_grad, true_norm, clip_factor,
-// plain_factor, correct, correct_norm, scaled_norm, clipped_scaled, wrong_order, wrong_order_norm (vectors as
-// arrays of numbers), steps (the walk-through).
+// plain_factor, correct, correct_norm, scaled_norm, clipped_scaled, wrong_order,
+// wrong_order_norm (vectors as arrays of numbers), steps (the walk-through).
 LessonJson clipping_json(const ClippingLesson& lesson);
 
 std::string explain_clipping();

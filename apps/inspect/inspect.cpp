@@ -70,11 +70,25 @@ std::pair<double, std::string> report_scale(const Session& s, const GradScaler& 
                                       std::to_string(steps) + " steps."};
   }
   if (s.precision.precision == Precision::FP32) {
-    PrecisionPolicy fp16;
-    fp16.precision = Precision::FP16;
-    return {fp16.default_loss_scale()->scale(),
-            "fp32 trains without loss scaling; this is the scale FP16's default (dynamic) "
-            "policy starts with, i.e. what switching to fp16 would do."};
+    // What switching to fp16 would do: this config's loss_scale section at fp16 (auto is
+    // dynamic there, with the section's init_scale).
+    TrainConfig as_fp16 = s.config;
+    as_fp16.precision = "fp16";
+    std::unique_ptr<LossScalePolicy> fp16;
+    try {
+      fp16 = make_loss_scale_policy(as_fp16);
+    } catch (const Error&) {
+      // Settings that only fp16 would check (an init_scale outside [min_scale, max_scale]).
+      return {1.0, "fp32 trains without loss scaling, and this config's loss_scale settings "
+                   "would be refused at fp16, so S = 1."};
+    }
+    if (!fp16->scales_loss()) {
+      return {1.0, "fp32 trains without loss scaling, and this config's loss_scale.policy "
+                   "(none) would not scale at fp16 either, so S = 1."};
+    }
+    return {fp16->scale(), "fp32 trains without loss scaling; this is the scale this config's "
+                           "loss_scale section starts with at fp16 (" + fp16->kind() +
+                               "), i.e. what switching to fp16 would do."};
   }
   const std::string note = s.config.precision + " trains without loss scaling, so S = 1" +
                            (s.precision.precision == Precision::BF16

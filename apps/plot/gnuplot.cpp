@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,7 @@ int run_gnuplot(const std::string& folder, const std::vector<std::string>& args,
     if (null_fd < 0 || err_fd < 0 || chdir(folder.c_str()) != 0) _exit(127);
     dup2(null_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
+    signal(SIGPIPE, SIG_DFL);  // mixprec ignores it (main.cpp); an ignored signal survives exec
     std::vector<char*> argv{const_cast<char*>("gnuplot")};
     for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);

@@ -1,9 +1,10 @@
 #include "apps/train/run_state.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cmath>
 
 #include "apps/checkpoint/tensor_json.h"
-#include "apps/train/run_stats.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -33,6 +34,79 @@ std::string resume_fingerprint(const TrainConfig& config) {
   shared.device = defaults.device;
   shared.debug = defaults.debug;
   return to_yaml(shared);
+}
+
+namespace {
+
+// `map`'s entry `key`, or an undefined node (which, unlike yaml-cpp's look-up of a missing
+// key in a const node, may still be asked anything).
+YAML::Node entry_of(const YAML::Node& map, const std::string& key) {
+  if (map.IsDefined() && map.IsMap()) {
+    for (const auto& entry : map)
+      if (entry.first.as<std::string>() == key) return entry.second;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// Appends to `out` the dotted paths where the fingerprint trees `stored` (a checkpoint's) and
+// `current` (this run's) differ. A key only `current` has is a setting added to mixprec after
+// the checkpoint was written: it differs only when this run moves it from its default (the
+// same path in `defaults`, a default TrainConfig's fingerprint), so checkpoints of earlier
+// versions resume as long as the run leaves new settings alone.
+void fingerprint_differences(const YAML::Node& stored, const YAML::Node& current,
+                             const YAML::Node& defaults, const std::string& path,
+                             std::vector<std::string>& out) {
+  const auto child = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  if (!stored.IsDefined() || !current.IsDefined()) {
+    if (stored.IsDefined() != current.IsDefined()) out.push_back(path);
+    return;
+  }
+  if (stored.IsMap() && current.IsMap()) {
+    for (const auto& entry : current) {
+      const std::string key = entry.first.as<std::string>();
+      const YAML::Node old = entry_of(stored, key);
+      const YAML::Node fallback = entry_of(defaults, key);
+      if (old.IsDefined()) {
+        fingerprint_differences(old, entry.second, fallback, child(key), out);
+      } else if (!fallback.IsDefined() || YAML::Dump(fallback) != YAML::Dump(entry.second)) {
+        out.push_back(child(key));
+      }
+    }
+    for (const auto& entry : stored) {  // a setting this mixprec no longer has
+      const std::string key = entry.first.as<std::string>();
+      if (!entry_of(current, key).IsDefined()) out.push_back(child(key));
+    }
+    return;
+  }
+  if (stored.IsSequence() && current.IsSequence() && stored.size() == current.size()) {
+    for (size_t i = 0; i < current.size(); ++i) {
+      const YAML::Node fallback = defaults.IsDefined() && defaults.IsSequence() &&
+                                          i < defaults.size()
+                                      ? defaults[i]
+                                      : YAML::Node(YAML::NodeType::Undefined);
+      fingerprint_differences(stored[i], current[i], fallback,
+                              path + "[" + std::to_string(i) + "]", out);
+    }
+    return;
+  }
+  if (YAML::Dump(stored) != YAML::Dump(current)) out.push_back(path);
+}
+
+}  // namespace
+
+std::vector<std::string> fingerprint_differences(const std::string& stored,
+                                                 const TrainConfig& config) {
+  YAML::Node old;
+  try {
+    old = YAML::Load(stored);
+  } catch (const YAML::Exception&) {
+    return {"(the checkpoint's fingerprint is not YAML)"};
+  }
+  const TrainConfig defaults;
+  std::vector<std::string> out;
+  fingerprint_differences(old, YAML::Load(resume_fingerprint(config)),
+                          YAML::Load(resume_fingerprint(defaults)), "", out);
+  return out;
 }
 
 nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,
@@ -92,11 +166,17 @@ RunPosition restore_run_state(const nlohmann::json& state, const std::string& pa
   MIXPREC_CHECK(format == kFormat, path, ": state.json has format ", json_excerpt(format),
                 ", expected \"", kFormat, "\"");
   const nlohmann::json& fingerprint = field(state, "fingerprint", path);
-  MIXPREC_CHECK(fingerprint.is_string() && fingerprint.get<std::string>() ==
-                                               resume_fingerprint(config),
-                path, ": this checkpoint was written by a run with another config (model, data, "
-                      "precision, loss scaling, optimizer, schedule, seed, batch size or "
-                      "accumulation differ); resume it with the config.yaml of its run folder");
+  MIXPREC_CHECK(fingerprint.is_string(), path, ": 'fingerprint' must be a string, got ",
+                json_excerpt(fingerprint));
+  const std::vector<std::string> differ =
+      fingerprint_differences(fingerprint.get<std::string>(), config);
+  if (!differ.empty()) {
+    std::string listed;
+    for (size_t i = 0; i < differ.size() && i < 6; ++i) listed += (i ? ", " : "") + differ[i];
+    if (differ.size() > 6) listed += ", ...";
+    MIXPREC_FAIL(path, ": this checkpoint was written by a run with another config (", listed,
+                 " differ); resume it with the config.yaml of its run folder");
+  }
   RunPosition position;
   position.step = integer_field(state, "step", path);
   position.next_batch = integer_field(state, "next_batch", path);
@@ -107,9 +187,10 @@ RunPosition restore_run_state(const nlohmann::json& state, const std::string& pa
   position.train_seconds = seconds.get<double>();
   if (state.contains("recent_losses")) {
     const nlohmann::json& losses = state.at("recent_losses");
-    MIXPREC_CHECK(losses.is_array() && losses.size() <= RunStats::kRecent, path,
-                  ": 'recent_losses' must be an array of at most ", RunStats::kRecent,
-                  " finite numbers, got ", json_excerpt(losses));
+    // Any length: RunStats keeps the last kRecent, whatever window wrote them.
+    MIXPREC_CHECK(losses.is_array(), path,
+                  ": 'recent_losses' must be an array of finite numbers, got ",
+                  json_excerpt(losses));
     for (const nlohmann::json& loss : losses) {
       MIXPREC_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), path,
                     ": 'recent_losses' must hold finite numbers, got ", json_excerpt(loss));

@@ -1,10 +1,9 @@
 // What a checkpoint holds besides the weights (state.json), and restoring it.
 #pragma once
 
-#include <vector>
-
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,8 +16,13 @@ namespace mixprec {
 
 // The settings a resumed run must share with the run that wrote the checkpoint (model, data,
 // precision, loss scaling, optimizer, schedule, seed, batch size, accumulation, clipping),
-// as YAML text; two configs are compatible when their fingerprints are equal.
+// as YAML text; two configs are compatible when fingerprint_differences finds nothing.
 std::string resume_fingerprint(const TrainConfig& config);
+// The settings (dotted paths) where a checkpoint's fingerprint `stored` and `config`'s differ,
+// compared as settings rather than as text: a setting added to mixprec after the checkpoint
+// was written counts as equal while `config` keeps it at its default. Empty: compatible.
+std::vector<std::string> fingerprint_differences(const std::string& stored,
+                                                 const TrainConfig& config);
 
 struct RunPosition {
   int64_t step = 0;        // optimizer steps done (skipped ones included)
@@ -29,8 +33,9 @@ struct RunPosition {
   // started, so that a resumed run keeps the schedule even when it is asked to run longer.
   int64_t schedule_steps = 0;
   // The last finite losses (RunStats::recent_losses), so that summary.json's train_loss of a
-  // resumed run is the mean of the same steps as without the interruption. A state.json
-  // without them (written before they were kept) restores none.
+  // resumed run is the mean of the same steps as without the interruption (any number;
+  // RunStats keeps the last 50). A state.json without them (written before they were kept)
+  // restores none.
   std::vector<double> recent_losses;
 };
 

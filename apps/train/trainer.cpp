@@ -458,7 +458,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       progress.message(text);
     }
     if (save_step) {
-      save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
+      save_checkpoint(checkpoints_dir, step,
+                      checkpoint_data(s, position, stats, *optimizer, scaler),
                       config.checkpoint.keep);
       last_saved = step;
     }
@@ -469,7 +470,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
       for (double value : take_pending_losses()) stats.record_loss(value);  // for the save
       progress.finish();
       if (last_saved != step) {
-        save_checkpoint(checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
+        save_checkpoint(checkpoints_dir, step,
+                        checkpoint_data(s, position, stats, *optimizer, scaler),
                         config.checkpoint.keep);
       }
       throw TrainingInterrupted(interrupt_signal(), step, total_steps, run_dir,
@@ -480,7 +482,8 @@ nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   if (!evaluated) last_eval = evaluate(*s.model, *s.data, s.device, working);
   if (last_saved != position.step) {
     save_checkpoint(checkpoints_dir, position.step,
-                    checkpoint_data(s, position, stats, *optimizer, scaler), config.checkpoint.keep);
+                    checkpoint_data(s, position, stats, *optimizer, scaler),
+                    config.checkpoint.keep);
   }
 
   const double median_s = stats.median_step_seconds();

@@ -1,17 +1,21 @@
 // `mixprec train` and `mixprec eval` as library calls.
 //
-// A run directory holds config.yaml (the resolved config), metrics.jsonl (one JSON object per
-// logged step, every skipped step and every evaluation), summary.json (written at the end),
-// and checkpoints/step_<N>/{model.safetensors, state.json}. Steps are optimizer steps,
+// A run directory holds config.yaml (every setting as given, defaults filled in),
+// metrics.jsonl (one JSON object per logged step, every skipped step and every evaluation),
+// summary.json (written at the end), and checkpoints/step_<N>/{model.safetensors,
+// state.json}. Steps are optimizer steps,
 // counted from 1; a skipped step counts as a step (it consumed its batches) but does not
 // advance the LR schedule.
 //
 // Resume (`resume_dir`): continues the run in that directory from its newest checkpoint. The
 // checkpoint restores the FP32 masters and buffers, the optimizer's buffers and step count,
-// the scaler, the dropout generator and the data position, so on the CPU the weights after N
-// steps are bit-identical to an uninterrupted run of N steps. A checkpoint made with another
-// model, data, precision, optimizer, loss scaling, seed, batch size or accumulation is
-// refused; the step count, logging, evaluation and checkpoint settings may change. Hidden
+// the scaler, the dropout generator, the data position and the recent losses (summary.json's
+// train_loss), so on the CPU the weights after N steps are bit-identical to an uninterrupted
+// run of N steps. A checkpoint made with another model, data, precision (tf32 included),
+// optimizer, loss scaling, seed, batch size or accumulation is refused, naming the settings
+// (run_state.h's fingerprint_differences); a setting added to mixprec since the checkpoint
+// was written is accepted at its default. The step count, logging, evaluation and checkpoint
+// settings may change. Hidden
 // folders that a killed save left in checkpoints/ are cleared first (remove_unfinished_saves).
 //
 // Interrupts (apps/train/interrupt.h): a first SIGINT or SIGTERM lets the step in progress

@@ -113,12 +113,9 @@ std::unique_ptr<LrSchedule> make_schedule(const TrainConfig& config, int64_t tot
 
 std::unique_ptr<LossScalePolicy> make_loss_scale_policy(const TrainConfig& config) {
   const LossScaleConfig& c = config.loss_scale;
-  // auto is the precision's default kind (PrecisionPolicy::default_loss_scale), built from
-  // the config's settings like any other, so that a dynamic scale's init_scale or
-  // growth_interval given with auto is the one the run uses.
-  const std::string policy =
-      c.policy != "auto" ? c.policy
-                         : (make_precision_policy(config).needs_loss_scaling() ? "dynamic" : "none");
+  // auto is built from the config's settings like any other policy, so that a dynamic
+  // scale's init_scale or growth_interval given with auto is the one the run uses.
+  const std::string policy = effective_loss_scale_policy(c.policy, config.precision);
   if (policy == "none") return std::make_unique<NoLossScale>();
   if (policy == "static") return std::make_unique<StaticLossScale>(c.init_scale);
   MIXPREC_CHECK(policy == "dynamic", "loss_scale.policy: expected auto, dynamic, static or "

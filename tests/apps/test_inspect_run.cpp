@@ -243,7 +243,7 @@ TEST_CASE("inspect: a run on a small CNN writes the documented report", "[inspec
   CHECK_THROWS_WITH(run_inspect(options, log), Catch::Contains("already holds an inspect report"));
 }
 
-TEST_CASE("inspect: an fp32 config is reported with FP16's default starting scale",
+TEST_CASE("inspect: an fp32 config is reported with the scale its fp16 run would start with",
           "[inspect]") {
   if (!fashion_mnist_installed()) {
     WARN("Fashion-MNIST is not installed; skipped");
@@ -257,6 +257,16 @@ TEST_CASE("inspect: an fp32 config is reported with FP16's default starting scal
   CHECK(report["steps"] == 0);
   CHECK(read_text(options.out_dir + "/summary.txt").find("fp32 trains without loss scaling") !=
         std::string::npos);
+
+  // The config's own init_scale, as `auto` at fp16 would take it; none stays none.
+  InspectOptions own_scale = tiny_cnn_options(dir, "fp32");
+  own_scale.out_dir = dir / "own-scale";
+  own_scale.overrides.push_back("loss_scale.init_scale=1024");
+  CHECK(run_inspect(own_scale, log)["scale"] == 1024.0);
+  InspectOptions no_scale = tiny_cnn_options(dir, "fp32");
+  no_scale.out_dir = dir / "no-scale";
+  no_scale.overrides.push_back("loss_scale.policy=none");
+  CHECK(run_inspect(no_scale, log)["scale"] == 1.0);
 }
 
 TEST_CASE("inspect: bad input is refused before anything is written", "[inspect]") {

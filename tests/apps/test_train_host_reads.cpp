@@ -579,11 +579,15 @@ TEST_CASE("host reads: an at_log run resumed from its checkpoint equals a per_st
     require_ok(run_cli(as_resume(with_mode(args(run), mode))));
   }
   require_same_runs(dir / "per_step", dir / "at_log");
-  // And the resumed at_log run equals a per_step run straight through, but for the loss
-  // averages (train_loss), which a resumed run starts afresh.
+  // And the resumed at_log run equals a per_step run straight through, but for the log
+  // records' train_loss (the mean since the previous log line), whose window a resumed run
+  // starts afresh. summary.json's train_loss, the last 50 steps, came back with the
+  // checkpoint's recent losses.
   const std::string straight = dir / "straight", resumed = dir / "at_log";
   require_ok(run_cli(with_mode(args(straight), "per_step")));
   require_same_runs(straight, resumed, {"train_loss"});
+  CHECK(read_json(resumed + "/summary.json")["train_loss"] ==
+        read_json(straight + "/summary.json")["train_loss"]);
   CHECK(logged_steps(resumed) == std::vector<int64_t>{1, 4, 5, 6});
   CHECK(read_json(checkpoint_file(resumed, 6, "state.json"))["skipped_steps"] == 1);
   // The weights moved after the checkpoint resumed from.

@@ -149,7 +149,7 @@ class TrainTable(Folder):
                       cuda_graph={"recordings": 1, "replays": 9}),
         ])
         self.assertRegex(lines[1], r"^train gpt fp32 +not run: out of time$")
-        self.assertRegex(lines[2], r"^train gpt fp16 +0\.00 ms/step +0 tokens/s")
+        self.assertRegex(lines[2], r"^train gpt fp16 +n/a ms/step +n/a tokens/s +val_loss n/a$")
         self.assertNotIn("x FP32", lines[2])
         self.assertRegex(lines[3], r"^train gpt bf16 +no summary\.json$")
         self.assertTrue(lines[4].endswith("1 recorded, 9 replayed"), lines[4])
@@ -206,6 +206,9 @@ class BenchTable(Folder):
              "error_message": "no CUDA device"},
             {"name": "BM_CudaAdd/F16/25000000/manual_time", "GB/s": float("nan")},
             {"name": "BM_CudaAmpStep/manual_time", "us/step": 400.0},
+            {"name": "BM_CudaAdd/F32/25000000/manual_time", "GB/s": 0.0},
+            {"name": "BM_ImageBatch/1/real_time", "real_time": float("nan"), "time_unit": "us"},
+            {"name": "BM_ImageBatch/4/real_time", "real_time": 250.4, "time_unit": "us"},
         ]})
         train = self.write_json("train.json", {"runs": [
             train_run("gpt_shakespeare_gpu", "fp16", median_step_ms=8.0)]})
@@ -214,7 +217,10 @@ class BenchTable(Folder):
         self.assertEqual(row["GEMM 4096^3 FP16"], "500.0 TFLOP/s   50.0% of 1000 FP16 peak")
         self.assertEqual(row["GEMM 4096^3 BF16"], "error: no CUDA device")
         self.assertEqual(row["add 25M FP16"], "no GB/s counter")
-        self.assertEqual(row["add 25M FP32"], "not run")
+        self.assertEqual(row["add 25M FP32"], "no GB/s counter")  # 0 GB/s is no figure
+        self.assertEqual(row["CNN batch of 512 built, 1 thread"], "no real_time")
+        self.assertEqual(row["CNN batch of 512 built, 4 threads"], "250 us/batch on the host")
+        self.assertEqual(row["c_fc+gelu fwd+bwd, composed"], "not run")
         self.assertEqual(row["amp + AdamW tail, GPT, FP16"],
                          "400 us/step    5.0% of the 8.00 ms FP16 GPT step")
         self.assertEqual(len(lines), len(report.BENCH_ROWS))
@@ -231,7 +237,8 @@ class Gather(Folder):
         tsv = self.write_text("runs.tsv",
                               f"gpt\tfp16\tok\t{run_dir}\t{log}\t{profile}\n"
                               "gpt\tfp32\tnot run: out of time\t\t\t\n"
-                              f"gpt\tbf16\texit 1\t{self.path('gone')}\t{self.path('gone.log')}\t\n")
+                              f"gpt\tbf16\texit 1\t{self.path('gone')}\t"
+                              f"{self.path('gone.log')}\t\n")
         report.gather_train(tsv, self.path("train.json"))
         with open(self.path("train.json")) as f:
             runs = json.load(f)["runs"]

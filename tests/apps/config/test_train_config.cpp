@@ -571,6 +571,15 @@ TEST_CASE("config: overrides create missing sections", "[config]") {
   CHECK(c.device == "cuda");
 }
 
+TEST_CASE("config: auto is dynamic for fp16 and none otherwise", "[config]") {
+  using mixprec::effective_loss_scale_policy;
+  CHECK(effective_loss_scale_policy("auto", "fp16") == "dynamic");
+  CHECK(effective_loss_scale_policy("auto", "fp32") == "none");
+  CHECK(effective_loss_scale_policy("auto", "bf16") == "none");
+  for (const std::string policy : {"dynamic", "static", "none"})
+    CHECK(effective_loss_scale_policy(policy, "bf16") == policy);
+}
+
 TEST_CASE("config: overrides_set_key reads the texts as the loader does", "[config]") {
   using mixprec::overrides_set_key;
   const std::string key = "train.log_every";
