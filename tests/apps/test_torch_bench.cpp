@@ -182,10 +182,6 @@ TEST_CASE("torch bench: a tiny cnn config gives plausible bench.json rows", "[ap
 
 TEST_CASE("torch bench: a tiny gpt config reports tokens and no accuracy", "[apps][torch]") {
   if (!mixprec_test::python_available(kBenchModules)) return;
-  if (!fs::exists(shakespeare_path())) {
-    WARN("tiny shakespeare is not at " << shakespeare_path().string() << "; skipped");
-    return;
-  }
   ScratchDir dir("torch-bench-gpt");
   const std::string out = dir / "bench";
   // The shipped config, shrunk: 8 windows of 16 tokens a step.

@@ -200,10 +200,6 @@ TEST_CASE("torch check: a cnn_fashion checkpoint computes the same in torch", "[
 TEST_CASE("torch check: gpt checkpoints compute the same in torch, tampering is caught",
           "[apps][torch]") {
   if (!mixprec_test::python_available(kCheckModules)) return;
-  if (!fs::exists(shakespeare_path())) {
-    WARN("tiny shakespeare is not at " << shakespeare_path().string() << "; skipped");
-    return;
-  }
 
   SECTION("biases, untied lm_head; a changed gradient exits 1, a missing tensor exits 2") {
     ScratchDir dir("torch-gpt");

@@ -355,10 +355,6 @@ TEST_CASE("host reads: a skipped first update leaves the momentum to the first t
 
 TEST_CASE("host reads: a GPT with an Inf loss under warmup and cosine is identical at log steps",
           "[apps][train]") {
-  if (!fs::exists(shakespeare_path())) {
-    WARN("tiny shakespeare not found at " << shakespeare_path() << "; skipped");
-    return;
-  }
   ScratchDir dir("host-reads-gpt");
   train_both_ways(dir, [&](const std::string& out) {
     return gpt_args(out, {"--set", "debug.inject_nonfinite={step: 3, tensor: loss}"});

@@ -149,10 +149,6 @@ TEST_CASE("resume: fp32 and bf16 with accumulation are bit-identical", "[apps][t
 }
 
 TEST_CASE("resume: a bf16 GPT with dropout is bit-identical", "[apps][train]") {
-  if (!fs::exists(shakespeare_path())) {
-    WARN("tiny shakespeare not found at " << shakespeare_path() << "; skipped");
-    return;
-  }
   ScratchDir dir("resume-gpt");
   const std::string straight = dir / "straight", resumed = dir / "resumed";
   require_ok(run_cli(gpt_args(straight, 6)));
@@ -166,10 +162,6 @@ TEST_CASE("resume: a bf16 GPT with dropout is bit-identical", "[apps][train]") {
 }
 
 TEST_CASE("resume refuses a checkpoint of another config", "[apps][train]") {
-  if (!fs::exists(shakespeare_path())) {
-    WARN("tiny shakespeare not found; skipped");
-    return;
-  }
   ScratchDir dir("resume-mismatch");
   const std::string run = dir / "run";
   require_ok(run_cli(gpt_args(run, 3)));

@@ -32,9 +32,8 @@ inline std::string config_path(const char* name) { return (repo_root() / "config
 inline bool fashion_mnist_installed() {
   return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }
-inline fs::path shakespeare_path() {
-  return repo_root().parent_path() / "shared" / "data" / "tinyshakespeare" / "input.txt";
-}
+// The corpus of the GPT configs, shipped in the repository (data/README.md).
+inline fs::path shakespeare_path() { return repo_root() / "data" / "tinyshakespeare" / "input.txt"; }
 
 using mixprec_test::ScratchDir;
 using mixprec_test::read_jsonl;
