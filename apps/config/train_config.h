@@ -94,11 +94,11 @@ struct TrainLoopConfig {
   // After this many skipped steps in a row (overflows, non-finite losses, input batches with
   // Inf/NaN) the run stops with a diagnostic, exit code 3; 0 = never stop.
   int64_t max_consecutive_skips = 100;
-  // When the host learns each step's outcome (skipped or not, the scale, the clip norm):
-  // "per_step" reads it after every step (GradScaler::step/update); "at_log" decides it on
-  // the device and reads it only at log, eval and checkpoint steps (amp/deferred_steps.h),
-  // so a GPU never waits between them; "auto" is at_log on a GPU and per_step on the CPU,
-  // where reading costs nothing.
+  // When the host learns each step's outcome (skipped or not, the scale, the clip norm), which
+  // is decided on the device either way (amp/deferred_steps.h): "per_step" reads it after
+  // every step; "at_log" only at log, eval and checkpoint steps, so a GPU never waits between
+  // them; "auto" is at_log on a GPU and per_step on the CPU, where reading costs nothing.
+  // The weights are the same bits in every mode.
   std::string host_reads = "auto";
   // On a GPU with deferred steps (host_reads at_log or auto): the step is recorded as a CUDA
   // graph once per window between two host reads and replayed for the window's other steps,

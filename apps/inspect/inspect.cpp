@@ -42,20 +42,25 @@ struct TrainedSteps {
   int64_t skipped = 0;
 };
 
-// `steps` optimizer steps of the configured run, as the trainer takes them
-// (take_optimizer_step), with the LR schedule of the whole configured run.
+// `steps` optimizer steps of the configured run, as the trainer takes them (take_step, each
+// resolved at once), with the LR schedule of the whole configured run.
 TrainedSteps train_steps(Session& s, Optimizer& optimizer, GradScaler& scaler, int64_t steps) {
   const TrainConfig& config = s.config;
   const std::unique_ptr<LrSchedule> schedule =
       make_schedule(config, total_optimizer_steps(config, *s.data));
   optimizer.set_lr(schedule->lr_at(optimizer.steps_taken()));
+  DeferredSteps deferred(scaler, optimizer);
   TrainedSteps done;
   for (int64_t step = 0; step < steps; ++step) {
     std::vector<Batch> batches;
     for (int64_t micro = 0; micro < config.train.accumulation_steps; ++micro)
       batches.push_back(s.data->train_batch(done.next_batch++));
-    if (!take_optimizer_step(s, optimizer, scaler, *schedule, batches).result.stepped())
+    take_step(s, optimizer, deferred, *schedule, batches);
+    if (deferred.resolve().front().result.stepped()) {
+      optimizer.set_lr(schedule->lr_at(optimizer.steps_taken()));
+    } else {
       ++done.skipped;
+    }
   }
   optimizer.zero_grad();
   return done;

@@ -1,8 +1,9 @@
 // One optimizer step of a configured run, as `mixprec train` and `mixprec inspect` take it:
-// zero the gradients, run each microbatch forward and its scaled loss backward (the scaler
-// weighs microbatches by their sizes under gradient accumulation), unscale and clip when
-// train.clip_grad_norm is set, step or skip through the scaler, update the scale, and move the
-// learning rate on when the step was taken.
+// zero the gradients, run each microbatch forward and its scaled loss backward (weighted by
+// its share of the step's samples under gradient accumulation), unscale, clip when
+// train.clip_grad_norm is set, and queue the update with its skip and the scale update, all
+// decided on the device (amp/deferred_steps.h). The host learns the outcome at
+// DeferredSteps::resolve(), after this step or after a window of them.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "amp/deferred_steps.h"
-#include "amp/grad_scaler.h"
 #include "apps/data/batch.h"
 #include "apps/train/session.h"
 #include "optim/lr_schedule.h"
@@ -30,25 +30,13 @@ struct StepHooks {
   bool eager_only = false;
 };
 
-struct StepOutcome {
-  StepResult result;
-  StepTelemetry telemetry;
-  // F32 scalar on the device: the microbatch losses weighted by their sizes; read it only
-  // when needed, since on a GPU reading waits for the device.
-  Tensor loss;
-};
-
-// `batches` holds the step's microbatches (train.accumulation_steps of them, at least one).
-StepOutcome take_optimizer_step(Session& s, Optimizer& optimizer, GradScaler& scaler,
-                                const LrSchedule& schedule, const std::vector<Batch>& batches,
-                                const StepHooks& hooks = {});
-
-// The same step with the outcome decided on the device (amp/deferred_steps.h): queues it
-// and returns its loss (as StepOutcome::loss); what happened is known after
-// deferred.resolve(), which also sets nothing on the optimizer's lr: after resolving, the
-// caller sets lr = schedule.lr_at(steps_taken()) when any step was taken.
-Tensor take_deferred_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
-                          const LrSchedule& schedule, const std::vector<Batch>& batches,
-                          const StepHooks& hooks = {});
+// Queues the step for `batches` (its microbatches, train.accumulation_steps of them, at
+// least one) and returns its loss: an F32 scalar on the device, the microbatch losses weighted
+// by their sizes; read it only when needed, since on a GPU reading waits for the device. It
+// sets nothing on the optimizer's lr: after resolving, the caller sets
+// lr = schedule.lr_at(steps_taken()) when any step was taken.
+Tensor take_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
+                 const LrSchedule& schedule, const std::vector<Batch>& batches,
+                 const StepHooks& hooks = {});
 
 }  // namespace mixprec

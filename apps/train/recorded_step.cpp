@@ -99,7 +99,7 @@ void RecordedStep::record(int64_t step, const StepHooks& hooks) {
   const std::vector<std::vector<double>> before = host_buffers();
   try {
     graphs_->record(
-        [&] { loss_ = take_deferred_step(s_, optimizer_, deferred_, schedule_, fixed_, hooks); },
+        [&] { loss_ = take_step(s_, optimizer_, deferred_, schedule_, fixed_, hooks); },
         recorded_base_);
   } catch (const std::exception& e) {
     MIXPREC_FAIL("train.cuda_graph: recording step ", step, " failed: ", e.what(),

@@ -1,4 +1,4 @@
-// train.cuda_graph: the deferred training step (take_deferred_step) recorded once per window,
+// train.cuda_graph: the deferred training step (take_step) recorded once per window,
 // the steps between two host reads, and replayed for the window's other steps
 // (core/step_graphs.h; a CUDA graph on a GPU), so that a step costs the host one launch
 // instead of one per kernel. The steps are those of the run without it, bit for bit.
@@ -7,7 +7,7 @@
 // - The microbatches are copied into fixed device tensors that the recording reads (index
 //   tensors keep their bounds, so the index checks need no device read).
 // - Without a recording in this window: once the optimizer's buffers all exist
-//   (Optimizer::deferred_state_ready), take_deferred_step runs as the recording's body (its
+//   (Optimizer::deferred_state_ready), take_step runs as the recording's body (its
 //   host bookkeeping counts this step; nothing runs on the device then), and the recording
 //   is replayed once; before that, take() returns nullopt and the caller takes the step
 //   eagerly.

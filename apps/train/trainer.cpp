@@ -76,7 +76,8 @@ struct UnresolvedStep {
   int64_t next_batch = 0;
 };
 
-// train.host_reads: "auto" reads at log steps on a GPU, where each read waits for the device.
+// train.host_reads: "auto" reads at log steps on a GPU, where each read waits for the device;
+// otherwise (per_step) every step is resolved as soon as it is taken.
 bool reads_at_log_steps(const TrainConfig& config, Device device) {
   if (config.train.host_reads == "auto") return !device.is_cpu();
   return config.train.host_reads == "at_log";
@@ -128,405 +129,483 @@ void require_run_folder(const std::string& dir) {
                 "checkpoints/); give the folder that `mixprec train --out` wrote");
 }
 
+
+// One run of `mixprec train`, its phases as methods: the constructor prepares (checks
+// everything, restores a checkpoint, writes the run folder's config.yaml and the header),
+// step() takes one optimizer step with its log records, evaluation and checkpoint, finish()
+// evaluates, saves and writes summary.json.
+//
+// Every step takes one path: its outcome (skipped or not, the scale, the clip norm) is
+// decided on the device (amp/deferred_steps.h), and the host reads what happened at the
+// next resolve. With train.host_reads per_step (auto on the CPU) each step is resolved at
+// once, a window of one; at_log leaves them on the device until a log, eval or checkpoint
+// step. train.cuda_graph records the same step and replays it (apps/train/recorded_step.h).
+// Only a step skipped for its input (NonfiniteGuard) never reaches the device.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainOptions& options, std::ostream& log);
+  bool done() const { return position_.step >= total_steps_; }
+  void step();
+  nlohmann::json finish();
+
+ private:
+  void restore_or_check_fresh();
+  void write_run_folder();
+  void start_step_path();
+  // The phases of step(): take the step on the device or skip it for its input, then finish
+  // what is known of it.
+  void take(int64_t step, const std::vector<Batch>& batches, const UnresolvedStep& current,
+            const Clock::time_point& start, bool resolve_now);
+  void skip_for_input(StepResult result, UnresolvedStep current,
+                      const Clock::time_point& start);
+  void resolve();
+  // Everything the loop does with a step whose outcome is known: the skip count, the stop
+  // check, the step event, the metrics record and the progress line. Returns true when the
+  // run must stop.
+  bool finish_step(const UnresolvedStep& done, StepResult& result, StepTelemetry& telemetry,
+                   bool loss_read, bool bad_input);
+  void notify(const UnresolvedStep& done, const StepResult& result,
+              const StepTelemetry& telemetry, bool loss_known);
+  void log_step(const UnresolvedStep& done, const StepResult& result,
+                const StepTelemetry& telemetry, double throughput);
+  void show_progress(const UnresolvedStep& done, const StepResult& result,
+                     const StepTelemetry& telemetry, double throughput);
+  void evaluate(int64_t step);
+  void checkpoint(int64_t step);
+  // Saves the last applied weights (with the data position after the skips) and throws
+  // TrainingStopped.
+  [[noreturn]] void stop_at(int64_t step);
+  // An interrupt stops the run after `step`, with it saved; one during the last step does
+  // not, as the run is then complete.
+  void stop_if_interrupted(int64_t step, bool last);
+  bool is_log_step(int64_t step) const {
+    return step % config_.train.log_every == 0 || step == total_steps_ || step == 1;
+  }
+  CheckpointData checkpoint_state() const {
+    return checkpoint_data(s_, position_, stats_, *optimizer_, scaler_);
+  }
+
+  const TrainOptions& options_;
+  InterruptGuard interrupts_;  // SIGINT/SIGTERM: finish the step, save, throw (interrupt.h)
+  Session s_;
+  const TrainConfig& config_;
+  const bool resuming_;
+  std::string run_dir_;
+  std::string checkpoints_dir_;
+  std::unique_ptr<Optimizer> optimizer_;
+  GradScaler scaler_;
+  const bool classification_;
+  const int64_t tokens_per_sample_;  // throughput unit: samples or tokens
+  const int64_t samples_per_step_;
+  int64_t total_steps_ = 0;
+  RunPosition position_;
+  RunStats stats_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::optional<NonfiniteGuard> guard_;
+  std::optional<MetricsLog> metrics_;
+  Progress progress_;
+  std::optional<AnomalyModeGuard> anomaly_;
+  // The worker scans each batch's inputs, casts them to the working dtype and uploads them
+  // to the device, off this thread.
+  std::optional<Prefetcher> batches_;
+  std::optional<DeferredSteps> deferred_;
+  std::optional<RecordedStep> recorded_;
+  bool window_of_one_ = true;  // train.host_reads: resolve every step
+  std::vector<UnresolvedStep> unresolved_;
+  std::vector<Tensor> pending_losses_;  // losses of the steps since they were last read
+  Clock::time_point window_start_;
+  double step_loss_ = std::numeric_limits<double>::quiet_NaN();  // the last loss read
+  int64_t loss_step_ = 0;  // the step it belongs to
+  uint64_t syncs_at_start_ = 0;
+  uint64_t syncs_at_last_log_ = 0;
+  int64_t step_at_last_log_ = 0;
+  int64_t first_step_ = 0;
+  int64_t last_saved_ = -1;
+  EvalResult last_eval_;
+  bool evaluated_ = false;
+};
+
+TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log)
+    : options_(options),
+      s_(open_session(options.config_path, options.overrides)),
+      config_(s_.config),
+      resuming_(!options.resume_dir.empty()),
+      optimizer_(make_optimizer(config_, s_.params)),
+      scaler_(make_loss_scale_policy(config_)),
+      classification_(s_.data->is_classification()),
+      tokens_per_sample_(classification_ ? 1 : config_.model.gpt.block_size),
+      samples_per_step_(config_.train.batch_size * config_.train.accumulation_steps),
+      progress_(log, options.progress_bar) {
+  MIXPREC_CHECK(!resuming_ || options.out_dir.empty() || options.out_dir == options.resume_dir,
+                "--resume continues the run in its own folder; drop --out or make it equal");
+  run_dir_ = resuming_ ? options.resume_dir
+             : !options.out_dir.empty() ? options.out_dir
+                                        : default_run_dir(config_.name);
+  checkpoints_dir_ = (fs::path(run_dir_) / "checkpoints").string();
+  total_steps_ = total_optimizer_steps(config_, *s_.data);
+  position_.schedule_steps = total_steps_;
+  restore_or_check_fresh();
+  stats_.restore_recent_losses(position_.recent_losses);
+  schedule_ = make_schedule(config_, position_.schedule_steps);
+  optimizer_->set_lr(schedule_->lr_at(optimizer_->steps_taken()));
+  guard_.emplace(config_, s_.params, *s_.data, total_steps_);
+  if (resuming_) guard_->resume_from(scaler_, position_.step);
+  probe_model_and_data(s_, position_.next_batch);
+  if (interrupt_signal() != 0) {
+    throw TrainingInterrupted(interrupt_signal(), position_.step, total_steps_, run_dir_, "");
+  }
+  // Everything is checked; from here on the run directory is written.
+  write_run_folder();
+  anomaly_.emplace(config_.debug.detect_anomaly);
+  batches_.emplace(*s_.data, position_.next_batch, s_.device, s_.precision.working_dtype());
+  start_step_path();
+  syncs_at_start_ = device_host_syncs(s_.device);
+  syncs_at_last_log_ = syncs_at_start_;
+  step_at_last_log_ = position_.step;
+  first_step_ = position_.step;
+  last_saved_ = resuming_ ? position_.step : -1;
+}
+
+void TrainingRun::restore_or_check_fresh() {
+  if (!resuming_) {
+    require_fresh_run_dir(run_dir_);
+    return;
+  }
+  require_run_folder(run_dir_);
+  remove_unfinished_saves(checkpoints_dir_);  // what a killed save left, before choosing
+  const LoadedCheckpoint checkpoint = load_checkpoint(run_dir_);
+  load_model_weights(s_, checkpoint.model, checkpoint.path);
+  position_ = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config_,
+                                *optimizer_, scaler_, *s_.dropout_gen);
+  MIXPREC_CHECK(position_.step < total_steps_, "--resume ", run_dir_,
+                ": its newest checkpoint is at step ", position_.step, " and this run has ",
+                total_steps_,
+                " steps, so there is nothing left to do; raise train.steps to continue it");
+}
+
+void TrainingRun::write_run_folder() {
+  std::error_code fs_error;
+  fs::create_directories(run_dir_, fs_error);
+  MIXPREC_CHECK(!fs_error && fs::is_directory(run_dir_, fs_error),
+                "cannot create the run folder '", run_dir_,
+                "': ", fs_error ? fs_error.message() : "a file of that name exists");
+  const std::string config_text = to_yaml(config_);
+  write_file_atomic((fs::path(run_dir_) / "config.yaml").string(), config_text.data(),
+                    config_text.size());
+  metrics_.emplace(run_dir_, resuming_ ? position_.step : -1);
+  progress_.message("run " + run_dir_ + ": " + s_.data->describe() + "; " +
+                    std::to_string(s_.model->parameter_count()) + " parameters on " +
+                    s_.device.str() + "; " + s_.precision.describe() + "; loss scale " +
+                    scaler_.policy().kind() + "; " + schedule_->describe());
+  if (resuming_) {
+    std::string text = "resumed at step " + std::to_string(position_.step) + " of " +
+                       std::to_string(total_steps_);
+    if (position_.schedule_steps != total_steps_ && config_.schedule.type == "cosine" &&
+        config_.schedule.decay_steps == 0) {
+      text += "; the cosine schedule keeps the length of the run that started it (" +
+              std::to_string(position_.schedule_steps) + " steps)";
+    }
+    progress_.message(text);
+  }
+  if (!resuming_ && config_.checkpoint.save_initial) {
+    save_checkpoint(checkpoints_dir_, 0, checkpoint_state(), config_.checkpoint.keep);
+  }
+}
+
+void TrainingRun::start_step_path() {
+  window_of_one_ = !reads_at_log_steps(config_, s_.device);
+  deferred_.emplace(scaler_, *optimizer_);
+  if (!config_.train.cuda_graph) return;
+  // A recording pays off over a window of steps; with a window of one it would be made anew
+  // at every step.
+  std::unique_ptr<StepGraphs> graphs;
+  if (!window_of_one_) graphs = backend_for(s_.device).make_step_graphs();
+  MIXPREC_CHECK(graphs != nullptr, "train.cuda_graph records the deferred step on a GPU, "
+                "and this run trains on ", s_.device, " (device: ", config_.device,
+                "); set train.cuda_graph: false or train on a GPU");
+  recorded_.emplace(s_, *optimizer_, *deferred_, *schedule_, std::move(graphs));
+}
+
+void TrainingRun::step() {
+  const Clock::time_point start = Clock::now();
+  const int64_t step = position_.step + 1;
+  // Every microbatch of the step is checked on the host before any reaches the model, so a
+  // bad one skips the step without a forward pass; the data position advances either way.
+  std::vector<Batch> step_batches;
+  for (int64_t micro = 0; micro < config_.train.accumulation_steps; ++micro)
+    step_batches.push_back(batches_->next());
+  // Steps still on the device are finished before a step skipped for its input, in order.
+  if (guard_->input_is_bad(step, step_batches)) resolve();
+  position_.next_batch += config_.train.accumulation_steps;
+  position_.step = step;
+  const std::optional<StepResult> bad_input = guard_->begin_step(step, step_batches);
+  const bool last = step == total_steps_;
+  const bool eval_step =
+      (config_.train.eval_every > 0 && step % config_.train.eval_every == 0) || last;
+  const bool save_step =
+      (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last;
+  const UnresolvedStep current{step, 0.0, optimizer_->lr(), position_.next_batch};
+  if (bad_input) {
+    skip_for_input(*bad_input, current, start);
+  } else {
+    take(step, step_batches, current, start, eval_step || save_step);
+  }
+  if (eval_step) evaluate(step);
+  if (save_step) checkpoint(step);
+  stop_if_interrupted(step, last);
+}
+
+void TrainingRun::take(int64_t step, const std::vector<Batch>& batches,
+                       const UnresolvedStep& current, const Clock::time_point& start,
+                       bool resolve_now) {
+  StepHooks hooks;
+  hooks.loss = [this, step](int64_t micro, const Tensor& loss) {
+    return guard_->loss(step, micro, loss);
+  };
+  hooks.gradients = [this, step] { guard_->gradients(step); };
+  hooks.eager_only = guard_->injects_at(step);
+  if (unresolved_.empty()) window_start_ = start;
+  std::optional<Tensor> loss;
+  if (recorded_) loss = recorded_->take(step, batches, hooks);
+  pending_losses_.push_back(
+      loss ? *loss : take_step(s_, *optimizer_, *deferred_, *schedule_, batches, hooks));
+  unresolved_.push_back(current);
+  // The host reads only where it must: every step with a window of one; otherwise log, eval
+  // and checkpoint steps, an interrupt (which saves), a full table of pending steps, and for
+  // train.max_consecutive_skips: after every step while steps are being skipped, and at
+  // least every that many steps, so that a run of skips starting between reads reaches the
+  // limit no later than at the next read, and the run stops at the step a window of one
+  // stops at.
+  const int64_t skip_limit = config_.train.max_consecutive_skips;
+  if (window_of_one_ || resolve_now || is_log_step(step) || interrupt_signal() != 0 ||
+      deferred_->full() || guard_->skipped_in_a_row() > 0 ||
+      (skip_limit > 0 && static_cast<int64_t>(unresolved_.size()) >= skip_limit))
+    resolve();
+}
+
+void TrainingRun::skip_for_input(StepResult result, UnresolvedStep current,
+                                 const Clock::time_point& start) {
+  // Inputs that skip the step leave the learning rate where it is, as a skipped step does.
+  // The steps before it were resolved (step()), so there is no loss left to read.
+  StepTelemetry telemetry = guard_->input_skip_telemetry(scaler_, result);
+  loss_step_ = current.step;
+  current.seconds = seconds_since(start);
+  current.lr_after = optimizer_->lr();
+  if (finish_step(current, result, telemetry, true, true)) stop_at(current.step);
+}
+
+// Reads what the pending steps did (losses, flags, clip norms: a wait or three for all of
+// them), finishes them in step order and stops the run if the last one ends a run of
+// max_consecutive_skips skips. The host ran ahead of the device, so a step's own wall time
+// says little; each is timed as an equal share of the window from the first one's start to
+// the end of the wait.
+void TrainingRun::resolve() {
+  if (unresolved_.empty()) return;
+  // Recorded one by one below, so that each step's train_loss window holds only the losses
+  // up to it.
+  const std::vector<double> losses = read_scalars(pending_losses_);
+  pending_losses_.clear();
+  std::vector<ResolvedStep> resolved = deferred_->resolve();
+  // The recording's learning rates and step counts were those of the window just ended.
+  if (recorded_) recorded_->end_window();
+  MIXPREC_CHECK(resolved.size() == unresolved_.size() && losses.size() == resolved.size(),
+                "internal: ", resolved.size(), " deferred steps resolved for ",
+                unresolved_.size(), " taken");
+  const double share = seconds_since(window_start_) / static_cast<double>(unresolved_.size());
+  // Each step's record shows the rate after it, as the schedule gives it for the steps
+  // taken by then.
+  int64_t taken = 0;
+  for (const ResolvedStep& r : resolved) taken += r.result.stepped() ? 1 : 0;
+  const int64_t taken_before = optimizer_->steps_taken() - taken;
+  const double lr_before = optimizer_->lr();
+  if (taken > 0) optimizer_->set_lr(schedule_->lr_at(optimizer_->steps_taken()));
+  bool stop = false;
+  int64_t taken_so_far = 0;
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    UnresolvedStep& done = unresolved_[i];
+    done.seconds = share;
+    taken_so_far += resolved[i].result.stepped() ? 1 : 0;
+    done.lr_after = taken_so_far > 0 ? schedule_->lr_at(taken_before + taken_so_far) : lr_before;
+    step_loss_ = losses[i];
+    loss_step_ = done.step;
+    stats_.record_loss(step_loss_);
+    stop = finish_step(done, resolved[i].result, resolved[i].telemetry, true, false) || stop;
+  }
+  const int64_t last = unresolved_.back().step;
+  unresolved_.clear();
+  if (stop) stop_at(last);
+}
+
+bool TrainingRun::finish_step(const UnresolvedStep& done, StepResult& result,
+                              StepTelemetry& telemetry, bool loss_read, bool bad_input) {
+  if (result.skipped()) ++position_.skipped_steps;
+  const bool loss_known = loss_read && !bad_input;
+  const bool stop_run = guard_->finish_step(
+      done.step, result, telemetry, loss_known ? std::optional<double>(step_loss_) : std::nullopt);
+  position_.train_seconds += done.seconds;
+  stats_.record_time(done.seconds);
+  notify(done, result, telemetry, loss_known);
+  const double step_time = stats_.recent_step_seconds();
+  const double throughput =
+      step_time > 0 ? static_cast<double>(samples_per_step_ * tokens_per_sample_) / step_time
+                    : 0;
+  // Skipped steps are log steps, so a skipped step's own loss has been read.
+  const bool log = is_log_step(done.step) || result.skipped();
+  if (log) log_step(done, result, telemetry, throughput);
+  if (progress_.bar() || log) show_progress(done, result, telemetry, throughput);
+  return stop_run;
+}
+
+void TrainingRun::notify(const UnresolvedStep& done, const StepResult& result,
+                         const StepTelemetry& telemetry, bool loss_known) {
+  if (!options_.on_step) return;
+  StepEvent event;
+  event.step = done.step;
+  event.seconds = done.seconds;
+  event.train_seconds = position_.train_seconds;
+  event.scale = telemetry.scale;
+  event.next_scale = telemetry.next_scale;
+  event.skipped = result.skipped();
+  if (event.skipped) event.skip_reason = result.reason;
+  event.loss = loss_known ? step_loss_ : std::numeric_limits<double>::quiet_NaN();
+  options_.on_step(event);
+}
+
+void TrainingRun::log_step(const UnresolvedStep& done, const StepResult& result,
+                           const StepTelemetry& telemetry, double throughput) {
+  nlohmann::json record = telemetry.to_json();
+  record["event"] = "step";
+  record["step"] = done.step;
+  record["loss"] = std::isfinite(step_loss_) ? nlohmann::json(step_loss_)
+                                             : nlohmann::json(std::to_string(step_loss_));
+  const std::optional<double> window_loss = stats_.take_window_loss();
+  record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
+  record["lr"] = done.lr_after;
+  record["step_ms"] = done.seconds * 1000.0;
+  record["elapsed_s"] = position_.train_seconds;
+  record["epoch"] = (done.next_batch - 1) / s_.data->batches_per_epoch();
+  record[classification_ ? "samples_per_s" : "tokens_per_s"] = throughput;
+  if (!s_.device.is_cpu()) {
+    const uint64_t syncs = device_host_syncs(s_.device);
+    record["host_syncs_per_step"] = static_cast<double>(syncs - syncs_at_last_log_) /
+                                    static_cast<double>(done.step - step_at_last_log_);
+    syncs_at_last_log_ = syncs;
+    step_at_last_log_ = done.step;
+  }
+  guard_->annotate(record);
+  metrics_->write(record);
+  if (result.skipped()) {
+    progress_.message("step " + std::to_string(done.step) + " skipped: " + result.reason);
+  }
+}
+
+void TrainingRun::show_progress(const UnresolvedStep& done, const StepResult& result,
+                                const StepTelemetry& telemetry, double throughput) {
+  ProgressLine line;
+  line.step = done.step;
+  line.total = total_steps_;
+  line.loss = step_loss_;
+  line.loss_step = loss_step_;
+  line.scale = telemetry.next_scale;
+  line.lr = done.lr_after;
+  line.throughput = throughput;
+  line.unit = classification_ ? "samples/s" : "tokens/s";
+  line.eta_s = stats_.recent_step_seconds() * static_cast<double>(total_steps_ - done.step);
+  line.skipped = result.skipped();
+  progress_.step(line);
+}
+
+void TrainingRun::evaluate(int64_t step) {
+  last_eval_ = mixprec::evaluate(*s_.model, *s_.data, s_.device, s_.precision.working_dtype());
+  evaluated_ = true;
+  metrics_->write(eval_record(step, last_eval_, classification_));
+  char text[128];
+  std::snprintf(text, sizeof text, "eval at step %lld: val_loss %.4f%s",
+                static_cast<long long>(step), last_eval_.loss,
+                classification_
+                    ? (", val_accuracy " + std::to_string(last_eval_.accuracy)).c_str()
+                    : "");
+  progress_.message(text);
+}
+
+void TrainingRun::checkpoint(int64_t step) {
+  save_checkpoint(checkpoints_dir_, step, checkpoint_state(), config_.checkpoint.keep);
+  last_saved_ = step;
+}
+
+void TrainingRun::stop_at(int64_t step) {
+  progress_.finish();
+  const std::string saved =
+      save_checkpoint(checkpoints_dir_, step, checkpoint_state(), config_.checkpoint.keep);
+  guard_->stop(step, scaler_, saved, *metrics_);  // writes the "stopped" record, throws
+}
+
+void TrainingRun::stop_if_interrupted(int64_t step, bool last) {
+  if (interrupt_signal() == 0 || last) return;
+  resolve();
+  progress_.finish();
+  if (last_saved_ != step) checkpoint(step);
+  throw TrainingInterrupted(interrupt_signal(), step, total_steps_, run_dir_,
+                            checkpoint_folder(checkpoints_dir_, step));
+}
+
+nlohmann::json TrainingRun::finish() {
+  progress_.finish();
+  if (!evaluated_) {
+    last_eval_ = mixprec::evaluate(*s_.model, *s_.data, s_.device, s_.precision.working_dtype());
+  }
+  if (last_saved_ != position_.step) checkpoint(position_.step);
+
+  const double median_s = stats_.median_step_seconds();
+  const std::optional<double> train_loss = stats_.recent_loss();
+  nlohmann::json summary{
+      {"name", config_.name},
+      {"run_dir", run_dir_},
+      {"steps", position_.step},
+      {"skipped_steps", position_.skipped_steps},
+      {"final_scale", scaler_.scale_value()},
+      {"train_loss", train_loss ? nlohmann::json(*train_loss) : nlohmann::json(nullptr)},
+      {"val_loss", last_eval_.loss},
+      {"median_step_ms", median_s * 1000.0},
+      {"train_seconds", position_.train_seconds},
+      {"precision", config_.precision},
+      {"tf32", config_.tf32},
+      {"device", s_.device.str()},
+      {"parameters", s_.model->parameter_count()},
+      {"batch_size", config_.train.batch_size},
+      {"accumulation_steps", config_.train.accumulation_steps},
+  };
+  if (!s_.device.is_cpu() && position_.step > first_step_) {
+    // Evaluations and checkpoints wait for the device too; they are counted in.
+    summary["host_syncs_per_step"] =
+        static_cast<double>(device_host_syncs(s_.device) - syncs_at_start_) /
+        static_cast<double>(position_.step - first_step_);
+  }
+  if (recorded_) {
+    // Steps taken by a replay; a recording is made once per window (and its step replayed).
+    summary["cuda_graph"] = {{"recordings", recorded_->recordings()},
+                             {"replays", recorded_->replays()}};
+  }
+  const double per_s =
+      median_s > 0 ? static_cast<double>(samples_per_step_) / median_s : 0.0;
+  if (classification_) {
+    summary["val_accuracy"] = last_eval_.accuracy;
+    summary["samples_per_s"] = per_s;
+  } else {
+    summary["tokens_per_s"] = per_s * static_cast<double>(tokens_per_sample_);
+  }
+  const std::string summary_text = summary.dump(2) + "\n";
+  write_file_atomic((fs::path(run_dir_) / "summary.json").string(), summary_text.data(),
+                    summary_text.size());
+  return summary;
+}
+
 }  // namespace
 
 nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
-  InterruptGuard interrupts;  // SIGINT/SIGTERM: finish the step, save, throw (interrupt.h)
-  Session s = open_session(options.config_path, options.overrides);
-  const TrainConfig& config = s.config;
-  const bool resuming = !options.resume_dir.empty();
-  MIXPREC_CHECK(!resuming || options.out_dir.empty() || options.out_dir == options.resume_dir,
-                "--resume continues the run in its own folder; drop --out or make it equal");
-  const std::string run_dir = resuming ? options.resume_dir
-                              : !options.out_dir.empty() ? options.out_dir
-                                                         : default_run_dir(config.name);
-  const std::string checkpoints_dir = (fs::path(run_dir) / "checkpoints").string();
-
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(config, s.params);
-  GradScaler scaler(make_loss_scale_policy(config));
-  const int64_t accumulation = config.train.accumulation_steps;
-  const int64_t batch_size = config.train.batch_size;
-  const bool classification = s.data->is_classification();
-  const int64_t tokens_per_sample =
-      classification ? 1 : config.model.gpt.block_size;  // throughput unit: samples or tokens
-
-  const int64_t total_steps = total_optimizer_steps(config, *s.data);
-  RunPosition position;
-  position.schedule_steps = total_steps;
-  if (resuming) {
-    require_run_folder(run_dir);
-    remove_unfinished_saves(checkpoints_dir);  // what a killed save left, before choosing
-    const LoadedCheckpoint checkpoint = load_checkpoint(run_dir);
-    load_model_weights(s, checkpoint.model, checkpoint.path);
-    position = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config,
-                                 *optimizer, scaler, *s.dropout_gen);
-    MIXPREC_CHECK(position.step < total_steps, "--resume ", run_dir, ": its newest checkpoint is at step ",
-                  position.step, " and this run has ", total_steps,
-                  " steps, so there is nothing left to do; raise train.steps to continue it");
-  } else {
-    require_fresh_run_dir(run_dir);
-  }
-  RunStats stats;
-  stats.restore_recent_losses(position.recent_losses);
-  const std::unique_ptr<LrSchedule> schedule = make_schedule(config, position.schedule_steps);
-  optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
-  NonfiniteGuard guard(config, s.params, *s.data, total_steps);
-  if (resuming) guard.resume_from(scaler, position.step);
-  probe_model_and_data(s, position.next_batch);
-
-  if (interrupt_signal() != 0) {
-    throw TrainingInterrupted(interrupt_signal(), position.step, total_steps, run_dir, "");
-  }
-  // Everything is checked; from here on the run directory is written.
-  std::error_code fs_error;
-  fs::create_directories(run_dir, fs_error);
-  MIXPREC_CHECK(!fs_error && fs::is_directory(run_dir, fs_error), "cannot create the run folder '",
-                run_dir, "': ", fs_error ? fs_error.message() : "a file of that name exists");
-  const std::string config_text = to_yaml(config);
-  write_file_atomic((fs::path(run_dir) / "config.yaml").string(), config_text.data(),
-                    config_text.size());
-  MetricsLog metrics(run_dir, resuming ? position.step : -1);
-  Progress progress(log, options.progress_bar);
-  progress.message("run " + run_dir + ": " + s.data->describe() + "; " +
-                   std::to_string(s.model->parameter_count()) + " parameters on " +
-                   s.device.str() + "; " + s.precision.describe() + "; loss scale " +
-                   scaler.policy().kind() + "; " + schedule->describe());
-  if (resuming) {
-    std::string text = "resumed at step " + std::to_string(position.step) + " of " +
-                       std::to_string(total_steps);
-    if (position.schedule_steps != total_steps && config.schedule.type == "cosine" &&
-        config.schedule.decay_steps == 0) {
-      text += "; the cosine schedule keeps the length of the run that started it (" +
-              std::to_string(position.schedule_steps) + " steps)";
-    }
-    progress.message(text);
-  }
-  if (!resuming && config.checkpoint.save_initial) {
-    save_checkpoint(checkpoints_dir, 0, checkpoint_data(s, position, stats, *optimizer, scaler),
-                    config.checkpoint.keep);
-  }
-
-  AnomalyModeGuard anomaly(config.debug.detect_anomaly);
-  // The worker scans each batch's inputs, casts them to the working dtype and uploads them to
-  // the device, off this thread.
-  Prefetcher batches(*s.data, position.next_batch, s.device, s.precision.working_dtype());
-  std::vector<Tensor> pending_losses;  // losses of the steps since they were last read
-  double step_loss = std::numeric_limits<double>::quiet_NaN();  // the last loss read
-  int64_t loss_step = 0;  // the step it belongs to
-  const uint64_t syncs_at_start = device_host_syncs(s.device);
-  uint64_t syncs_at_last_log = syncs_at_start;
-  int64_t step_at_last_log = position.step;
-  const int64_t first_step = position.step;
-  int64_t last_saved = resuming ? position.step : -1;
-  EvalResult last_eval;
-  bool evaluated = false;
-  const int64_t samples_per_step = batch_size * accumulation;
-  const DType working = s.precision.working_dtype();
-  // train.host_reads: with deferred steps the outcome of each step stays on the device
-  // until a log, eval or checkpoint step reads all of them at once.
-  std::optional<DeferredSteps> deferred;
-  if (reads_at_log_steps(config, s.device)) deferred.emplace(scaler, *optimizer);
-  // train.cuda_graph: the deferred step recorded once per window and replayed.
-  std::optional<RecordedStep> recorded;
-  if (config.train.cuda_graph) {
-    std::unique_ptr<StepGraphs> graphs;
-    if (deferred) graphs = backend_for(s.device).make_step_graphs();
-    MIXPREC_CHECK(graphs != nullptr, "train.cuda_graph records the deferred step on a GPU, "
-                  "and this run trains on ", s.device, " (device: ", config.device,
-                  "); set train.cuda_graph: false or train on a GPU");
-    recorded.emplace(s, *optimizer, *deferred, *schedule, std::move(graphs));
-  }
-  std::vector<UnresolvedStep> unresolved;
-
-  const auto is_log_step = [&](int64_t step) {
-    return step % config.train.log_every == 0 || step == total_steps || step == 1;
-  };
-  // Reads the pending losses in one go (one wait for the device); the caller records them.
-  const auto take_pending_losses = [&] {
-    const std::vector<double> values = read_scalars(pending_losses);
-    pending_losses.clear();
-    return values;
-  };
-  // Everything the loop does with a step whose outcome is known: the skip count, the stop
-  // check, the step event, the metrics record and the progress line. `loss_read`: step_loss
-  // is this step's loss. Returns true when the run must stop.
-  const auto finish_step = [&](const UnresolvedStep& done, StepResult& result,
-                               StepTelemetry& telemetry, bool loss_read, bool bad_input) {
-    const int64_t step = done.step;
-    if (result.skipped()) ++position.skipped_steps;
-    const bool log_step = is_log_step(step) || result.skipped();
-    // Skipped steps are log steps, so a skipped step's own loss has been read.
-    const bool stop_run = guard.finish_step(
-        step, result, telemetry,
-        loss_read && !bad_input ? std::optional<double>(step_loss) : std::nullopt);
-    position.train_seconds += done.seconds;
-    stats.record_time(done.seconds);
-
-    if (options.on_step) {
-      StepEvent event;
-      event.step = step;
-      event.seconds = done.seconds;
-      event.train_seconds = position.train_seconds;
-      event.scale = telemetry.scale;
-      event.next_scale = telemetry.next_scale;
-      event.skipped = result.skipped();
-      if (event.skipped) event.skip_reason = result.reason;
-      event.loss = loss_read && !bad_input ? step_loss : std::numeric_limits<double>::quiet_NaN();
-      options.on_step(event);
-    }
-
-    const double step_time = stats.recent_step_seconds();
-    const double throughput =
-        step_time > 0 ? static_cast<double>(samples_per_step * tokens_per_sample) / step_time : 0;
-    if (log_step) {
-      nlohmann::json record = telemetry.to_json();
-      record["event"] = "step";
-      record["step"] = step;
-      record["loss"] = std::isfinite(step_loss) ? nlohmann::json(step_loss)
-                                                : nlohmann::json(std::to_string(step_loss));
-      const std::optional<double> window_loss = stats.take_window_loss();
-      record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
-      record["lr"] = done.lr_after;
-      record["step_ms"] = done.seconds * 1000.0;
-      record["elapsed_s"] = position.train_seconds;
-      record["epoch"] = (done.next_batch - 1) / s.data->batches_per_epoch();
-      record[classification ? "samples_per_s" : "tokens_per_s"] = throughput;
-      if (!s.device.is_cpu()) {
-        const uint64_t syncs = device_host_syncs(s.device);
-        record["host_syncs_per_step"] = static_cast<double>(syncs - syncs_at_last_log) /
-                                        static_cast<double>(step - step_at_last_log);
-        syncs_at_last_log = syncs;
-        step_at_last_log = step;
-      }
-      guard.annotate(record);
-      metrics.write(record);
-      if (result.skipped()) progress.message("step " + std::to_string(step) + " skipped: " +
-                                             result.reason);
-    }
-    if (progress.bar() || log_step) {
-      ProgressLine line;
-      line.step = step;
-      line.total = total_steps;
-      line.loss = step_loss;
-      line.loss_step = loss_step;
-      line.scale = telemetry.next_scale;
-      line.lr = done.lr_after;
-      line.throughput = throughput;
-      line.unit = classification ? "samples/s" : "tokens/s";
-      line.eta_s = step_time * static_cast<double>(total_steps - step);
-      line.skipped = result.skipped();
-      progress.step(line);
-    }
-    return stop_run;
-  };
-  // Saves the last applied weights (with the data position after the skips) and throws
-  // TrainingStopped.
-  const auto stop_at = [&](int64_t step) {
-    progress.finish();
-    const std::string saved = save_checkpoint(
-        checkpoints_dir, step, checkpoint_data(s, position, stats, *optimizer, scaler),
-        config.checkpoint.keep);
-    guard.stop(step, scaler, saved, metrics);  // writes the "stopped" record, throws
-  };
-  // Reads what the deferred steps did (losses, flags, clip norms: a wait or three for all of
-  // them), finishes them in step order and stops the run if the last one ends a run of
-  // max_consecutive_skips skips. The host ran ahead of the device, so a step's own wall time
-  // says little; each is timed as an equal share of the window from the first one's start to
-  // the end of the wait.
-  Clock::time_point window_start;
-  const auto resolve_deferred = [&] {
-    if (unresolved.empty()) return;
-    // Recorded one by one below, so that each step's train_loss window holds only the
-    // losses up to it.
-    const std::vector<double> losses = take_pending_losses();
-    std::vector<ResolvedStep> resolved = deferred->resolve();
-    // The recording's learning rates and step counts were those of the window just ended.
-    if (recorded) recorded->end_window();
-    MIXPREC_CHECK(resolved.size() == unresolved.size() && losses.size() == resolved.size(),
-                  "internal: ", resolved.size(), " deferred steps resolved for ",
-                  unresolved.size(), " taken");
-    const double share = seconds_since(window_start) / static_cast<double>(unresolved.size());
-    for (UnresolvedStep& step : unresolved) step.seconds = share;
-    // The regular loop moves the rate after each taken step: each step's record shows the
-    // rate after it, as the schedule gives it for the steps taken by then.
-    int64_t taken = 0;
-    for (const ResolvedStep& r : resolved) taken += r.result.stepped() ? 1 : 0;
-    const int64_t taken_before = optimizer->steps_taken() - taken;
-    const double lr_before = optimizer->lr();
-    if (taken > 0) optimizer->set_lr(schedule->lr_at(optimizer->steps_taken()));
-    bool stop = false;
-    int64_t taken_so_far = 0;
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      taken_so_far += resolved[i].result.stepped() ? 1 : 0;
-      unresolved[i].lr_after =
-          taken_so_far > 0 ? schedule->lr_at(taken_before + taken_so_far) : lr_before;
-      step_loss = losses[i];
-      loss_step = unresolved[i].step;
-      stats.record_loss(step_loss);
-      stop = finish_step(unresolved[i], resolved[i].result, resolved[i].telemetry, true, false) ||
-             stop;
-    }
-    const int64_t last = unresolved.back().step;
-    unresolved.clear();
-    if (stop) stop_at(last);
-  };
-
-  while (position.step < total_steps) {
-    const Clock::time_point start = Clock::now();
-    const int64_t step = position.step + 1;
-    // Every microbatch of the step is checked on the host before any reaches the model, so a
-    // bad one skips the step without a forward pass; the data position advances either way.
-    std::vector<Batch> step_batches;
-    for (int64_t micro = 0; micro < accumulation; ++micro) step_batches.push_back(batches.next());
-    // Deferred steps are finished before a step skipped for its input, in step order.
-    if (deferred && guard.input_is_bad(step, step_batches)) resolve_deferred();
-    position.next_batch += accumulation;
-    position.step = step;
-    const std::optional<StepResult> bad_input = guard.begin_step(step, step_batches);
-    const bool last = step == total_steps;
-    const bool eval_step =
-        (config.train.eval_every > 0 && step % config.train.eval_every == 0) || last;
-    const bool save_step =
-        (config.checkpoint.every > 0 && step % config.checkpoint.every == 0) || last;
-    UnresolvedStep current{step, 0.0, optimizer->lr(), position.next_batch};
-    StepHooks hooks;
-    hooks.loss = [&](int64_t micro, const Tensor& loss) { return guard.loss(step, micro, loss); };
-    hooks.gradients = [&] { guard.gradients(step); };
-    hooks.eager_only = guard.injects_at(step);
-    if (deferred && !bad_input) {
-      if (unresolved.empty()) window_start = start;
-      std::optional<Tensor> loss;
-      if (recorded) loss = recorded->take(step, step_batches, hooks);
-      pending_losses.push_back(
-          loss ? *loss
-               : take_deferred_step(s, *optimizer, *deferred, *schedule, step_batches, hooks));
-      unresolved.push_back(current);
-      // The host reads only where it must: log, eval and checkpoint steps, an interrupt
-      // (which saves), a full table of pending steps, and for train.max_consecutive_skips:
-      // after every step while steps are being skipped, and at least every that many steps,
-      // so that a run of skips starting between reads reaches the limit no later than at
-      // the next read, and the run stops at the step per_step stops at.
-      const int64_t skip_limit = config.train.max_consecutive_skips;
-      if (is_log_step(step) || eval_step || save_step || interrupt_signal() != 0 ||
-          deferred->full() || guard.skipped_in_a_row() > 0 ||
-          (skip_limit > 0 && static_cast<int64_t>(unresolved.size()) >= skip_limit))
-        resolve_deferred();
-    } else {
-      StepResult result;
-      StepTelemetry telemetry;
-      if (bad_input) {
-        result = *bad_input;
-        telemetry = guard.input_skip_telemetry(scaler, result);
-      } else {
-        StepOutcome outcome =
-            take_optimizer_step(s, *optimizer, scaler, *schedule, step_batches, hooks);
-        pending_losses.push_back(outcome.loss);
-        result = outcome.result;
-        telemetry = outcome.telemetry;
-      }
-      // Inputs that skip the step leave the learning rate where it is, as a skipped step does.
-      // Reading a loss waits for the device, so on a GPU the losses are read in one go at log
-      // steps; on the CPU reading is free and the bar shows every step's loss. The reads come
-      // before the clock stops, so device work still queued is timed in the step that waits
-      // for it rather than in none. Checkpoint steps read too: a checkpoint keeps the recent
-      // losses (summary.json's train_loss after a resume), as the deferred path's does.
-      bool loss_read = false;
-      if (is_log_step(step) || save_step || result.skipped() ||
-          (progress.bar() && s.device.is_cpu())) {
-        loss_read = true;
-        const std::vector<double> values = take_pending_losses();
-        for (double value : values) stats.record_loss(value);
-        if (!values.empty()) step_loss = values.back();
-        loss_step = step;
-      }
-      current.seconds = seconds_since(start);
-      current.lr_after = optimizer->lr();
-      if (finish_step(current, result, telemetry, loss_read, bad_input.has_value()))
-        stop_at(step);
-    }
-
-    if (eval_step) {
-      last_eval = evaluate(*s.model, *s.data, s.device, working);
-      evaluated = true;
-      metrics.write(eval_record(step, last_eval, classification));
-      char text[128];
-      std::snprintf(text, sizeof text, "eval at step %lld: val_loss %.4f%s",
-                    static_cast<long long>(step), last_eval.loss,
-                    classification
-                        ? (", val_accuracy " + std::to_string(last_eval.accuracy)).c_str()
-                        : "");
-      progress.message(text);
-    }
-    if (save_step) {
-      save_checkpoint(checkpoints_dir, step,
-                      checkpoint_data(s, position, stats, *optimizer, scaler),
-                      config.checkpoint.keep);
-      last_saved = step;
-    }
-    // An interrupt stops the run here, with this step saved; one during the last step does
-    // not, as the run is then complete.
-    if (interrupt_signal() != 0 && !last) {
-      if (deferred) resolve_deferred();
-      for (double value : take_pending_losses()) stats.record_loss(value);  // for the save
-      progress.finish();
-      if (last_saved != step) {
-        save_checkpoint(checkpoints_dir, step,
-                        checkpoint_data(s, position, stats, *optimizer, scaler),
-                        config.checkpoint.keep);
-      }
-      throw TrainingInterrupted(interrupt_signal(), step, total_steps, run_dir,
-                                checkpoint_folder(checkpoints_dir, step));
-    }
-  }
-  progress.finish();
-  if (!evaluated) last_eval = evaluate(*s.model, *s.data, s.device, working);
-  if (last_saved != position.step) {
-    save_checkpoint(checkpoints_dir, position.step,
-                    checkpoint_data(s, position, stats, *optimizer, scaler),
-                    config.checkpoint.keep);
-  }
-
-  const double median_s = stats.median_step_seconds();
-  const std::optional<double> train_loss = stats.recent_loss();
-  nlohmann::json summary{
-      {"name", config.name},
-      {"run_dir", run_dir},
-      {"steps", position.step},
-      {"skipped_steps", position.skipped_steps},
-      {"final_scale", scaler.scale_value()},
-      {"train_loss", train_loss ? nlohmann::json(*train_loss) : nlohmann::json(nullptr)},
-      {"val_loss", last_eval.loss},
-      {"median_step_ms", median_s * 1000.0},
-      {"train_seconds", position.train_seconds},
-      {"precision", config.precision},
-      {"tf32", config.tf32},
-      {"device", s.device.str()},
-      {"parameters", s.model->parameter_count()},
-      {"batch_size", batch_size},
-      {"accumulation_steps", accumulation},
-  };
-  if (!s.device.is_cpu() && position.step > first_step) {
-    // Evaluations and checkpoints wait for the device too; they are counted in.
-    summary["host_syncs_per_step"] =
-        static_cast<double>(device_host_syncs(s.device) - syncs_at_start) /
-        static_cast<double>(position.step - first_step);
-  }
-  if (recorded) {
-    // Steps taken by a replay; a recording is made once per window (and its step replayed).
-    summary["cuda_graph"] = {{"recordings", recorded->recordings()},
-                             {"replays", recorded->replays()}};
-  }
-  const double per_s = median_s > 0 ? static_cast<double>(samples_per_step) / median_s : 0.0;
-  if (classification) {
-    summary["val_accuracy"] = last_eval.accuracy;
-    summary["samples_per_s"] = per_s;
-  } else {
-    summary["tokens_per_s"] = per_s * static_cast<double>(tokens_per_sample);
-  }
-  const std::string summary_text = summary.dump(2) + "\n";
-  write_file_atomic((fs::path(run_dir) / "summary.json").string(), summary_text.data(),
-                    summary_text.size());
-  return summary;
+  TrainingRun run(options, log);
+  while (!run.done()) run.step();
+  return run.finish();
 }
 
 }  // namespace mixprec

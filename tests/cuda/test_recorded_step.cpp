@@ -88,7 +88,7 @@ TEST_CASE("cuda: a recorded step hands back the steps it cannot replay", "[cuda]
 
   // No moments yet: the first step is the caller's.
   CHECK_FALSE(rig.recorded.take(1, rig.batches(0), hooks).has_value());
-  take_deferred_step(rig.s, *rig.optimizer, rig.deferred, *rig.schedule, rig.batches(0), hooks);
+  take_step(rig.s, *rig.optimizer, rig.deferred, *rig.schedule, rig.batches(0), hooks);
   rig.deferred.resolve();
   rig.recorded.end_window();
 
