@@ -48,6 +48,31 @@ YAML::Node entry_of(const YAML::Node& map, const std::string& key) {
   return YAML::Node(YAML::NodeType::Undefined);
 }
 
+void fingerprint_differences(const YAML::Node& stored, const YAML::Node& current,
+                             const YAML::Node& defaults, const std::string& path,
+                             std::vector<std::string>& out);
+
+// fingerprint_differences of two maps, key by key.
+void map_differences(const YAML::Node& stored, const YAML::Node& current,
+                     const YAML::Node& defaults, const std::string& path,
+                     std::vector<std::string>& out) {
+  const auto child = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  for (const auto& entry : current) {
+    const std::string key = entry.first.as<std::string>();
+    const YAML::Node old = entry_of(stored, key);
+    const YAML::Node fallback = entry_of(defaults, key);
+    if (old.IsDefined()) {
+      fingerprint_differences(old, entry.second, fallback, child(key), out);
+    } else if (!fallback.IsDefined() || YAML::Dump(fallback) != YAML::Dump(entry.second)) {
+      out.push_back(child(key));
+    }
+  }
+  for (const auto& entry : stored) {  // a setting this mixprec no longer has
+    const std::string key = entry.first.as<std::string>();
+    if (!entry_of(current, key).IsDefined()) out.push_back(child(key));
+  }
+}
+
 // Appends to `out` the dotted paths where the fingerprint trees `stored` (a checkpoint's) and
 // `current` (this run's) differ. A key only `current` has is a setting added to mixprec after
 // the checkpoint was written: it differs only when this run moves it from its default (the
@@ -56,26 +81,12 @@ YAML::Node entry_of(const YAML::Node& map, const std::string& key) {
 void fingerprint_differences(const YAML::Node& stored, const YAML::Node& current,
                              const YAML::Node& defaults, const std::string& path,
                              std::vector<std::string>& out) {
-  const auto child = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
   if (!stored.IsDefined() || !current.IsDefined()) {
     if (stored.IsDefined() != current.IsDefined()) out.push_back(path);
     return;
   }
   if (stored.IsMap() && current.IsMap()) {
-    for (const auto& entry : current) {
-      const std::string key = entry.first.as<std::string>();
-      const YAML::Node old = entry_of(stored, key);
-      const YAML::Node fallback = entry_of(defaults, key);
-      if (old.IsDefined()) {
-        fingerprint_differences(old, entry.second, fallback, child(key), out);
-      } else if (!fallback.IsDefined() || YAML::Dump(fallback) != YAML::Dump(entry.second)) {
-        out.push_back(child(key));
-      }
-    }
-    for (const auto& entry : stored) {  // a setting this mixprec no longer has
-      const std::string key = entry.first.as<std::string>();
-      if (!entry_of(current, key).IsDefined()) out.push_back(child(key));
-    }
+    map_differences(stored, current, defaults, path, out);
     return;
   }
   if (stored.IsSequence() && current.IsSequence() && stored.size() == current.size()) {
