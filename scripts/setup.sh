@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that mixprec builds against, the Fashion-MNIST data set
-# (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/) that the main job
-# trains on, and PyTorch for the CPU (python3-torch), which the checkpoint-compatibility test
-# and the comparison scripts under scripts/ use, with OpenBLAS (libopenblas0-pthread) so that
-# its matrix products do not fall back to the reference BLAS; gnuplot-nox, which draws the
-# charts of `mixprec bench` and `mixprec inspect`; python3-yaml, with which the PyTorch
-# benchmark script reads the same configs; clang, libclang-rt-14-dev (the libFuzzer and
-# sanitizer runtimes) and libomp-dev (clang's OpenMP) for the fuzzing and sanitizer jobs. Idempotent: when everything is
-# already installed it only asks dpkg (no apt-get update), so it is cheap to run before
-# every build. Needs root or sudo only when something is missing.
+# Installs the Debian packages that the main job needs: what mixprec builds against, the
+# Fashion-MNIST data set (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/)
+# that it trains on, and gnuplot-nox, which draws the charts of `mixprec bench` and
+# `mixprec inspect`. Catch2 and Google Benchmark are small header/library packages that the
+# configure step looks for, so they are here too; the test-only packages (PyTorch, clang, the
+# sanitizer and fuzzing runtimes) are installed by scripts/setup_tests.sh.
+#
+# `scripts/setup.sh PACKAGE...` installs those packages instead (setup_tests.sh uses it).
+# Idempotent: when everything is already installed it only asks dpkg (no apt-get update), so
+# it is cheap to run before every build. Needs root or sudo only when something is missing.
 set -euo pipefail
 
 packages=(
@@ -26,15 +26,11 @@ packages=(
   zlib1g-dev
   libbenchmark-dev
   dataset-fashion-mnist
-  python3-torch
-  python3-numpy
-  libopenblas0-pthread
   gnuplot-nox
-  python3-yaml
-  clang
-  libclang-rt-14-dev
-  libomp-dev
 )
+if [[ $# -gt 0 ]]; then
+  packages=("$@")
+fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -45,7 +41,7 @@ for package in "${packages[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "setup: all ${#packages[@]} build dependencies are installed"
+  echo "setup: all ${#packages[@]} packages are installed"
   exit 0
 fi
 
