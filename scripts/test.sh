@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds, and runs every test. Exits non-zero on any failure.
-# Tests tagged [cuda] report themselves as skipped (a warning) when no GPU is present.
+# Installs the dependencies (scripts/setup_tests.sh), builds, and runs every test. Exits
+# non-zero on any failure. Tests tagged [cuda] report themselves as skipped (a warning) when no
+# GPU is present.
 #
 # After the main build's tests come the clang jobs: the unit tests again under AddressSanitizer
-# and UBSan (scripts/sanitize.sh) and each libFuzzer target for a minute (scripts/fuzz.sh).
+# and UBSan (scripts/sanitize.sh) and each libFuzzer target (scripts/fuzz.sh).
 # `scripts/test.sh --quick` leaves those two out, for a fast local check; CI runs everything.
+# At the end (also after a failure) it prints each phase's wall time and the ten slowest files
+# to compile, so that a slower build shows in every CI log.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,12 +19,35 @@ case "${1:-}" in
   *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
 esac
 
-bash "${root}/scripts/setup.sh"
-bash "${root}/scripts/build.sh"
-ctest --test-dir "${root}/build" --output-on-failure -j "$(nproc)"
+phases=()
+# Runs "$@" as the phase named $1 and records its wall time.
+phase() {
+  local name="$1" start status=0
+  shift
+  start="$(date +%s)"
+  "$@" || status=$?
+  phases+=("$(printf '%-22s %5d s%s' "${name}" "$(($(date +%s) - start))" \
+    "$([[ ${status} == 0 ]] || echo "  (failed, exit ${status})")")")
+  return "${status}"
+}
+
+report() {
+  local total=0 line
+  echo
+  echo "test.sh: phase times"
+  for line in "${phases[@]}"; do echo "  ${line}"; done
+  echo "  $(printf '%-22s %5d s' total "$(($(date +%s) - script_start))")"
+  bash "${root}/scripts/slowest_compiles.sh" 10 "${root}/build" "${root}/build-asan" || true
+}
+script_start="$(date +%s)"
+trap report EXIT
+
+phase setup bash "${root}/scripts/setup_tests.sh"
+phase build bash "${root}/scripts/build.sh"
+phase tests ctest --test-dir "${root}/build" --output-on-failure -j "$(nproc)"
 if [[ "${quick}" == 1 ]]; then
   echo "test: --quick, sanitizer and fuzz jobs not run"
   exit 0
 fi
-bash "${root}/scripts/sanitize.sh"
-bash "${root}/scripts/fuzz.sh"
+phase sanitize bash "${root}/scripts/sanitize.sh"
+phase fuzz bash "${root}/scripts/fuzz.sh"
