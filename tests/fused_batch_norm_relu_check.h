@@ -17,17 +17,11 @@
 #include "core/generator.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
+#include "tests/tensor_bytes.h"
 
 namespace mixprec::testing {
 
-// The bit patterns of t's values as floats (F16 and BF16 widen exactly), so that NaNs and the
-// sign of zero compare too.
-inline std::vector<uint32_t> float_bits(const Tensor& t) {
-  const std::vector<float> values = t.to_float_vector();
-  std::vector<uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
+using mixprec_test::float_bits;
 
 struct BatchNormReluRun {
   Tensor y, dx, dweight, dbias, running_mean, running_var;

@@ -26,4 +26,13 @@ inline mixprec::Tensor tensor_from_bytes(const std::vector<uint8_t>& bytes,
   return out;
 }
 
+// The bit patterns of t's values as floats (F16 and BF16 widen exactly), so that NaNs and the
+// sign of zero compare too.
+inline std::vector<uint32_t> float_bits(const mixprec::Tensor& t) {
+  const std::vector<float> values = t.to_float_vector();
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
 }  // namespace mixprec_test

@@ -3,7 +3,6 @@
 // resolved, however the steps are grouped between resolves; misuse throws.
 #include <catch2/catch.hpp>
 
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -22,11 +21,13 @@
 #include "optim/clip_grad_norm.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
+#include "tests/tensor_bytes.h"
 
 namespace mixprec {
 namespace {
 
 using Catch::Matchers::Contains;
+using mixprec_test::float_bits;
 
 // y = x W^T + b with an MSE loss, FP16 working copies; `unused` (when asked for) is a
 // trainable parameter that the loss never reaches.
@@ -55,12 +56,6 @@ struct Model {
     return overflow ? ops::mul_scalar(loss, std::numeric_limits<double>::infinity()) : loss;
   }
 };
-
-std::vector<uint32_t> bits_of(const Tensor& t) {
-  std::vector<uint32_t> bits;
-  for (float v : t.to(DType::F32).to_float_vector()) bits.push_back(std::bit_cast<uint32_t>(v));
-  return bits;
-}
 
 std::unique_ptr<LossScalePolicy> growing_scale() {
   DynamicLossScaleOptions options;
@@ -107,9 +102,9 @@ void check_same_telemetry(const StepTelemetry& a, const StepTelemetry& b) {
 void check_same_state(const Model& a, const Model& b, const Optimizer& opt_a,
                       const Optimizer& opt_b, const GradScaler& scaler_a,
                       const GradScaler& scaler_b) {
-  CHECK(bits_of(a.weight.master()) == bits_of(b.weight.master()));
-  CHECK(bits_of(a.bias.master()) == bits_of(b.bias.master()));
-  CHECK(bits_of(a.weight.working()) == bits_of(b.weight.working()));
+  CHECK(float_bits(a.weight.master()) == float_bits(b.weight.master()));
+  CHECK(float_bits(a.bias.master()) == float_bits(b.bias.master()));
+  CHECK(float_bits(a.weight.working()) == float_bits(b.weight.working()));
   CHECK(opt_a.steps_taken() == opt_b.steps_taken());
   CHECK(opt_a.lr() == opt_b.lr());
   CHECK(scaler_a.scale_value() == scaler_b.scale_value());
@@ -121,7 +116,7 @@ void check_same_state(const Model& a, const Model& b, const Optimizer& opt_a,
   REQUIRE(state_a.tensors.size() == state_b.tensors.size());
   for (size_t i = 0; i < state_a.tensors.size(); ++i) {
     CHECK(state_a.tensors[i].first == state_b.tensors[i].first);
-    CHECK(bits_of(state_a.tensors[i].second) == bits_of(state_b.tensors[i].second));
+    CHECK(float_bits(state_a.tensors[i].second) == float_bits(state_b.tensors[i].second));
   }
 }
 
@@ -203,7 +198,7 @@ TEST_CASE("DeferredSteps: a first update skipped on the device leaves no optimiz
   std::unique_ptr<Optimizer> opt = make_optimizer(kind, model);
   GradScaler scaler(growing_scale());
   DeferredSteps deferred(scaler, *opt);
-  const std::vector<uint32_t> before = bits_of(model.weight.master());
+  const std::vector<uint32_t> before = float_bits(model.weight.master());
   opt->zero_grad();
   deferred.scale(model.loss(1, true)).backward();
   deferred.unscale();
@@ -212,7 +207,7 @@ TEST_CASE("DeferredSteps: a first update skipped on the device leaves no optimiz
   REQUIRE(resolved.size() == 1);
   CHECK(resolved[0].result.skipped());
   CHECK(resolved[0].result.nonfinite_tensors == std::vector<std::string>{"fc.weight", "fc.bias"});
-  CHECK(bits_of(model.weight.master()) == before);
+  CHECK(float_bits(model.weight.master()) == before);
   CHECK(opt->steps_taken() == 0);
   // A never-updated parameter has no buffers, as after a skip on the regular path.
   CHECK(opt->state_dict().tensors.empty());
@@ -229,7 +224,7 @@ TEST_CASE("DeferredSteps: out-of-order calls and unsupported steps throw", "[amp
   CHECK_THROWS_WITH(deferred.scale(model.loss(1, false), 0.0), Contains("weight"));
 
   // "spare" never gets a gradient: the deferred step refuses before writing anything.
-  const std::vector<uint32_t> before = bits_of(model.weight.master());
+  const std::vector<uint32_t> before = float_bits(model.weight.master());
   opt->zero_grad();
   deferred.scale(model.loss(1, false)).backward();
   CHECK_THROWS_WITH(deferred.resolve(), Contains("after scale()"));
@@ -237,7 +232,7 @@ TEST_CASE("DeferredSteps: out-of-order calls and unsupported steps throw", "[amp
   CHECK_THROWS_WITH(deferred.scale(model.loss(1, false)), Contains("already unscaled"));
   CHECK_THROWS_WITH(deferred.step(nullptr), Contains("'spare' has no gradient"));
   CHECK(opt->deferred_pending() == 0);
-  CHECK(bits_of(model.weight.master()) == before);
+  CHECK(float_bits(model.weight.master()) == before);
 
   // Frozen, it is left alone and the step goes through.
   model.unused.set_requires_grad(false);
@@ -247,7 +242,7 @@ TEST_CASE("DeferredSteps: out-of-order calls and unsupported steps throw", "[amp
   CHECK_THROWS_WITH(opt->state_dict(), Contains("not yet resolved"));
   CHECK(deferred.resolve().size() == 1);
   CHECK(opt->steps_taken() == 1);
-  CHECK(bits_of(model.weight.master()) != before);
+  CHECK(float_bits(model.weight.master()) != before);
 }
 
 TEST_CASE("DeferredSteps: at most kMaxDeferredSteps steps wait for a resolve",
@@ -278,8 +273,8 @@ namespace {
 
 // Two microbatches of one step, weighted 1/3 and 2/3, through the regular scaler and through
 // DeferredSteps: the same weights afterwards.
-void check_accumulation_matches(std::unique_ptr<LossScalePolicy> policy_a,
-                                std::unique_ptr<LossScalePolicy> policy_b, bool enabled) {
+void check_weighted_microbatches(std::unique_ptr<LossScalePolicy> policy_a,
+                                 std::unique_ptr<LossScalePolicy> policy_b, bool enabled) {
   Model model_a, model_b;
   SGD opt_a(model_a.params(), SgdOptions{.lr = 0.1});
   SGD opt_b(model_b.params(), SgdOptions{.lr = 0.1});
@@ -300,21 +295,21 @@ void check_accumulation_matches(std::unique_ptr<LossScalePolicy> policy_a,
     deferred.step(nullptr);
   }
   CHECK(deferred.resolve().size() == 2);
-  CHECK(bits_of(model_a.weight.master()) == bits_of(model_b.weight.master()));
-  CHECK(bits_of(model_a.bias.master()) == bits_of(model_b.bias.master()));
+  CHECK(float_bits(model_a.weight.master()) == float_bits(model_b.weight.master()));
+  CHECK(float_bits(model_a.bias.master()) == float_bits(model_b.bias.master()));
 }
 
 }  // namespace
 
 TEST_CASE("DeferredSteps: microbatch weights apply with and without a loss scale",
           "[amp][deferred]") {
-  SECTION("dynamic scale") { check_accumulation_matches(growing_scale(), growing_scale(), true); }
+  SECTION("dynamic scale") { check_weighted_microbatches(growing_scale(), growing_scale(), true); }
   SECTION("no loss scale") {
-    check_accumulation_matches(std::make_unique<NoLossScale>(), std::make_unique<NoLossScale>(),
-                               true);
+    check_weighted_microbatches(std::make_unique<NoLossScale>(), std::make_unique<NoLossScale>(),
+                                true);
   }
   SECTION("disabled scaler") {
-    check_accumulation_matches(growing_scale(), growing_scale(), false);
+    check_weighted_microbatches(growing_scale(), growing_scale(), false);
   }
 }
 

@@ -2,7 +2,6 @@
 // accumulation against one big batch, pass-through when disabled, state round trip.
 #include <catch2/catch.hpp>
 
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -18,6 +17,7 @@
 #include "core/ops/ops.h"
 #include "optim/clip_grad_norm.h"
 #include "optim/sgd.h"
+#include "tests/tensor_bytes.h"
 
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +26,7 @@ namespace mixprec {
 namespace {
 
 using Catch::Matchers::Contains;
+using mixprec_test::float_bits;
 
 // A linear regression y = x W^T + b with an MSE loss: small, and every parameter gets a
 // gradient that depends on every sample.
@@ -59,12 +60,6 @@ Batch make_batch(int64_t rows, uint64_t seed) {
 // Rows [start, start + count) of a batch.
 Batch rows_of(const Batch& b, int64_t start, int64_t count) {
   return {ops::slice(b.x, 0, start, start + count), ops::slice(b.y, 0, start, start + count)};
-}
-
-std::vector<uint32_t> bits_of(const Tensor& t) {
-  std::vector<uint32_t> bits;
-  for (float v : t.to_float_vector()) bits.push_back(std::bit_cast<uint32_t>(v));
-  return bits;
 }
 
 std::unique_ptr<LossScalePolicy> dynamic(double init, int interval = 2000) {
@@ -200,8 +195,8 @@ TEST_CASE("GradScaler: Inf or NaN in any one gradient skips the step and leaves 
         Toy toy(working);
         SGD sgd(toy.params(), {.lr = 0.1, .momentum = 0.9});
         GradScaler scaler(dynamic(4096.0));
-        const auto masters_before = std::vector{bits_of(toy.weight.master()), bits_of(toy.bias.master())};
-        const auto working_before = std::vector{bits_of(toy.weight.working()), bits_of(toy.bias.working())};
+        const auto masters_before = std::vector{float_bits(toy.weight.master()), float_bits(toy.bias.master())};
+        const auto working_before = std::vector{float_bits(toy.weight.working()), float_bits(toy.bias.working())};
         scaler.scale(toy.loss(batch.x, batch.y)).backward();
         Parameter target = toy.params()[victim];
         target.grad().set(target.numel() - 1, poison);
@@ -211,10 +206,10 @@ TEST_CASE("GradScaler: Inf or NaN in any one gradient skips the step and leaves 
         REQUIRE(result.nonfinite_tensors == std::vector<std::string>{target.name()});
         CHECK_THAT(result.reason, Contains(target.name()) && Contains("4096"));
         CHECK(sgd.steps_taken() == 0);  // what LR schedules read
-        CHECK(bits_of(toy.weight.master()) == masters_before[0]);
-        CHECK(bits_of(toy.bias.master()) == masters_before[1]);
-        CHECK(bits_of(toy.weight.working()) == working_before[0]);
-        CHECK(bits_of(toy.bias.working()) == working_before[1]);
+        CHECK(float_bits(toy.weight.master()) == masters_before[0]);
+        CHECK(float_bits(toy.bias.master()) == masters_before[1]);
+        CHECK(float_bits(toy.weight.working()) == working_before[0]);
+        CHECK(float_bits(toy.bias.working()) == working_before[1]);
         CHECK_FALSE(sgd.momentum_buffer(0).defined());
 
         const StepTelemetry t = scaler.update();
@@ -256,16 +251,16 @@ TEST_CASE("GradScaler: several optimizers share one scale and skip on their own 
   SGD body(std::vector<Parameter>{toy.weight}, {.lr = 0.1}, "body");
   SGD head(std::vector<Parameter>{toy.bias}, {.lr = 0.1}, "head");
   GradScaler scaler(dynamic(64.0));
-  const std::vector<uint32_t> bias_before = bits_of(toy.bias.master());
-  const std::vector<uint32_t> weight_before = bits_of(toy.weight.master());
+  const std::vector<uint32_t> bias_before = float_bits(toy.bias.master());
+  const std::vector<uint32_t> weight_before = float_bits(toy.weight.master());
   scaler.scale(toy.loss(batch.x, batch.y)).backward();
   toy.bias.grad().set(1, std::numeric_limits<float>::infinity());
   CHECK(scaler.step(body).stepped());
   const StepResult head_result = scaler.step(head);
   CHECK(head_result.skipped());
   CHECK_THAT(head_result.reason, Contains("optimizer 'head'"));
-  CHECK(bits_of(toy.bias.master()) == bias_before);
-  CHECK(bits_of(toy.weight.master()) != weight_before);
+  CHECK(float_bits(toy.bias.master()) == bias_before);
+  CHECK(float_bits(toy.weight.master()) != weight_before);
   CHECK(body.steps_taken() == 1);
   CHECK(head.steps_taken() == 0);
   const StepTelemetry t = scaler.update();

@@ -19,10 +19,6 @@ using namespace train_test;
 
 namespace {
 
-fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
-
-bool mnist_present() { return fs::exists(mnist_dir() / "t10k-images-idx3-ubyte.gz"); }
-
 // A CNN small enough that a step takes milliseconds: one 4-channel convolution, batch norm,
 // pooling and a linear layer, batches of 16 from 256 images, evaluated on 64.
 std::string write_tiny_config(const ScratchDir& dir) {
@@ -57,7 +53,7 @@ std::string write_torch_bench(const ScratchDir& dir) {
   return path;
 }
 
-std::vector<nlohmann::json> step_records(const std::string& run_dir) {
+std::vector<nlohmann::json> step_record_list(const std::string& run_dir) {
   std::vector<nlohmann::json> steps;
   for (const nlohmann::json& r : read_jsonl(run_dir + "/metrics.jsonl")) {
     if (r["event"] == "step") steps.push_back(r);
@@ -162,7 +158,7 @@ TEST_CASE("bench runs fp32, fp16, bf16 and fp16-noscale side by side and joins t
 
     // Step times: every step is logged with its step_ms, the same clock the bench reads;
     // the statistics cover steps 3..6.
-    const std::vector<nlohmann::json> steps = step_records(run);
+    const std::vector<nlohmann::json> steps = step_record_list(run);
     REQUIRE(steps.size() == 6);
     const std::vector<double> timed = logged_step_ms(steps, 3);
     REQUIRE(timed.size() == 4);
@@ -268,7 +264,7 @@ TEST_CASE("bench without fp32 and with fewer steps than warmup says so", "[apps]
     CHECK(rows[i]["note"].get<std::string>().find("warmup") != std::string::npos);
     // Both steps are timed.
     const std::vector<double> timed =
-        logged_step_ms(step_records(rows[i]["run_dir"].get<std::string>()), 1);
+        logged_step_ms(step_record_list(rows[i]["run_dir"].get<std::string>()), 1);
     REQUIRE(timed.size() == 2);
     CHECK(rows[i]["median_step_ms"].get<double>() == Approx(mixprec::median_of(timed)));
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli.h"
+#include "tests/apps/train_test_support.h"
 
 #if MIXPREC_WITH_CUDA
 #include "core/backend.h"
@@ -17,11 +18,7 @@
 
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using train_test::CliResult;
 
 CliResult run(std::vector<const char*> args) {
   args.insert(args.begin(), "mixprec");

@@ -43,7 +43,8 @@ std::string flat(const std::string& text) {
   return out;
 }
 
-bool contains(const std::string& text, const std::string& part) {
+// Whether `text` holds the phrase `part`, however either is wrapped.
+bool contains_phrase(const std::string& text, const std::string& part) {
   return flat(text).find(flat(part)) != std::string::npos;
 }
 
@@ -159,11 +160,11 @@ TEST_CASE("explain underflow: text and JSON carry the computed values", "[apps][
   const UnderflowLesson l = run_underflow_lesson();
   const std::string text = underflow_text(l);
   INFO(text);
-  CHECK(contains(text, "0.00016379356384277344"));
-  CHECK(contains(text, "0x095E = 0|00010|0101011110"));
-  CHECK(contains(text, "2048"));
-  CHECK(contains(text, exact_text(l.restored)));
-  CHECK(contains(text, exact_text(l.w_new_scaled)));
+  CHECK(contains_phrase(text, "0.00016379356384277344"));
+  CHECK(contains_phrase(text, "0x095E = 0|00010|0101011110"));
+  CHECK(contains_phrase(text, "2048"));
+  CHECK(contains_phrase(text, exact_text(l.restored)));
+  CHECK(contains_phrase(text, exact_text(l.w_new_scaled)));
 
   const nlohmann::json j = underflow_json(l);
   CHECK(j.at("fp16_unscaled").get<double>() == 0.0);
@@ -232,11 +233,11 @@ TEST_CASE("explain overflow: skip, backoff, retry and growth", "[apps][explain]"
 
   const std::string text = overflow_text(l);
   INFO(text);
-  CHECK(contains(text, "81920"));
-  CHECK(contains(text, "inf"));
-  CHECK(contains(text, "8192 -> 4096"));
-  CHECK(contains(text, "4096 -> 8192"));
-  CHECK(contains(text, exact_text(retry.w_after)));
+  CHECK(contains_phrase(text, "81920"));
+  CHECK(contains_phrase(text, "inf"));
+  CHECK(contains_phrase(text, "8192 -> 4096"));
+  CHECK(contains_phrase(text, "4096 -> 8192"));
+  CHECK(contains_phrase(text, exact_text(retry.w_after)));
 }
 
 // ---- clipping (explainer section 7) -----------------------------------------------------------
@@ -280,9 +281,9 @@ TEST_CASE("explain clipping: unscale then clip, versus clip then unscale", "[app
   CHECK(j.at("plain_factor").get<double>() == 0.2);
   CHECK(j.at("clip_factor").get<double>() == factor);
   const std::string text = clipping_text(l);
-  CHECK(contains(text, l.refusal));
-  CHECK(contains(text, "[48, 64]"));
-  CHECK(contains(text, "the clip factor is max_norm / norm = 1/5 = 0.2;"));
+  CHECK(contains_phrase(text, l.refusal));
+  CHECK(contains_phrase(text, "[48, 64]"));
+  CHECK(contains_phrase(text, "the clip factor is max_norm / norm = 1/5 = 0.2;"));
 }
 
 // ---- accumulation (explainer section 8) -------------------------------------------------------
@@ -333,8 +334,8 @@ TEST_CASE("explain accumulation: one scale, count-weighted microbatches", "[apps
   CHECK(j.at("naive_mean_of_means").get<double>() == l.unequal.naive_mean_of_means);
   CHECK(j.at("update_inside_window_error") == l.update_inside_window_error);
   const std::string text = accumulation_text(l);
-  CHECK(contains(text, exact_text(l.unequal.restored_mean)));
-  CHECK(contains(text, l.update_inside_window_error));
+  CHECK(contains_phrase(text, exact_text(l.unequal.restored_mean)));
+  CHECK(contains_phrase(text, l.update_inside_window_error));
 }
 
 // ---- policies ---------------------------------------------------------------------------------
@@ -461,14 +462,14 @@ TEST_CASE("explain policies: text and JSON carry the traces", "[apps][explain]")
   CHECK(j.at("floor_and_ceiling").at("sequence") == nlohmann::json(l.setup.floor_sequence));
 
   const std::string text = policies_text(l);
-  CHECK(contains(text, "ok ok OVF ok OVF ok ok ok OVF OVF ok ok ok"));
+  CHECK(contains_phrase(text, "ok ok OVF ok OVF ok ok ok OVF OVF ok ok ok"));
   // The consecutive trace's step 10: an overflow at S = 2048 backs off to 1024.
   CHECK(text.find("  10    OVF        2048    backed_off          1024    0               1\n") !=
         std::string::npos);
-  CHECK(contains(text, l.consecutive.notice));
-  CHECK(contains(l.consecutive.notice, "ends at 2048 where reset_on_growth ends at 1024"));
-  CHECK(contains(l.floor_ceiling.notice, "at steps 2 and 3"));
-  CHECK(contains(l.floor_ceiling.notice, "at step 12"));
+  CHECK(contains_phrase(text, l.consecutive.notice));
+  CHECK(contains_phrase(l.consecutive.notice, "ends at 2048 where reset_on_growth ends at 1024"));
+  CHECK(contains_phrase(l.floor_ceiling.notice, "at steps 2 and 3"));
+  CHECK(contains_phrase(l.floor_ceiling.notice, "at step 12"));
 }
 
 // ---- registry and rendering -------------------------------------------------------------------

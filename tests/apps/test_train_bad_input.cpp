@@ -34,8 +34,6 @@ std::string mnist_config(const std::string& images, const std::string& labels,
          "train: {steps: 1, batch_size: 16}\ndevice: cpu\n" + extra;
 }
 
-fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
-
 struct BadCase {
   const char* what;
   std::string config_text;         // written to config.yaml ("" = no file)
@@ -215,12 +213,11 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
   return files;
 }
 
-// The `mixprec` program of this build: <build>/apps/mixprec beside <build>/tests/<this test>.
-fs::path mixprec_binary() {
+// The `mixprec` program of this build (mixprec_binary()), or an empty path when it is not
+// built.
+fs::path built_mixprec_binary() {
+  const fs::path binary = mixprec_binary();
   std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (error) return {};
-  const fs::path binary = self.parent_path().parent_path() / "apps" / "mixprec";
   return fs::exists(binary, error) ? binary : fs::path();
 }
 
@@ -371,7 +368,7 @@ TEST_CASE("train --resume and eval: every kind of damaged checkpoint is an error
        "state.json", {"is not valid JSON"}, true},
   };
 
-  const fs::path binary = mixprec_binary();
+  const fs::path binary = built_mixprec_binary();
   if (binary.empty()) WARN("the mixprec program is not built beside this test; its runs skipped");
   int n = 0;
   for (const DamagedCheckpoint& c : cases) {

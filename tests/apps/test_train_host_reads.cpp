@@ -25,9 +25,6 @@ using namespace train_test;
 
 namespace {
 
-fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
-bool mnist_present() { return fs::exists(mnist_dir() / "t10k-images-idx3-ubyte.gz"); }
-
 constexpr const char* kModes[] = {"per_step", "at_log"};
 
 // A small CNN with batch norm on the MNIST test set, FP16 with a dynamic scale of 1024 that
@@ -53,7 +50,8 @@ std::string cnn_config() {
 
 // A tiny GPT on tiny shakespeare with dropout, FP16 (dynamic scale), AdamW with 2 warmup steps
 // then cosine decay over the run, clipping at 1.0; logs every 5 steps, 11 steps.
-std::vector<std::string> gpt_args(const std::string& out, std::vector<std::string> extra = {}) {
+std::vector<std::string> fp16_gpt_args(const std::string& out,
+                                       std::vector<std::string> extra = {}) {
   std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out,
                                 "--set", "data.path=" + shakespeare_path().string(),
                                 "--set", "model.n_layer=1", "--set", "model.n_head=2",
@@ -68,13 +66,6 @@ std::vector<std::string> gpt_args(const std::string& out, std::vector<std::strin
                                 "--set", "checkpoint.every=0", "--set", "checkpoint.keep=0",
                                 "--set", "schedule.warmup_steps=2",
                                 "--set", "device=cpu"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::vector<std::string> cnn_args(const std::string& config, const std::string& out,
-                                  std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"train", config, "--out", out};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -200,14 +191,6 @@ void require_same_runs(const std::string& per_step, const std::string& at_log,
   CHECK(differences.empty());
 }
 
-std::map<int64_t, nlohmann::json> step_records(const std::string& run) {
-  std::map<int64_t, nlohmann::json> steps;
-  for (const auto& r : read_jsonl(run + "/metrics.jsonl")) {
-    if (r["event"] == "step") steps[r["step"].get<int64_t>()] = r;
-  }
-  return steps;
-}
-
 std::vector<int64_t> eval_steps(const std::string& run) {
   std::vector<int64_t> steps;
   for (const auto& r : read_jsonl(run + "/metrics.jsonl")) {
@@ -259,14 +242,14 @@ TEST_CASE("host reads: train.host_reads takes auto, per_step or at_log and names
   text.replace(text.find("log_every: 4"), 12, "log_every: 4, host_reads: sometimes");
   write_text(dir / "bad.yaml", text);
   names_choices([&] { mixprec::load_train_config(dir / "bad.yaml"); });
-  const CliResult r = run_cli(cnn_args(dir / "bad.yaml", dir / "run"));
+  const CliResult r = run_cli(train_args(dir / "bad.yaml", dir / "run"));
   CHECK(r.code == 2);
   CHECK(r.err.find("train.host_reads") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "run"));
 
   // The run folder's resolved config carries the setting, and loads back to it.
   const std::string run = dir / "at_log";
-  require_ok(run_cli(with_mode(cnn_args(config, run, {"--set", "train.steps=1"}), "at_log")));
+  require_ok(run_cli(with_mode(train_args(config, run, {"--set", "train.steps=1"}), "at_log")));
   CHECK(read_text(run + "/config.yaml").find("host_reads: at_log") != std::string::npos);
   CHECK(mixprec::load_train_config(run + "/config.yaml").train.host_reads == "at_log");
   // The default is written out too.
@@ -284,7 +267,7 @@ TEST_CASE("host reads: a CNN with a skipped step mid-run is identical per step a
   const std::string config = dir / "config.yaml";
   write_text(config, cnn_config());
   train_both_ways(dir, [&](const std::string& out) {
-    return cnn_args(config, out, {"--set", "debug.inject_nonfinite={step: 6, tensor: 5.weight}"});
+    return train_args(config, out, {"--set", "debug.inject_nonfinite={step: 6, tensor: 5.weight}"});
   });
   require_same_runs(dir / "per_step", dir / "at_log");
 
@@ -335,8 +318,8 @@ TEST_CASE("host reads: a skipped first update leaves the momentum to the first t
   // SGD's momentum buffer starts as the first update's gradient (PyTorch); with step 1
   // skipped on the device that must be step 2's. The weights at every checkpoint show it.
   train_both_ways(dir, [&](const std::string& out) {
-    return cnn_args(config, out, {"--set", "debug.inject_nonfinite={step: 1, tensor: 0.weight}",
-                                  "--set", "train.steps=6"});
+    return train_args(config, out, {"--set", "debug.inject_nonfinite={step: 1, tensor: 0.weight}",
+                                    "--set", "train.steps=6"});
   });
   require_same_runs(dir / "per_step", dir / "at_log");
   for (const char* mode : kModes) {
@@ -357,7 +340,7 @@ TEST_CASE("host reads: a GPT with an Inf loss under warmup and cosine is identic
           "[apps][train]") {
   ScratchDir dir("host-reads-gpt");
   train_both_ways(dir, [&](const std::string& out) {
-    return gpt_args(out, {"--set", "debug.inject_nonfinite={step: 3, tensor: loss}"});
+    return fp16_gpt_args(out, {"--set", "debug.inject_nonfinite={step: 3, tensor: loss}"});
   });
   require_same_runs(dir / "per_step", dir / "at_log");
 
@@ -407,10 +390,10 @@ TEST_CASE("host reads: an input batch with NaN finishes the pending steps before
   // log_every 10 and nothing else in between: steps 2 and 3 are still on the device when
   // step 4's input turns out bad.
   train_both_ways(dir, [&](const std::string& out) {
-    return cnn_args(config, out,
-                    {"--set", "debug.inject_nonfinite={step: 4, tensor: input, value: nan}",
-                     "--set", "train.steps=6", "--set", "train.log_every=10",
-                     "--set", "train.eval_every=0", "--set", "checkpoint.every=0"});
+    return train_args(config, out,
+                      {"--set", "debug.inject_nonfinite={step: 4, tensor: input, value: nan}",
+                       "--set", "train.steps=6", "--set", "train.log_every=10",
+                       "--set", "train.eval_every=0", "--set", "checkpoint.every=0"});
   });
   require_same_runs(dir / "per_step", dir / "at_log");
   for (const char* mode : kModes) {
@@ -531,12 +514,12 @@ TEST_CASE("host reads: skips past the limit stop an at_log run where per_step st
       "--set", "train.steps=20", "--set", "train.log_every=20", "--set", "train.eval_every=0",
       "--set", "train.clip_grad_norm=0", "--set", "train.max_consecutive_skips=3",
       "--set", "checkpoint.every=0"};
-  const CliResult per_step = run_cli(with_mode(cnn_args(config, dir / "per_step", overflow), "per_step"));
+  const CliResult per_step = run_cli(with_mode(train_args(config, dir / "per_step", overflow), "per_step"));
   INFO("per_step stderr: " << per_step.err);
   CHECK(per_step.code == 3);
   CHECK(per_step.err.rfind("error: training stopped at step 3: 3 steps in a row", 0) == 0);
 
-  const CliResult at_log = run_cli(with_mode(cnn_args(config, dir / "at_log", overflow), "at_log"));
+  const CliResult at_log = run_cli(with_mode(train_args(config, dir / "at_log", overflow), "at_log"));
   INFO("at_log exit code " << at_log.code << ", stderr: " << at_log.err);
   int64_t most_in_a_row = 0;
   for (const auto& [step, record] : step_records(dir / "at_log")) {
@@ -560,8 +543,8 @@ TEST_CASE("host reads: an at_log run resumed from its checkpoint equals a per_st
   write_text(config, cnn_config());
   // 6 steps, step 5 overflowing (after the checkpoint at 3, which the resumed run reads).
   const auto args = [&](const std::string& out) {
-    return cnn_args(config, out, {"--set", "train.steps=6",
-                                  "--set", "debug.inject_nonfinite={step: 5, tensor: 5.weight}"});
+    return train_args(config, out, {"--set", "train.steps=6",
+                                    "--set", "debug.inject_nonfinite={step: 5, tensor: 5.weight}"});
   };
   // Each mode trains 6 steps, loses what came after the checkpoint of step 3 (as a crash
   // right after it would leave the folder: step 6's checkpoint and the summary gone,
@@ -609,10 +592,10 @@ TEST_CASE("host reads: a run of skips that starts between reads stops where per_
       "--set", "train.steps=20", "--set", "train.log_every=20", "--set", "train.eval_every=0",
       "--set", "train.clip_grad_norm=0", "--set", "train.max_consecutive_skips=3",
       "--set", "checkpoint.every=0"};
-  const CliResult per_step = run_cli(with_mode(cnn_args(config, dir / "per_step", overrides), "per_step"));
+  const CliResult per_step = run_cli(with_mode(train_args(config, dir / "per_step", overrides), "per_step"));
   INFO("per_step exit code " << per_step.code << ", stderr: " << per_step.err);
   REQUIRE(per_step.code == 3);
-  const CliResult at_log = run_cli(with_mode(cnn_args(config, dir / "at_log", overrides), "at_log"));
+  const CliResult at_log = run_cli(with_mode(train_args(config, dir / "at_log", overrides), "at_log"));
   INFO("at_log exit code " << at_log.code << ", stderr: " << at_log.err);
   CHECK(at_log.code == 3);
   // The same message, but for the run folder it names.

@@ -38,14 +38,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// The `mixprec` program of this build: <build>/apps/mixprec beside <build>/tests/<this test>.
-fs::path mixprec_binary() {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (error) return {};
-  return self.parent_path().parent_path() / "apps" / "mixprec";
-}
-
 fs::path require_binary() {
   const fs::path binary = mixprec_binary();
   std::error_code error;
@@ -92,8 +84,9 @@ std::vector<std::string> tiny_args(const std::string& corpus, int steps) {
           "--set", "device=cpu"};
 }
 
-std::vector<std::string> train_args(const std::string& out, const std::vector<std::string>& sets,
-                                    const std::vector<std::string>& checkpointing) {
+std::vector<std::string> gpt_train_args(const std::string& out,
+                                        const std::vector<std::string>& sets,
+                                        const std::vector<std::string>& checkpointing) {
   std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out};
   args.insert(args.end(), sets.begin(), sets.end());
   args.insert(args.end(), checkpointing.begin(), checkpointing.end());
@@ -239,7 +232,7 @@ std::string reference_weights(const fs::path& program, const std::string& corpus
   if (!cache.count(key)) {
     ScratchDir dir("interrupt-reference");
     const std::string run = dir / "run";
-    run_ok(program, train_args(run, tiny_args(corpus, steps), {}), dir / "log");
+    run_ok(program, gpt_train_args(run, tiny_args(corpus, steps), {}), dir / "log");
     cache[key] = final_weights(run, steps);
     REQUIRE(!cache[key].empty());
   }
@@ -324,7 +317,8 @@ void interrupt_once_and_resume(int signal, int expected_code, int total_steps,
   const std::string run = dir / "run";
   const std::string checkpoints = run + "/checkpoints";
 
-  Child child(program, train_args(run, sets, checkpointing), dir / "interrupted", save_delay_ms);
+  Child child(program, gpt_train_args(run, sets, checkpointing), dir / "interrupted",
+              save_delay_ms);
   REQUIRE(wait_for(child, [&] { return has_step_record(run); }));
   child.signal(signal);
   const int status = child.wait();
@@ -535,7 +529,7 @@ TEST_CASE("interrupt: a second signal during a save exits at once and keeps the 
                                                "checkpoint.keep=0"};
   // Each save takes three pauses of 400 ms: the signals land in the second save's first two,
   // before its rename.
-  Child child(program, train_args(run, sets, checkpointing), dir / "twice", 400);
+  Child child(program, gpt_train_args(run, sets, checkpointing), dir / "twice", 400);
   const std::string hidden_prefix = ".step_20.tmp-";
   REQUIRE(wait_for_name(child, checkpoints, [&](const std::string& name) {
     return name.rfind(hidden_prefix, 0) == 0;
@@ -567,7 +561,7 @@ TEST_CASE("interrupt: a second signal during a save exits at once and keeps the 
   CHECK_FALSE(fs::exists(run + "/summary.json"));
 
   // --resume clears the debris and finishes on the uninterrupted run's bits.
-  run_ok(program, as_resume(train_args(run, sets, checkpointing)), dir / "resumed");
+  run_ok(program, as_resume(gpt_train_args(run, sets, checkpointing)), dir / "resumed");
   CHECK(names_in(checkpoints) ==
         std::vector<std::string>{"step_10", "step_20", "step_30", "step_40"});
   CHECK(final_weights(run, kSteps) == reference_weights(program, corpus, kSteps));
@@ -597,7 +591,8 @@ TEST_CASE("interrupt: SIGKILL at any moment of a save leaves the old or the new 
     const std::string run = trial_dir / "run";
     const std::string checkpoints = run + "/checkpoints";
     {
-      Child child(program, train_args(run, sets, checkpointing), trial_dir / "killed", kDelayMs);
+      Child child(program, gpt_train_args(run, sets, checkpointing), trial_dir / "killed",
+                  kDelayMs);
       REQUIRE(wait_for_name(child, checkpoints,
                             [](const std::string& name) { return step_of_name(name) >= 8; }));
       std::this_thread::sleep_for(milliseconds(offset_ms));
@@ -635,7 +630,7 @@ TEST_CASE("interrupt: SIGKILL at any moment of a save leaves the old or the new 
                                     : "old"]++;
 
     // --resume clears what the kill left and ends on the uninterrupted run's bits.
-    run_ok(program, as_resume(train_args(run, sets, checkpointing)), trial_dir / "resumed");
+    run_ok(program, as_resume(gpt_train_args(run, sets, checkpointing)), trial_dir / "resumed");
     CHECK(final_weights(run, kSteps) == reference);
     for (const std::string& name : names_in(checkpoints)) CHECK(name.front() != '.');
     if (hidden) outcomes["hidden debris cleared by --resume"]++;

@@ -24,9 +24,6 @@ using namespace train_test;
 
 namespace {
 
-fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
-bool mnist_present() { return fs::exists(mnist_dir() / "t10k-images-idx3-ubyte.gz"); }
-
 // A small CNN with batch norm on the MNIST test set (in every checkout), FP16 with a dynamic
 // scale of 1024 (far from FP16's overflow on this model), two microbatches a step, a
 // checkpoint after every step.
@@ -44,21 +41,6 @@ std::string small_cnn_config() {
          "train: {steps: 3, batch_size: 16, accumulation_steps: 2, log_every: 1}\n"
          "checkpoint: {every: 1, keep: 0}\n"
          "device: cpu\n";
-}
-
-std::vector<std::string> train_args(const std::string& config, const std::string& out,
-                                    std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"train", config, "--out", out};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::map<int64_t, nlohmann::json> step_records(const std::string& run) {
-  std::map<int64_t, nlohmann::json> steps;
-  for (const auto& r : read_jsonl(run + "/metrics.jsonl")) {
-    if (r["event"] == "step") steps[r["step"].get<int64_t>()] = r;
-  }
-  return steps;
 }
 
 // The model's parameter names: the checkpoint's tensors without the batch-norm buffers.

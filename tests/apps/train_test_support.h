@@ -1,6 +1,6 @@
-// Shared by the end-to-end training tests: where the repository and its data are, a scratch
-// folder per test, the command line run in-process, and what a run folder holds (its
-// checkpoints' files, the steps metrics.jsonl logged).
+// Shared by the end-to-end training tests: where the repository, its data and the `mixprec`
+// program are, a scratch folder per test, the command line run in-process, and what a run
+// folder holds (its checkpoints' files, the steps metrics.jsonl logged).
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,18 @@ inline bool fashion_mnist_installed() {
 }
 // The corpus of the GPT configs, shipped in the repository (data/README.md).
 inline fs::path shakespeare_path() { return repo_root() / "data" / "tinyshakespeare" / "input.txt"; }
+// The MNIST test set in ../shared/data, present in every checkout.
+inline fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
+inline bool mnist_present() { return fs::exists(mnist_dir() / "t10k-images-idx3-ubyte.gz"); }
+
+// Where the `mixprec` program of this build is: <build>/apps/mixprec beside
+// <build>/tests/<this test> (built or not); empty when /proc/self/exe cannot be read.
+inline fs::path mixprec_binary() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  return self.parent_path().parent_path() / "apps" / "mixprec";
+}
 
 using mixprec_test::ScratchDir;
 using mixprec_test::read_jsonl;
@@ -73,6 +86,14 @@ inline nlohmann::json read_json(const std::string& path) { return nlohmann::json
 inline void require_ok(const CliResult& r) {
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.code == 0);
+}
+
+// `mixprec train config --out out`, then `extra`.
+inline std::vector<std::string> train_args(const std::string& config, const std::string& out,
+                                           std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"train", config, "--out", out};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
 }
 
 // The same arguments continuing the run of their --out instead of starting it.
@@ -115,6 +136,15 @@ inline std::vector<int64_t> logged_steps(const std::string& run) {
   std::vector<int64_t> steps;
   for (const auto& record : read_jsonl(run + "/metrics.jsonl")) {
     if (record.at("event") == "step") steps.push_back(record.at("step").get<int64_t>());
+  }
+  return steps;
+}
+
+// The step records in metrics.jsonl of `run`, by step number.
+inline std::map<int64_t, nlohmann::json> step_records(const std::string& run) {
+  std::map<int64_t, nlohmann::json> steps;
+  for (const auto& r : read_jsonl(run + "/metrics.jsonl")) {
+    if (r["event"] == "step") steps[r["step"].get<int64_t>()] = r;
   }
   return steps;
 }

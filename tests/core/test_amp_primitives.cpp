@@ -16,20 +16,16 @@
 #include "core/half.h"
 #include "core/math/amp.h"
 #include "core/tensor.h"
+#include "tests/core/cpu_test_util.h"
+#include "tests/tensor_bytes.h"
 
 using namespace mixprec;
+using mixprec::testing::cpu_backend;
+using mixprec::testing::kInf;
+using mixprec::testing::normal_tensor;
+using mixprec_test::raw_bytes;
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-Backend& cpu() { return backend_for(kCPU); }
-
-std::vector<uint8_t> raw_bytes(const Tensor& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  if (!out.empty()) std::memcpy(out.data(), t.data(), out.size());
-  return out;
-}
 
 uint16_t bits16(const Tensor& t, int64_t i) {
   uint16_t b;
@@ -73,14 +69,6 @@ double round_once(DType dtype, double d) {
   return nearest_16(dtype, d);
 }
 
-Tensor random_tensor(int64_t n, DType dtype, uint32_t seed, double stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {n}, dtype);
-}
-
 struct Flags {
   Tensor found_inf = Tensor::zeros({1});
   Tensor tensor_flags;
@@ -99,13 +87,13 @@ TEST_CASE("unscale_and_check restores power-of-two-scaled gradients exactly", "[
   for (const Case& c : {Case{DType::F32, 0x1p-16, 1e4}, Case{DType::F16, 0x1p-10, 1e3},
                         Case{DType::BF16, 0x1p-16, 1e4}}) {
     CAPTURE(c.dtype);
-    Tensor g = random_tensor(40000, c.dtype, 7, c.stddev);
+    Tensor g = normal_tensor(40000, c.dtype, 7, c.stddev);
     // Keep the unscaled values normal in every format (no subnormal rounding).
     for (int64_t i = 0; i < g.numel(); ++i)
       if (std::fabs(g.get(i)) < 0.0625) g.set(i, 0.0625);
     const std::vector<float> before = g.to_float_vector();
     Flags f(1);
-    cpu().unscale_and_check({g}, c.inv_scale, f.found_inf, f.tensor_flags);
+    cpu_backend().unscale_and_check({g}, c.inv_scale, f.found_inf, f.tensor_flags);
     const std::vector<float> after = g.to_float_vector();
     int64_t wrong = 0;
     for (size_t i = 0; i < before.size(); ++i)
@@ -122,10 +110,10 @@ TEST_CASE("unscale_and_check rounds the double product once for any scale", "[am
   const double inv_scale = 1.0 / 3000.0;
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     CAPTURE(dtype);
-    Tensor g = random_tensor(5000, dtype, 11, dtype == DType::F16 ? 2000.0 : 1e5);
+    Tensor g = normal_tensor(5000, dtype, 11, dtype == DType::F16 ? 2000.0 : 1e5);
     const std::vector<float> before = g.to_float_vector();
     Flags f(1);
-    cpu().unscale_and_check({g}, inv_scale, f.found_inf, f.tensor_flags);
+    cpu_backend().unscale_and_check({g}, inv_scale, f.found_inf, f.tensor_flags);
     int64_t wrong = 0;
     for (size_t i = 0; i < before.size(); ++i) {
       const double expected = round_once(dtype, static_cast<double>(before[i]) * inv_scale);
@@ -139,14 +127,14 @@ TEST_CASE("unscale_and_check rounds the double product once for any scale", "[am
   SECTION("F16") {
     Tensor g = Tensor::from_vector({1.0f, -1.0f}, {2}, DType::F16);
     Flags f(1);
-    cpu().unscale_and_check({g}, 1.0 + 0x1p-11 + 0x1p-40, f.found_inf, f.tensor_flags);
+    cpu_backend().unscale_and_check({g}, 1.0 + 0x1p-11 + 0x1p-40, f.found_inf, f.tensor_flags);
     CHECK(g.get(0) == 1.0 + 0x1p-10);
     CHECK(g.get(1) == -(1.0 + 0x1p-10));
   }
   SECTION("BF16") {
     Tensor g = Tensor::from_vector({1.0f, -1.0f}, {2}, DType::BF16);
     Flags f(1);
-    cpu().unscale_and_check({g}, 1.0 + 0x1p-8 + 0x1p-40, f.found_inf, f.tensor_flags);
+    cpu_backend().unscale_and_check({g}, 1.0 + 0x1p-8 + 0x1p-40, f.found_inf, f.tensor_flags);
     CHECK(g.get(0) == 1.0 + 0x1p-7);
     CHECK(g.get(1) == -(1.0 + 0x1p-7));
   }
@@ -164,7 +152,7 @@ TEST_CASE("unscale_and_check flags exactly the tensors holding Inf, -Inf or NaN"
           Tensor::from_vector({16.f, 32.f, 64.f, 1.f}, {2, 2}, DType::BF16)};
       grads[where].set(1, bad);
       Flags f(3);
-      cpu().unscale_and_check(grads, 0.5, f.found_inf, f.tensor_flags);
+      cpu_backend().unscale_and_check(grads, 0.5, f.found_inf, f.tensor_flags);
       for (size_t i = 0; i < 3; ++i)
         CHECK(f.tensor_flags.get(static_cast<int64_t>(i)) == (i == where ? 1.0 : 0.0));
       CHECK(f.found_inf.item() == 1.0);
@@ -175,7 +163,7 @@ TEST_CASE("unscale_and_check flags exactly the tensors holding Inf, -Inf or NaN"
       std::vector<Tensor> finite = {Tensor::from_vector({2.f}, {1}),
                                     Tensor::from_vector({4.f}, {1}),
                                     Tensor::from_vector({8.f}, {1}, DType::F16)};
-      cpu().unscale_and_check(finite, 0.5, f.found_inf, f.tensor_flags);
+      cpu_backend().unscale_and_check(finite, 0.5, f.found_inf, f.tensor_flags);
       for (int64_t i = 0; i < 3; ++i) CHECK(f.tensor_flags.get(i) == 0.0);
       CHECK(f.found_inf.item() == 1.0);
       CHECK(finite[2].get(0) == 4.0);
@@ -185,7 +173,7 @@ TEST_CASE("unscale_and_check flags exactly the tensors holding Inf, -Inf or NaN"
   // Finite data leaves a clear found_inf clear.
   Tensor g = Tensor::from_vector({65504.f, -1e-3f}, {2}, DType::F16);
   Flags f(1);
-  cpu().unscale_and_check({g}, 1.0, f.found_inf, f.tensor_flags);
+  cpu_backend().unscale_and_check({g}, 1.0, f.found_inf, f.tensor_flags);
   CHECK(f.found_inf.item() == 0.0);
   CHECK(f.tensor_flags.get(0) == 0.0);
 }
@@ -200,7 +188,7 @@ TEST_CASE("unscale_and_check with inv_scale 1 only checks and leaves every bit a
   std::memcpy(static_cast<uint8_t*>(f16.data()) + 6, &snan, sizeof snan);
   const auto b32 = raw_bytes(f32), b16 = raw_bytes(f16), bb16 = raw_bytes(bf16);
   Flags f(3);
-  cpu().unscale_and_check({f32, f16, bf16}, 1.0, f.found_inf, f.tensor_flags);
+  cpu_backend().unscale_and_check({f32, f16, bf16}, 1.0, f.found_inf, f.tensor_flags);
   CHECK(raw_bytes(f32) == b32);
   CHECK(raw_bytes(f16) == b16);
   CHECK(raw_bytes(bf16) == bb16);
@@ -213,27 +201,28 @@ TEST_CASE("unscale_and_check rejects bad arguments naming the primitive", "[amp_
   Tensor g = Tensor::ones({3});
   Flags f(1);
   auto named = Catch::Contains("unscale_and_check");
-  CHECK_THROWS_WITH(cpu().unscale_and_check({Tensor::from_ints({1}, {1})}, 0.5, f.found_inf,
-                                            f.tensor_flags),
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({Tensor::from_ints({1}, {1})}, 0.5, f.found_inf,
+                                                    f.tensor_flags),
                     named && Catch::Contains("I32"));
   Tensor two_flags = Tensor::zeros({2}, DType::I32);
-  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, f.found_inf, two_flags), named);
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({g}, 0.5, f.found_inf, two_flags), named);
   Tensor float_flags = Tensor::zeros({1});
-  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, f.found_inf, float_flags), named);
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({g}, 0.5, f.found_inf, float_flags), named);
   Tensor half_found = Tensor::zeros({1}, DType::F16);
-  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.5, half_found, f.tensor_flags), named);
-  CHECK_THROWS_WITH(cpu().unscale_and_check({g}, 0.0, f.found_inf, f.tensor_flags), named);
-  CHECK_THROWS_WITH(cpu().unscale_and_check({Tensor()}, 0.5, f.found_inf, f.tensor_flags), named);
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({g}, 0.5, half_found, f.tensor_flags), named);
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({g}, 0.0, f.found_inf, f.tensor_flags), named);
+  CHECK_THROWS_WITH(cpu_backend().unscale_and_check({Tensor()}, 0.5, f.found_inf, f.tensor_flags),
+                    named);
   CHECK(g.to_float_vector() == std::vector<float>{1.f, 1.f, 1.f});
 }
 
 TEST_CASE("squared_norms matches a double reference and not the thread count",
           "[amp_primitives]") {
-  std::vector<Tensor> xs = {random_tensor(100003, DType::F32, 1, 1.0),
-                            random_tensor(1, DType::F16, 2, 3.0),
+  std::vector<Tensor> xs = {normal_tensor(100003, DType::F32, 1, 1.0),
+                            normal_tensor(1, DType::F16, 2, 3.0),
                             Tensor::empty({0}),
-                            random_tensor(20000, DType::BF16, 3, 0.01),
-                            random_tensor(777, DType::F16, 4, 10.0)};
+                            normal_tensor(20000, DType::BF16, 3, 0.01),
+                            normal_tensor(777, DType::F16, 4, 10.0)};
   std::vector<double> expected;
   for (const Tensor& x : xs) {
     double s = 0.0;
@@ -244,10 +233,10 @@ TEST_CASE("squared_norms matches a double reference and not the thread count",
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   Tensor one = Tensor::empty({5});
-  cpu().squared_norms(xs, one);
+  cpu_backend().squared_norms(xs, one);
   omp_set_num_threads(2);
   Tensor two = Tensor::full({5}, 123.0);
-  cpu().squared_norms(xs, two);
+  cpu_backend().squared_norms(xs, two);
   omp_set_num_threads(threads);
 
   CHECK(raw_bytes(one) == raw_bytes(two));
@@ -258,23 +247,23 @@ TEST_CASE("squared_norms matches a double reference and not the thread count",
   CHECK(one.get(2) == 0.0);
 
   Tensor wrong = Tensor::empty({4});
-  CHECK_THROWS_WITH(cpu().squared_norms(xs, wrong), Catch::Contains("squared_norms"));
+  CHECK_THROWS_WITH(cpu_backend().squared_norms(xs, wrong), Catch::Contains("squared_norms"));
   Tensor ids = Tensor::from_ints({1}, {1});
   Tensor out1 = Tensor::empty({1});
-  CHECK_THROWS_WITH(cpu().squared_norms({ids}, out1), Catch::Contains("squared_norms"));
+  CHECK_THROWS_WITH(cpu_backend().squared_norms({ids}, out1), Catch::Contains("squared_norms"));
 }
 
 namespace {
 
-struct SgdState {
+struct SgdStepTensors {
   Tensor master, grad, momentum, working;
 };
 
-SgdState make_sgd_state(int64_t n, DType working_dtype) {
-  SgdState s;
-  s.master = random_tensor(n, DType::F32, 21, 1.0);
-  s.grad = random_tensor(n, DType::F32, 22, 0.5);
-  s.momentum = random_tensor(n, DType::F32, 23, 0.3);
+SgdStepTensors make_sgd_state(int64_t n, DType working_dtype) {
+  SgdStepTensors s;
+  s.master = normal_tensor(n, DType::F32, 21, 1.0);
+  s.grad = normal_tensor(n, DType::F32, 22, 0.5);
+  s.momentum = normal_tensor(n, DType::F32, 23, 0.3);
   if (working_dtype != DType::F32) s.working = Tensor::zeros({n}, working_dtype);
   return s;
 }
@@ -302,13 +291,13 @@ TEST_CASE("sgd_step applies sgd_update to every element and refreshes the workin
       hyper.nesterov = c.nesterov;
       hyper.first_step = c.first_step;
 
-      SgdState s = make_sgd_state(50000, wdt);
+      SgdStepTensors s = make_sgd_state(50000, wdt);
       std::vector<float> w = s.master.to_float_vector();
       std::vector<float> buf = s.momentum.to_float_vector();
       const std::vector<float> g = s.grad.to_float_vector();
       for (size_t i = 0; i < w.size(); ++i) sgd_update(w[i], g[i], buf[i], hyper);
 
-      cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, nullptr);
+      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, nullptr);
       CHECK(s.master.to_float_vector() == w);
       CHECK(s.momentum.to_float_vector() == buf);
       int64_t wrong = 0;
@@ -322,17 +311,17 @@ TEST_CASE("sgd_step applies sgd_update to every element and refreshes the workin
   }
 
   // Without momentum no buffer is needed, and without a working copy only the master moves.
-  SgdState s = make_sgd_state(10, DType::F32);
+  SgdStepTensors s = make_sgd_state(10, DType::F32);
   const std::vector<float> w0 = s.master.to_float_vector(), g = s.grad.to_float_vector();
   SgdHyper plain;
   plain.lr = 0.5f;
-  cpu().sgd_step(plain, s.master, s.grad, nullptr, nullptr, nullptr);
+  cpu_backend().sgd_step(plain, s.master, s.grad, nullptr, nullptr, nullptr);
   for (int64_t i = 0; i < 10; ++i)
     CHECK(s.master.get(i) == static_cast<double>(w0[i] - 0.5f * g[i]));
 
   // A distinct F32 working tensor is a plain copy of the new master.
   Tensor copy = Tensor::zeros({10});
-  cpu().sgd_step(plain, s.master, s.grad, nullptr, &copy, nullptr);
+  cpu_backend().sgd_step(plain, s.master, s.grad, nullptr, &copy, nullptr);
   CHECK(raw_bytes(copy) == raw_bytes(s.master));
 }
 
@@ -341,18 +330,18 @@ TEST_CASE("sgd_step with a non-zero found_inf writes nothing", "[amp_primitives]
   hyper.lr = 0.1f;
   hyper.momentum = 0.9f;
   hyper.weight_decay = 0.01f;
-  SgdState s = make_sgd_state(40000, DType::F16);
+  SgdStepTensors s = make_sgd_state(40000, DType::F16);
   const auto m0 = raw_bytes(s.master), b0 = raw_bytes(s.momentum), w0 = raw_bytes(s.working);
   for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
     Tensor found_inf = Tensor::full({1}, flag);
-    cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &found_inf);
+    cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &found_inf);
     CHECK(raw_bytes(s.master) == m0);
     CHECK(raw_bytes(s.momentum) == b0);
     CHECK(raw_bytes(s.working) == w0);
   }
   // A zero flag lets the step run.
   Tensor clear = Tensor::zeros({1});
-  cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &clear);
+  cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &clear);
   CHECK(raw_bytes(s.master) != m0);
   CHECK(raw_bytes(s.working) != w0);
 }
@@ -360,46 +349,43 @@ TEST_CASE("sgd_step with a non-zero found_inf writes nothing", "[amp_primitives]
 TEST_CASE("sgd_step rejects bad shapes and dtypes naming the primitive", "[amp_primitives]") {
   SgdHyper hyper;
   hyper.momentum = 0.9f;
-  SgdState s = make_sgd_state(6, DType::F16);
+  SgdStepTensors s = make_sgd_state(6, DType::F16);
   const auto m0 = raw_bytes(s.master);
   auto named = Catch::Contains("sgd_step");
 
   Tensor half_master = s.master.to(DType::F16);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, half_master, s.grad, &s.momentum, nullptr, nullptr),
-                    named);
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, half_master, s.grad, &s.momentum, nullptr, nullptr), named);
   Tensor short_grad = Tensor::zeros({5});
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, short_grad, &s.momentum, nullptr, nullptr),
-                    named);
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, short_grad, &s.momentum, nullptr, nullptr), named);
   Tensor half_grad = s.grad.to(DType::F16);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, half_grad, &s.momentum, nullptr, nullptr),
-                    named);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, nullptr, nullptr, nullptr),
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, half_grad, &s.momentum, nullptr, nullptr), named);
+  CHECK_THROWS_WITH(cpu_backend().sgd_step(hyper, s.master, s.grad, nullptr, nullptr, nullptr),
                     named && Catch::Contains("momentum"));
   Tensor wide_momentum = Tensor::zeros({2, 3});
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &wide_momentum, nullptr, nullptr),
-                    named);
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, s.grad, &wide_momentum, nullptr, nullptr), named);
   Tensor int_working = Tensor::zeros({6}, DType::I32);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &int_working, nullptr),
-                    named);
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &int_working, nullptr), named);
   Tensor short_working = Tensor::zeros({5}, DType::F16);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &short_working, nullptr),
-                    named);
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &short_working, nullptr), named);
   Tensor alias = s.master.detach();
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &alias, nullptr),
+  CHECK_THROWS_WITH(cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &alias, nullptr),
                     named && Catch::Contains("null"));
   Tensor half_flag = Tensor::zeros({1}, DType::F16);
-  CHECK_THROWS_WITH(cpu().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
-                    named && Catch::Contains("found_inf"));
+  CHECK_THROWS_WITH(
+      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
+      named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(s.master) == m0);
 }
 
 namespace {
 
 // ---- Adam ------------------------------------------------------------------------------
-
-struct AdamState {
-  Tensor master, exp_avg, exp_avg_sq, working;
-};
 
 AdamHyper adam_hyper(float lr, float weight_decay, bool decoupled) {
   AdamHyper hyper;
@@ -420,7 +406,7 @@ Tensor abs_tensor(const Tensor& t) {
 }
 
 std::vector<float> adam_gradients(int64_t n, uint32_t seed) {
-  std::vector<float> g = random_tensor(n, DType::F32, seed, 1.0).to_float_vector();
+  std::vector<float> g = normal_tensor(n, DType::F32, seed, 1.0).to_float_vector();
   for (size_t i = 0; i < g.size(); ++i) {
     if (i % 7 == 3) g[i] = 0.0f;
     else if (i % 5 == 1) g[i] *= 1e-8f;
@@ -480,7 +466,7 @@ TEST_CASE("adam_step follows torch.optim.Adam and AdamW computed in double over 
   for (const Config& c : configs) {
     CAPTURE(c.name);
     AdamHyper hyper = adam_hyper(kLr, c.weight_decay, c.decoupled);
-    Tensor master = random_tensor(kN, DType::F32, 31, 1.0);
+    Tensor master = normal_tensor(kN, DType::F32, 31, 1.0);
     Tensor exp_avg = Tensor::zeros({kN}), exp_avg_sq = Tensor::zeros({kN});
     Tensor working = Tensor::zeros({kN}, c.working);
     AdamReference ref(hyper, master.to_float_vector());
@@ -488,8 +474,8 @@ TEST_CASE("adam_step follows torch.optim.Adam and AdamW computed in double over 
       CAPTURE(t);
       const std::vector<float> g = adam_gradients(kN, static_cast<uint32_t>(100 + t));
       hyper.set_step(t);
-      cpu().adam_step(hyper, master, Tensor::from_vector(g, {kN}), exp_avg, exp_avg_sq, &working,
-                      nullptr);
+      cpu_backend().adam_step(hyper, master, Tensor::from_vector(g, {kN}), exp_avg, exp_avg_sq,
+                              &working, nullptr);
       ref.step(t, g);
 
       // Tolerances are a few FP32 roundings per step of each quantity's scale. An update
@@ -527,17 +513,17 @@ TEST_CASE("adam_step applies adam_update to every element and refreshes the work
       hyper.beta2 = 0.95f;
       hyper.eps = 1e-6f;
       hyper.set_step(4);
-      Tensor master = random_tensor(kN, DType::F32, 41, 1.0);
-      const Tensor grad = random_tensor(kN, DType::F32, 42, 0.5);
-      Tensor exp_avg = random_tensor(kN, DType::F32, 43, 0.1);
-      Tensor exp_avg_sq = abs_tensor(random_tensor(kN, DType::F32, 44, 0.1));
+      Tensor master = normal_tensor(kN, DType::F32, 41, 1.0);
+      const Tensor grad = normal_tensor(kN, DType::F32, 42, 0.5);
+      Tensor exp_avg = normal_tensor(kN, DType::F32, 43, 0.1);
+      Tensor exp_avg_sq = abs_tensor(normal_tensor(kN, DType::F32, 44, 0.1));
       Tensor working = Tensor::zeros({kN}, wdt);
       std::vector<float> w = master.to_float_vector(), m = exp_avg.to_float_vector(),
                          v = exp_avg_sq.to_float_vector();
       const std::vector<float> g = grad.to_float_vector();
       for (size_t i = 0; i < w.size(); ++i) adam_update(w[i], g[i], m[i], v[i], hyper);
 
-      cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
       CHECK(master.to_float_vector() == w);
       CHECK(exp_avg.to_float_vector() == m);
       CHECK(exp_avg_sq.to_float_vector() == v);
@@ -558,14 +544,14 @@ TEST_CASE("adam_step applies adam_update to every element and refreshes the work
   Tensor master = Tensor::from_vector({1.0f, -2.0f}, {2});
   const Tensor grad = Tensor::from_vector({0.5f, -4.0f}, {2});
   Tensor exp_avg = Tensor::zeros({2}), exp_avg_sq = Tensor::zeros({2});
-  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, nullptr);
+  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, nullptr);
   // The first step moves every weight with a gradient well above eps by almost exactly lr
   // against the gradient's sign: m_hat / sqrt(v_hat) = g / |g|.
   CHECK(master.get(0) == Approx(0.9).epsilon(1e-6));
   CHECK(master.get(1) == Approx(-1.9).epsilon(1e-6));
   Tensor copy = Tensor::zeros({2});
   hyper.set_step(2);
-  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &copy, nullptr);
+  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &copy, nullptr);
   CHECK(raw_bytes(copy) == raw_bytes(master));
 }
 
@@ -573,24 +559,24 @@ TEST_CASE("adam_step with a non-zero found_inf writes nothing", "[amp_primitives
   constexpr int64_t kN = 40000;
   AdamHyper hyper = adam_hyper(1e-3f, 0.01f, true);
   hyper.set_step(3);
-  Tensor master = random_tensor(kN, DType::F32, 51, 1.0);
-  const Tensor grad = random_tensor(kN, DType::F32, 52, 1.0);
-  Tensor exp_avg = random_tensor(kN, DType::F32, 53, 0.1);
-  Tensor exp_avg_sq = abs_tensor(random_tensor(kN, DType::F32, 54, 0.1));
+  Tensor master = normal_tensor(kN, DType::F32, 51, 1.0);
+  const Tensor grad = normal_tensor(kN, DType::F32, 52, 1.0);
+  Tensor exp_avg = normal_tensor(kN, DType::F32, 53, 0.1);
+  Tensor exp_avg_sq = abs_tensor(normal_tensor(kN, DType::F32, 54, 0.1));
   Tensor working = master.to(DType::BF16);
   const auto w0 = raw_bytes(master), m0 = raw_bytes(exp_avg), v0 = raw_bytes(exp_avg_sq),
              c0 = raw_bytes(working);
   for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
     CAPTURE(flag);
     Tensor found_inf = Tensor::full({1}, flag);
-    cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &found_inf);
+    cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &found_inf);
     CHECK(raw_bytes(master) == w0);
     CHECK(raw_bytes(exp_avg) == m0);
     CHECK(raw_bytes(exp_avg_sq) == v0);
     CHECK(raw_bytes(working) == c0);
   }
   Tensor clear = Tensor::zeros({1});
-  cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &clear);
+  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &clear);
   CHECK(raw_bytes(master) != w0);
   CHECK(raw_bytes(exp_avg) != m0);
   CHECK(raw_bytes(exp_avg_sq) != v0);
@@ -600,14 +586,14 @@ TEST_CASE("adam_step with a non-zero found_inf writes nothing", "[amp_primitives
 TEST_CASE("adam_step rejects stale bias corrections and bad operands naming the primitive",
           "[amp_primitives]") {
   AdamHyper hyper = adam_hyper(1e-3f, 0.0f, false);
-  Tensor master = random_tensor(6, DType::F32, 61, 1.0);
-  const Tensor grad = random_tensor(6, DType::F32, 62, 1.0);
+  Tensor master = normal_tensor(6, DType::F32, 61, 1.0);
+  const Tensor grad = normal_tensor(6, DType::F32, 62, 1.0);
   Tensor exp_avg = Tensor::zeros({6}), exp_avg_sq = Tensor::zeros({6});
   Tensor working = Tensor::zeros({6}, DType::F16);
   const auto w0 = raw_bytes(master);
   auto named = Catch::Contains("adam_step");
   auto step = [&](const AdamHyper& h) {
-    cpu().adam_step(h, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+    cpu_backend().adam_step(h, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
   };
 
   // set_step never called.
@@ -648,28 +634,33 @@ TEST_CASE("adam_step rejects stale bias corrections and bad operands naming the 
   Tensor master_copy = master.clone(), avg_copy = exp_avg.clone();
   Tensor avg_sq_copy = exp_avg_sq.clone();
   CHECK_NOTHROW(
-      cpu().adam_step(hyper, master_copy, grad, avg_copy, avg_sq_copy, nullptr, nullptr));
+      cpu_backend().adam_step(hyper, master_copy, grad, avg_copy, avg_sq_copy, nullptr, nullptr));
   Tensor half_master = master.to(DType::F16);
   CHECK_THROWS_WITH(
-      cpu().adam_step(hyper, half_master, grad, exp_avg, exp_avg_sq, nullptr, nullptr), named);
+      cpu_backend().adam_step(hyper, half_master, grad, exp_avg, exp_avg_sq, nullptr, nullptr),
+      named);
   const Tensor short_grad = Tensor::zeros({5});
   CHECK_THROWS_WITH(
-      cpu().adam_step(hyper, master, short_grad, exp_avg, exp_avg_sq, nullptr, nullptr), named);
+      cpu_backend().adam_step(hyper, master, short_grad, exp_avg, exp_avg_sq, nullptr, nullptr),
+      named);
   Tensor half_avg = Tensor::zeros({6}, DType::F16);
-  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, half_avg, exp_avg_sq, nullptr, nullptr),
-                    named && Catch::Contains("exp_avg"));
+  CHECK_THROWS_WITH(
+      cpu_backend().adam_step(hyper, master, grad, half_avg, exp_avg_sq, nullptr, nullptr),
+      named && Catch::Contains("exp_avg"));
   Tensor wide_avg_sq = Tensor::zeros({2, 3});
-  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, wide_avg_sq, nullptr, nullptr),
-                    named && Catch::Contains("exp_avg_sq"));
+  CHECK_THROWS_WITH(
+      cpu_backend().adam_step(hyper, master, grad, exp_avg, wide_avg_sq, nullptr, nullptr),
+      named && Catch::Contains("exp_avg_sq"));
   Tensor shared = exp_avg.detach();
-  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, shared, nullptr, nullptr),
+  CHECK_THROWS_WITH(cpu_backend().adam_step(hyper, master, grad, exp_avg, shared, nullptr, nullptr),
                     named && Catch::Contains("distinct"));
   Tensor alias = master.detach();
-  CHECK_THROWS_WITH(cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &alias, nullptr),
-                    named && Catch::Contains("null"));
+  CHECK_THROWS_WITH(
+      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &alias, nullptr),
+      named && Catch::Contains("null"));
   Tensor int_found = Tensor::zeros({1}, DType::I32);
   CHECK_THROWS_WITH(
-      cpu().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &int_found),
+      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &int_found),
       named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(master) == w0);
   CHECK(exp_avg.to_float_vector() == std::vector<float>(6, 0.0f));
@@ -713,7 +704,7 @@ std::vector<double> scale_trajectory(const DynamicScaleRule& rule,
   for (size_t i = 0; i < flags.size(); ++i) {
     CAPTURE(i, flags[i]);
     Tensor found_inf = Tensor::full({1}, flags[i]);
-    cpu().update_loss_scale(rule, state, found_inf);
+    cpu_backend().update_loss_scale(rule, state, found_inf);
     update_dynamic_scale(rule, host, flags[i] != 0.0);
     const DynamicScaleState s = read_state(state);
     CHECK(s.scale == host.scale);
@@ -755,24 +746,24 @@ TEST_CASE("update_loss_scale rejects bad rules and operands naming the primitive
 
   DynamicScaleRule no_growth = rule;
   no_growth.growth_factor = 1.0;
-  CHECK_THROWS_WITH(cpu().update_loss_scale(no_growth, state, found_inf), named);
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(no_growth, state, found_inf), named);
   DynamicScaleRule no_backoff = rule;
   no_backoff.backoff_factor = 1.0;
-  CHECK_THROWS_WITH(cpu().update_loss_scale(no_backoff, state, found_inf), named);
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(no_backoff, state, found_inf), named);
   DynamicScaleRule no_interval = rule;
   no_interval.growth_interval = 0;
-  CHECK_THROWS_WITH(cpu().update_loss_scale(no_interval, state, found_inf), named);
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(no_interval, state, found_inf), named);
   DynamicScaleRule inverted = rule;
   inverted.min_scale = 16.0;
-  CHECK_THROWS_WITH(cpu().update_loss_scale(inverted, state, found_inf), named);
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(inverted, state, found_inf), named);
 
   Tensor float_state = Tensor::zeros({4});
-  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, float_state, found_inf),
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(rule, float_state, found_inf),
                     named && Catch::Contains("I32"));
   Tensor short_state = Tensor::zeros({3}, DType::I32);
-  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, short_state, found_inf), named);
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(rule, short_state, found_inf), named);
   Tensor two_flags = Tensor::zeros({2});
-  CHECK_THROWS_WITH(cpu().update_loss_scale(rule, state, two_flags),
+  CHECK_THROWS_WITH(cpu_backend().update_loss_scale(rule, state, two_flags),
                     named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(state) == before);
 }

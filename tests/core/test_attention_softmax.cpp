@@ -15,12 +15,13 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "cpu_test_util.h"
 #include "gradcheck.h"
 
 namespace mixprec {
 namespace {
 
-Backend& cpu() { return backend_for(kCPU); }
+using testing::cpu_backend;
 
 Tensor random_f32(const Shape& shape, std::mt19937& rng, float low, float high) {
   std::uniform_real_distribution<float> dist(low, high);
@@ -57,25 +58,25 @@ constexpr DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
 // The composition attention_softmax stands for, each step its own backend call.
 void composed_forward(const Tensor& scores, float p, Tensor& probs, Tensor& operand) {
   Tensor masked = Tensor::empty(scores.shape(), DType::F32);
-  cpu().causal_mask(scores, -std::numeric_limits<float>::infinity(), masked);
-  cpu().softmax(masked, probs, false);
+  cpu_backend().causal_mask(scores, -std::numeric_limits<float>::infinity(), masked);
+  cpu_backend().softmax(masked, probs, false);
   Tensor kept = probs;
   if (p > 0.0f) {
     kept = Tensor::empty(scores.shape(), DType::F32);
-    cpu().dropout(probs, p, kKey, kept);
+    cpu_backend().dropout(probs, p, kKey, kept);
   }
-  cpu().cast(kept, operand);
+  cpu_backend().cast(kept, operand);
 }
 
 void composed_backward(const Tensor& probs, const Tensor& dprobs, float p, Tensor& ds) {
   Tensor dy = dprobs;
   if (p > 0.0f) {
     dy = Tensor::empty(dprobs.shape(), DType::F32);
-    cpu().dropout(dprobs, p, kKey, dy);
+    cpu_backend().dropout(dprobs, p, kKey, dy);
   }
   Tensor ds32 = Tensor::empty(dprobs.shape(), DType::F32);
-  cpu().softmax_backward(probs, dy, ds32, false);
-  cpu().cast(ds32, ds);
+  cpu_backend().softmax_backward(probs, dy, ds32, false);
+  cpu_backend().cast(ds32, ds);
 }
 
 TEST_CASE("attention_softmax is the causal mask, softmax, dropout and cast bit for bit",
@@ -107,14 +108,14 @@ TEST_CASE("attention_softmax is the causal mask, softmax, dropout and cast bit f
         composed_forward(scores, p, expected_probs, expected_operand);
 
         Tensor probs = poisoned(shape, DType::F32), operand = poisoned(shape, dtype);
-        cpu().attention_softmax(scores, p, kKey, probs, operand);
+        cpu_backend().attention_softmax(scores, p, kKey, probs, operand);
         require_same_bits(expected_probs, probs);
         require_same_bits(expected_operand, operand);
 
         // In place over the scores.
         Tensor in_place = scores.clone();
         Tensor operand2 = poisoned(shape, dtype);
-        cpu().attention_softmax(in_place, p, kKey, in_place, operand2);
+        cpu_backend().attention_softmax(in_place, p, kKey, in_place, operand2);
         require_same_bits(expected_probs, in_place);
         require_same_bits(expected_operand, operand2);
       }
@@ -130,7 +131,7 @@ TEST_CASE("attention_softmax writes F32 probabilities once when the operand is p
   Tensor expected_operand = Tensor::empty({2, 6, 6}, DType::F32);
   composed_forward(scores, 0.0f, expected_probs, expected_operand);
   Tensor probs = poisoned({2, 6, 6}, DType::F32);
-  cpu().attention_softmax(scores, 0.0f, kKey, probs, probs);
+  cpu_backend().attention_softmax(scores, 0.0f, kKey, probs, probs);
   require_same_bits(expected_probs, probs);
 }
 
@@ -143,7 +144,7 @@ TEST_CASE("attention_softmax's rows are the causal softmax written out", "[core]
   const float p = 0.5f;
   Tensor probs = poisoned(scores.shape(), DType::F32);
   Tensor operand = poisoned(scores.shape(), DType::F32);
-  cpu().attention_softmax(scores, p, kKey, probs, operand);
+  cpu_backend().attention_softmax(scores, p, kKey, probs, operand);
   const std::vector<float> s = scores.to_float_vector(), y = probs.to_float_vector(),
                            kept = operand.to_float_vector();
   int64_t dropped = 0;
@@ -186,11 +187,11 @@ TEST_CASE("attention_softmax_backward is dropout, softmax_backward and cast bit 
         composed_backward(probs, dprobs, p, expected);
 
         Tensor ds = poisoned(shape, dtype);
-        cpu().attention_softmax_backward(probs, dprobs, p, kKey, ds);
+        cpu_backend().attention_softmax_backward(probs, dprobs, p, kKey, ds);
         require_same_bits(expected, ds);
         if (dtype == DType::F32) {
           Tensor in_place = dprobs.clone();
-          cpu().attention_softmax_backward(probs, in_place, p, kKey, in_place);
+          cpu_backend().attention_softmax_backward(probs, in_place, p, kKey, in_place);
           require_same_bits(expected, in_place);
         }
       }
@@ -204,35 +205,37 @@ TEST_CASE("attention_softmax and its backward reject bad arguments with clear er
   Tensor probs = Tensor::empty({2, 3, 3}, DType::F32);
   Tensor operand = Tensor::empty({2, 3, 3}, DType::F16);
   const Tensor half_scores = Tensor::zeros({2, 3, 3}, DType::F16);
-  CHECK_THROWS_WITH(cpu().attention_softmax(half_scores, 0.0f, kKey, probs, operand),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(half_scores, 0.0f, kKey, probs, operand),
                     Catch::Contains("must be F32"));
   Tensor short_probs = Tensor::empty({2, 3, 2}, DType::F32);
-  CHECK_THROWS_AS(cpu().attention_softmax(scores, 0.0f, kKey, short_probs, operand), Error);
-  CHECK_THROWS_WITH(cpu().attention_softmax(scores, 1.0f, kKey, probs, operand),
+  CHECK_THROWS_AS(cpu_backend().attention_softmax(scores, 0.0f, kKey, short_probs, operand), Error);
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(scores, 1.0f, kKey, probs, operand),
                     Catch::Contains("[0, 1)"));
-  CHECK_THROWS_WITH(cpu().attention_softmax(scores, 0.1f, kKey, probs, probs),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(scores, 0.1f, kKey, probs, probs),
                     Catch::Contains("only when it is F32 and p is 0"));
   Tensor scores_copy = scores.clone();
-  CHECK_THROWS_WITH(cpu().attention_softmax(scores_copy, 0.1f, kKey, probs, scores_copy),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(scores_copy, 0.1f, kKey, probs, scores_copy),
                     Catch::Contains("only when it is F32 and p is 0"));
   const Tensor vector = Tensor::zeros({3}, DType::F32);
   Tensor vector_out = Tensor::empty({3}, DType::F32);
-  CHECK_THROWS_WITH(cpu().attention_softmax(vector, 0.0f, kKey, vector_out, vector_out),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(vector, 0.0f, kKey, vector_out, vector_out),
                     Catch::Contains("at least 2 dimensions"));
   Tensor ints = Tensor::empty({2, 3, 3}, DType::I32);
-  CHECK_THROWS_WITH(cpu().attention_softmax(scores, 0.0f, kKey, probs, ints),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax(scores, 0.0f, kKey, probs, ints),
                     Catch::Contains("must be floating"));
 
   const Tensor dprobs = Tensor::zeros({2, 3, 3}, DType::F32);
   Tensor ds = Tensor::empty({2, 3, 3}, DType::F16);
-  CHECK_THROWS_WITH(cpu().attention_softmax_backward(probs, half_scores, 0.0f, kKey, ds),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax_backward(probs, half_scores, 0.0f, kKey, ds),
                     Catch::Contains("must be F32"));
-  CHECK_THROWS_WITH(cpu().attention_softmax_backward(probs, dprobs, -0.5f, kKey, ds),
+  CHECK_THROWS_WITH(cpu_backend().attention_softmax_backward(probs, dprobs, -0.5f, kKey, ds),
                     Catch::Contains("[0, 1)"));
   Tensor dprobs_copy = dprobs.clone();
-  CHECK_NOTHROW(cpu().attention_softmax_backward(probs, dprobs_copy, 0.0f, kKey, dprobs_copy));
+  CHECK_NOTHROW(
+      cpu_backend().attention_softmax_backward(probs, dprobs_copy, 0.0f, kKey, dprobs_copy));
   Tensor short_ds = Tensor::empty({2, 3}, DType::F16);
-  CHECK_THROWS_AS(cpu().attention_softmax_backward(probs, dprobs, 0.0f, kKey, short_ds), Error);
+  CHECK_THROWS_AS(cpu_backend().attention_softmax_backward(probs, dprobs, 0.0f, kKey, short_ds),
+                  Error);
 }
 
 }  // namespace

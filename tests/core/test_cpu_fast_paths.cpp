@@ -19,45 +19,18 @@
 #include "core/cpu/tile_gemm.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "tests/core/cpu_test_util.h"
 
 namespace {
 
 using namespace mixprec;
-
-// Unit roundoff of a dtype's one rounding on store (none for F32: the FP32 sums' own error is
-// covered by the abs-sum term of the tolerances).
-double unit_roundoff(DType t) {
-  return t == DType::F32 ? 0.0 : t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-}
+using mixprec::testing::check_close;
+using mixprec::testing::random_of;
+using mixprec::testing::unit_roundoff;
 
 std::vector<float> random_values(int64_t n, uint64_t seed, float low = -1.f, float high = 1.f) {
   Generator gen(seed);
   return Tensor::uniform({n}, gen, low, high).to_float_vector();
-}
-
-// A tensor of `dtype` holding random values; the reference reads its stored (rounded) values.
-Tensor random_of(const Shape& shape, uint64_t seed, DType dtype) {
-  return Tensor::from_vector(random_values(shape_numel(shape), seed), shape, dtype);
-}
-
-// got within u * |expected| + rel_sum * abs_sum of expected, element by element.
-void check_close(const std::vector<float>& got, const std::vector<double>& expected,
-                 const std::vector<double>& abs_sum, double u, double rel_sum,
-                 const std::string& what) {
-  REQUIRE(got.size() == expected.size());
-  int64_t bad = 0, first_bad = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double allowed = u * std::abs(expected[i]) + rel_sum * abs_sum[i] + 1e-30;
-    if (!(std::abs(got[i] - expected[i]) <= allowed)) {
-      if (first_bad < 0) first_bad = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  INFO(what << ": " << bad << " of " << got.size() << " elements off; first at " << first_bad
-            << (first_bad >= 0 ? " got " + std::to_string(got[first_bad]) + " expected " +
-                                     std::to_string(expected[first_bad])
-                               : std::string()));
-  CHECK(bad == 0);
 }
 
 struct ConvCase {

@@ -21,10 +21,14 @@
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "tests/core/cpu_test_util.h"
 
 namespace {
 
 using namespace mixprec;
+using mixprec::testing::check_close;
+using mixprec::testing::random_of;
+using mixprec::testing::unit_roundoff;
 using backend_checks::Conv2dGeometry;
 
 // A 3x3 stride-1 pad-1 convolution of x [n, c, h, w] by w [o, c, 3, 3].
@@ -42,17 +46,6 @@ Conv2dGeometry geometry(int64_t c, int64_t o, int64_t k, int64_t stride, int64_t
                         int64_t h = 14, int64_t w = 14) {
   const int64_t oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
   return {2, c, h, w, o, k, k, oh, ow, stride, stride, pad, pad};
-}
-
-// Unit roundoff of a dtype's one rounding on store (none for F32).
-double unit_roundoff(DType t) {
-  return t == DType::F32 ? 0.0 : t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-}
-
-Tensor random_of(const Shape& shape, uint64_t seed, DType dtype) {
-  Generator gen(seed);
-  const Tensor values = Tensor::uniform({shape_numel(shape)}, gen, -1.f, 1.f);
-  return Tensor::from_vector(values.to_float_vector(), shape, dtype);
 }
 
 // A direct convolution in double: the value of every output and the sum of the magnitudes of
@@ -114,23 +107,10 @@ Reference direct_backward_data(const SameConv& g, const std::vector<float>& dy,
   return ref;
 }
 
-// got within u * |expected| + rel_sum * abs_sum of expected, element by element.
-void check_close(const std::vector<float>& got, const Reference& ref, double u, double rel_sum,
-                 const std::string& what) {
-  REQUIRE(got.size() == ref.value.size());
-  int64_t bad = 0, first_bad = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double allowed = u * std::abs(ref.value[i]) + rel_sum * ref.abs_sum[i] + 1e-30;
-    if (!(std::abs(got[i] - ref.value[i]) <= allowed)) {
-      if (first_bad < 0) first_bad = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
-  INFO(what << ": " << bad << " of " << got.size() << " elements off; first at " << first_bad
-            << (first_bad >= 0 ? " got " + std::to_string(got[first_bad]) + " expected " +
-                                     std::to_string(ref.value[first_bad])
-                               : std::string()));
-  CHECK(bad == 0);
+// got within u * |value| + rel_sum * abs_sum of the reference, element by element.
+void check_against(const std::vector<float>& got, const Reference& ref, double u,
+                   double rel_sum, const std::string& what) {
+  check_close(got, ref.value, ref.abs_sum, u, rel_sum, what);
 }
 
 Conv2dDesc same_padding() {
@@ -158,16 +138,16 @@ void check_case(const SameConv& g, DType dtype, uint64_t seed) {
 
   Tensor y = Tensor::full(ys, 99.0, dtype);  // overwritten
   backend.conv2d(x, w, nullptr, same_padding(), y);
-  check_close(y.to_float_vector(), direct_forward(g, vx, vw, nullptr), u, kRelSum,
-              "winograd forward, " + where);
+  check_against(y.to_float_vector(), direct_forward(g, vx, vw, nullptr), u, kRelSum,
+                "winograd forward, " + where);
   backend.conv2d(x, w, &bias, same_padding(), y);
-  check_close(y.to_float_vector(), direct_forward(g, vx, vw, &vb), u, kRelSum,
-              "winograd forward with bias, " + where);
+  check_against(y.to_float_vector(), direct_forward(g, vx, vw, &vb), u, kRelSum,
+                "winograd forward with bias, " + where);
 
   Tensor dx = Tensor::full(xs, 99.0, dtype);  // overwritten, never accumulated into
   backend.conv2d_backward_data(dy, w, same_padding(), dx);
-  check_close(dx.to_float_vector(), direct_backward_data(g, vdy, vw), u, kRelSum,
-              "winograd backward data, " + where);
+  check_against(dx.to_float_vector(), direct_backward_data(g, vdy, vw), u, kRelSum,
+                "winograd backward data, " + where);
 }
 
 // Forward with bias and backward data of a case in F32, as raw bits.

@@ -17,38 +17,27 @@
 #include "core/half.h"
 #include "core/math/amp.h"
 #include "core/tensor.h"
+#include "tests/core/cpu_test_util.h"
+#include "tests/tensor_bytes.h"
 
 using namespace mixprec;
+using mixprec::testing::cpu_backend;
+using mixprec::testing::kInf;
+using mixprec::testing::normal_tensor;
+using mixprec::testing::taken_tensor;
+using mixprec_test::raw_bytes;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Backend& cpu() { return backend_for(kCPU); }
-
-std::vector<uint8_t> raw_bytes(const Tensor& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  if (!out.empty()) std::memcpy(out.data(), t.data(), out.size());
-  return out;
-}
-
-Tensor random_tensor(int64_t n, DType dtype, uint32_t seed, double stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {n}, dtype);
-}
-
-Tensor state_tensor(double scale) {
+// The scale-state tensor of a DynamicScaleState with loss scale `scale`.
+Tensor scale_state_tensor(double scale) {
   const DynamicScaleState s{scale, 3, 1};
   Tensor t = Tensor::empty({kDynamicScaleStateWords}, DType::I32);
   std::memcpy(t.data(), &s, sizeof s);
   return t;
 }
-
-Tensor taken_tensor(int32_t j) { return Tensor::from_ints({j}, {1}); }
 
 float float_of_bits(uint32_t bits) {
   float f;
@@ -66,7 +55,7 @@ AdamHyper adam_for(const AdamHyper& base, float lr, int64_t step) {
   return h;
 }
 
-AdamRateTable adam_table(const AdamHyper& base, const std::vector<float>& lrs, int64_t t0) {
+AdamRateTable adam_table_for(const AdamHyper& base, const std::vector<float>& lrs, int64_t t0) {
   AdamRateTable table;
   table.count = static_cast<int32_t>(lrs.size());
   for (size_t j = 0; j < lrs.size(); ++j) {
@@ -77,7 +66,7 @@ AdamRateTable adam_table(const AdamHyper& base, const std::vector<float>& lrs, i
 }
 
 // Entry 0 starts the momentum buffer when `first` (the parameter's first update).
-SgdRateTable sgd_table(const std::vector<float>& lrs, bool first) {
+SgdRateTable sgd_table_for(const std::vector<float>& lrs, bool first) {
   SgdRateTable table;
   table.count = static_cast<int32_t>(lrs.size());
   for (size_t j = 0; j < lrs.size(); ++j)
@@ -108,9 +97,9 @@ struct AdamState {
 // Mid-training state: moments already non-zero.
 AdamState adam_state(int64_t n, bool has_working, DType working_dtype, uint32_t seed) {
   AdamState s;
-  s.master = random_tensor(n, DType::F32, seed, 1.0);
-  s.exp_avg = random_tensor(n, DType::F32, seed + 1, 0.1);
-  s.exp_avg_sq = random_tensor(n, DType::F32, seed + 2, 0.01);
+  s.master = normal_tensor(n, DType::F32, seed, 1.0);
+  s.exp_avg = normal_tensor(n, DType::F32, seed + 1, 0.1);
+  s.exp_avg_sq = normal_tensor(n, DType::F32, seed + 2, 0.01);
   for (int64_t i = 0; i < n; ++i) s.exp_avg_sq.set(i, s.exp_avg_sq.get(i) * s.exp_avg_sq.get(i));
   if (has_working) s.working = s.master.to(working_dtype);
   return s;
@@ -133,8 +122,8 @@ struct SgdState {
 SgdState sgd_state(int64_t n, bool has_momentum, bool has_working, DType working_dtype,
                    uint32_t seed) {
   SgdState s;
-  s.master = random_tensor(n, DType::F32, seed, 1.0);
-  if (has_momentum) s.momentum = random_tensor(n, DType::F32, seed + 1, 0.1);
+  s.master = normal_tensor(n, DType::F32, seed, 1.0);
+  if (has_momentum) s.momentum = normal_tensor(n, DType::F32, seed + 1, 0.1);
   if (has_working) s.working = s.master.to(working_dtype);
   return s;
 }
@@ -153,7 +142,7 @@ TEST_CASE("deferred adam_step_deferred applies entry taken[0] exactly as adam_st
   };
   // 5000 elements: the parallel path as well as the tail.
   const int64_t n = 5000;
-  const Tensor grad = random_tensor(n, DType::F32, 11, 0.5);
+  const Tensor grad = normal_tensor(n, DType::F32, 11, 0.5);
   for (const Case& c : {Case{false, 0.0f, false, DType::F32}, Case{false, 1e-2f, true, DType::BF16},
                         Case{true, 0.1f, true, DType::F16}}) {
     CAPTURE(c.decoupled, c.weight_decay, c.has_working, c.working_dtype);
@@ -166,7 +155,7 @@ TEST_CASE("deferred adam_step_deferred applies entry taken[0] exactly as adam_st
     base.decoupled_weight_decay = c.decoupled;
     const std::vector<float> lrs = schedule(5, 2e-3f);
     const int64_t t0 = 7;
-    const AdamRateTable table = adam_table(base, lrs, t0);
+    const AdamRateTable table = adam_table_for(base, lrs, t0);
     const AdamState initial = adam_state(n, c.has_working, c.working_dtype, 21);
 
     std::vector<std::vector<std::vector<uint8_t>>> results;
@@ -174,12 +163,13 @@ TEST_CASE("deferred adam_step_deferred applies entry taken[0] exactly as adam_st
       CAPTURE(j);
       AdamState deferred = initial.clone();
       const Tensor clear = Tensor::zeros({1});
-      cpu().adam_step_deferred(base, table, taken_tensor(j), deferred.master, grad,
-                               deferred.exp_avg, deferred.exp_avg_sq, deferred.working_ptr(),
-                               clear);
+      cpu_backend().adam_step_deferred(base, table, taken_tensor(j), deferred.master, grad,
+                                       deferred.exp_avg, deferred.exp_avg_sq,
+                                       deferred.working_ptr(), clear);
       AdamState immediate = initial.clone();
-      cpu().adam_step(adam_for(base, lrs[static_cast<size_t>(j)], t0 + j), immediate.master, grad,
-                      immediate.exp_avg, immediate.exp_avg_sq, immediate.working_ptr(), nullptr);
+      cpu_backend().adam_step(adam_for(base, lrs[static_cast<size_t>(j)], t0 + j), immediate.master,
+                              grad, immediate.exp_avg, immediate.exp_avg_sq,
+                              immediate.working_ptr(), nullptr);
       CHECK(deferred.bytes() == immediate.bytes());
       CHECK(deferred.bytes() != initial.bytes());
       results.push_back(deferred.bytes());
@@ -202,7 +192,7 @@ TEST_CASE("deferred sgd_step_deferred applies entry taken[0] exactly as sgd_step
     DType working_dtype;
   };
   const int64_t n = 5000;
-  const Tensor grad = random_tensor(n, DType::F32, 31, 0.5);
+  const Tensor grad = normal_tensor(n, DType::F32, 31, 0.5);
   for (const Case& c :
        {Case{0.0f, 0.0f, 0.0f, false, false, false, DType::F32},
         Case{0.9f, 0.1f, 1e-2f, false, true, true, DType::F16},
@@ -217,20 +207,21 @@ TEST_CASE("deferred sgd_step_deferred applies entry taken[0] exactly as sgd_step
     base.nesterov = c.nesterov;
     base.first_step = !c.first;  // replaced by every entry's first_step
     const std::vector<float> lrs = schedule(4, 0.05f);
-    const SgdRateTable table = sgd_table(lrs, c.first);
+    const SgdRateTable table = sgd_table_for(lrs, c.first);
     const SgdState initial = sgd_state(n, c.momentum != 0.0f, c.has_working, c.working_dtype, 41);
 
     for (int32_t j : {0, 1, 3}) {
       CAPTURE(j);
       SgdState deferred = initial.clone();
-      cpu().sgd_step_deferred(base, table, taken_tensor(j), deferred.master, grad,
-                              deferred.momentum_ptr(), deferred.working_ptr(), Tensor::zeros({1}));
+      cpu_backend().sgd_step_deferred(base, table, taken_tensor(j), deferred.master, grad,
+                                      deferred.momentum_ptr(), deferred.working_ptr(),
+                                      Tensor::zeros({1}));
       SgdHyper hyper = base;
       hyper.lr = lrs[static_cast<size_t>(j)];
       hyper.first_step = c.first && j == 0;
       SgdState immediate = initial.clone();
-      cpu().sgd_step(hyper, immediate.master, grad, immediate.momentum_ptr(),
-                     immediate.working_ptr(), nullptr);
+      cpu_backend().sgd_step(hyper, immediate.master, grad, immediate.momentum_ptr(),
+                             immediate.working_ptr(), nullptr);
       CHECK(deferred.bytes() == immediate.bytes());
       CHECK(deferred.bytes()[0] != initial.bytes()[0]);
       if (c.momentum != 0.0f && c.first && j == 0 && c.weight_decay == 0.0f) {
@@ -244,13 +235,13 @@ TEST_CASE("deferred sgd_step_deferred applies entry taken[0] exactly as sgd_step
 TEST_CASE("deferred steps write nothing when found_inf is set or taken[0] is outside the table",
           "[amp]") {
   const int64_t n = 777;
-  const Tensor grad = random_tensor(n, DType::F32, 51, 0.5);
+  const Tensor grad = normal_tensor(n, DType::F32, 51, 0.5);
   AdamHyper adam_base;
   adam_base.weight_decay = 1e-2f;
-  const AdamRateTable adam = adam_table(adam_base, schedule(3, 1e-3f), 4);
+  const AdamRateTable adam = adam_table_for(adam_base, schedule(3, 1e-3f), 4);
   SgdHyper sgd_base;
   sgd_base.momentum = 0.9f;
-  const SgdRateTable sgd = sgd_table(schedule(3, 0.1f), true);
+  const SgdRateTable sgd = sgd_table_for(schedule(3, 0.1f), true);
 
   AdamState a = adam_state(n, true, DType::F16, 52);
   SgdState s = sgd_state(n, true, true, DType::BF16, 53);
@@ -266,19 +257,19 @@ TEST_CASE("deferred steps write nothing when found_inf is set or taken[0] is out
                         Skip{0.0, 40}, Skip{0.0, -1}}) {
     CAPTURE(k.flag, k.j);
     const Tensor found_inf = Tensor::full({1}, k.flag);
-    cpu().adam_step_deferred(adam_base, adam, taken_tensor(k.j), a.master, grad, a.exp_avg,
-                             a.exp_avg_sq, a.working_ptr(), found_inf);
-    cpu().sgd_step_deferred(sgd_base, sgd, taken_tensor(k.j), s.master, grad, s.momentum_ptr(),
-                            s.working_ptr(), found_inf);
+    cpu_backend().adam_step_deferred(adam_base, adam, taken_tensor(k.j), a.master, grad, a.exp_avg,
+                                     a.exp_avg_sq, a.working_ptr(), found_inf);
+    cpu_backend().sgd_step_deferred(sgd_base, sgd, taken_tensor(k.j), s.master, grad,
+                                    s.momentum_ptr(), s.working_ptr(), found_inf);
     CHECK(a.bytes() == a0);  // master, both moments and the working copy
     CHECK(s.bytes() == s0);  // master, momentum and the working copy
   }
   // The last entry with a clear flag writes all of them.
   const Tensor clear = Tensor::zeros({1});
-  cpu().adam_step_deferred(adam_base, adam, taken_tensor(2), a.master, grad, a.exp_avg,
-                           a.exp_avg_sq, a.working_ptr(), clear);
-  cpu().sgd_step_deferred(sgd_base, sgd, taken_tensor(2), s.master, grad, s.momentum_ptr(),
-                          s.working_ptr(), clear);
+  cpu_backend().adam_step_deferred(adam_base, adam, taken_tensor(2), a.master, grad, a.exp_avg,
+                                   a.exp_avg_sq, a.working_ptr(), clear);
+  cpu_backend().sgd_step_deferred(sgd_base, sgd, taken_tensor(2), s.master, grad, s.momentum_ptr(),
+                                  s.working_ptr(), clear);
   const auto a1 = a.bytes(), s1 = s.bytes();
   for (size_t i = 0; i < a1.size(); ++i) CHECK(a1[i] != a0[i]);
   for (size_t i = 0; i < s1.size(); ++i) CHECK(s1[i] != s0[i]);
@@ -292,7 +283,7 @@ TEST_CASE("deferred count_taken_step counts only the steps whose flag is zero", 
   const std::vector<int32_t> expected = {6, 6, 7, 7, 8, 8, 8, 8, 9};
   std::vector<int32_t> counts;
   for (double f : flags) {
-    cpu().count_taken_step(Tensor::full({1}, f), taken);
+    cpu_backend().count_taken_step(Tensor::full({1}, f), taken);
     counts.push_back(taken.to_int_vector()[0]);
   }
   CHECK(counts == expected);
@@ -305,7 +296,7 @@ TEST_CASE("deferred loss_scale_factor is S * weight in double rounded once to fl
   Tensor out = Tensor::empty({1});
   auto factor = [&](double scale, double weight) {
     out.data_as<float>()[0] = float_of_bits(0x7FC00001u);  // poison: a NaN
-    cpu().loss_scale_factor(state_tensor(scale), weight, out);
+    cpu_backend().loss_scale_factor(scale_state_tensor(scale), weight, out);
     return out.data_as<float>()[0];
   };
   // The case of a non-power-of-two scale: 3 * (1/3) in double is exactly halfway between
@@ -331,11 +322,11 @@ TEST_CASE("deferred loss_scale_factor is S * weight in double rounded once to fl
 
 TEST_CASE("deferred unscale_and_check_on_device equals unscale_and_check by 1 / S bit for bit",
           "[amp]") {
-  std::vector<Tensor> inputs = {random_tensor(3000, DType::F32, 61, 2e3),
-                                random_tensor(5000, DType::F16, 62, 2e3),
-                                random_tensor(777, DType::BF16, 63, 2e3),
-                                random_tensor(0, DType::F32, 64, 1.0),
-                                random_tensor(40000, DType::F32, 65, 2e3)};
+  std::vector<Tensor> inputs = {normal_tensor(3000, DType::F32, 61, 2e3),
+                                normal_tensor(5000, DType::F16, 62, 2e3),
+                                normal_tensor(777, DType::BF16, 63, 2e3),
+                                normal_tensor(0, DType::F32, 64, 1.0),
+                                normal_tensor(40000, DType::F32, 65, 2e3)};
   inputs[1].set(17, kInf);
   inputs[2].set(776, kNaN);
   inputs[4].set(39999, -kInf);
@@ -352,9 +343,9 @@ TEST_CASE("deferred unscale_and_check_on_device equals unscale_and_check by 1 / 
       }
       Tensor device_found = Tensor::full({1}, found_before), host_found = device_found.clone();
       Tensor device_flags = Tensor::full({5}, 7.0, DType::I32), host_flags = device_flags.clone();
-      cpu().unscale_and_check_on_device(device_scaled, state_tensor(scale), device_found,
-                                        device_flags);
-      cpu().unscale_and_check(host_scaled, 1.0 / scale, host_found, host_flags);
+      cpu_backend().unscale_and_check_on_device(device_scaled, scale_state_tensor(scale),
+                                                device_found, device_flags);
+      cpu_backend().unscale_and_check(host_scaled, 1.0 / scale, host_found, host_flags);
       for (size_t i = 0; i < inputs.size(); ++i) {
         CAPTURE(i);
         CHECK(raw_bytes(device_scaled[i]) == raw_bytes(host_scaled[i]));
@@ -367,9 +358,9 @@ TEST_CASE("deferred unscale_and_check_on_device equals unscale_and_check by 1 / 
     }
   }
   // All finite: the flag stays clear.
-  std::vector<Tensor> finite = {random_tensor(100, DType::BF16, 66, 10.0)};
+  std::vector<Tensor> finite = {normal_tensor(100, DType::BF16, 66, 10.0)};
   Tensor found = Tensor::zeros({1}), flags = Tensor::full({1}, 7.0, DType::I32);
-  cpu().unscale_and_check_on_device(finite, state_tensor(1024.0), found, flags);
+  cpu_backend().unscale_and_check_on_device(finite, scale_state_tensor(1024.0), found, flags);
   CHECK(found.item() == 0.0);
   CHECK(flags.to_int_vector() == std::vector<int32_t>{0});
 }
@@ -387,7 +378,7 @@ ClipRun run_clip(const std::vector<Tensor>& inputs, const Tensor& sums, double m
   ClipRun run;
   for (const Tensor& t : inputs) run.grads.push_back(t.clone());
   Tensor norm_out = Tensor::full({1}, -1.0);
-  cpu().clip_by_total_norm(run.grads, sums, max_norm, norm_out);
+  cpu_backend().clip_by_total_norm(run.grads, sums, max_norm, norm_out);
   run.norm = norm_out.data_as<float>()[0];
   return run;
 }
@@ -395,13 +386,13 @@ ClipRun run_clip(const std::vector<Tensor>& inputs, const Tensor& sums, double m
 }  // namespace
 
 TEST_CASE("deferred clip_by_total_norm follows the clip_grad_norm formula bit for bit", "[amp]") {
-  std::vector<Tensor> inputs = {random_tensor(3000, DType::F32, 71, 0.5),
-                                random_tensor(7, DType::F32, 72, 2.0),
-                                random_tensor(0, DType::F32, 73, 1.0),
-                                random_tensor(20000, DType::F32, 74, 0.1)};
+  std::vector<Tensor> inputs = {normal_tensor(3000, DType::F32, 71, 0.5),
+                                normal_tensor(7, DType::F32, 72, 2.0),
+                                normal_tensor(0, DType::F32, 73, 1.0),
+                                normal_tensor(20000, DType::F32, 74, 0.1)};
   inputs[1].set(3, -0.0);  // affine_value(-0, a, 0) = +0
   Tensor sums = Tensor::empty({4});
-  cpu().squared_norms(inputs, sums);
+  cpu_backend().squared_norms(inputs, sums);
 
   // The host formula: the F32 sums added in double in index order, the square root, the
   // coefficient max_norm / (norm + 1e-6), and g * float(coef) + 0 in float.
@@ -458,8 +449,8 @@ TEST_CASE("deferred clip_by_total_norm follows the clip_grad_norm formula bit fo
 
 TEST_CASE("deferred primitives reject bad operands and tables naming the primitive", "[amp]") {
   const int64_t n = 6;
-  Tensor master = random_tensor(n, DType::F32, 81, 1.0);
-  const Tensor grad = random_tensor(n, DType::F32, 82, 1.0);
+  Tensor master = normal_tensor(n, DType::F32, 81, 1.0);
+  const Tensor grad = normal_tensor(n, DType::F32, 82, 1.0);
   Tensor exp_avg = Tensor::zeros({n}), exp_avg_sq = Tensor::zeros({n});
   Tensor momentum = Tensor::zeros({n}), working = Tensor::zeros({n}, DType::F16);
   const Tensor clear = Tensor::zeros({1});
@@ -470,9 +461,9 @@ TEST_CASE("deferred primitives reject bad operands and tables naming the primiti
     auto named = Catch::Contains("adam_step_deferred");
     AdamHyper base;
     base.weight_decay = 1e-2f;
-    AdamRateTable table = adam_table(base, schedule(5, 1e-3f), 1);
+    AdamRateTable table = adam_table_for(base, schedule(5, 1e-3f), 1);
     auto step = [&](const AdamRateTable& t, const Tensor& k, const Tensor& f) {
-      cpu().adam_step_deferred(base, t, k, master, grad, exp_avg, exp_avg_sq, &working, f);
+      cpu_backend().adam_step_deferred(base, t, k, master, grad, exp_avg, exp_avg_sq, &working, f);
     };
     AdamRateTable empty = table;
     empty.count = 0;
@@ -499,8 +490,8 @@ TEST_CASE("deferred primitives reject bad operands and tables naming the primiti
     // Base hyperparameters are checked through every entry.
     AdamHyper bad_beta = base;
     bad_beta.beta1 = 1.0f;
-    CHECK_THROWS_WITH(cpu().adam_step_deferred(bad_beta, table, taken, master, grad, exp_avg,
-                                               exp_avg_sq, &working, clear),
+    CHECK_THROWS_WITH(cpu_backend().adam_step_deferred(bad_beta, table, taken, master, grad,
+                                                       exp_avg, exp_avg_sq, &working, clear),
                       named && Catch::Contains("betas"));
     // Entries at and past count are not read.
     AdamRateTable short_table = table;
@@ -515,91 +506,95 @@ TEST_CASE("deferred primitives reject bad operands and tables naming the primiti
                       named && Catch::Contains("found_inf"));
     CHECK_THROWS_WITH(step(table, taken, Tensor()), named && Catch::Contains("found_inf"));
     Tensor short_avg = Tensor::zeros({n - 1});
-    CHECK_THROWS_WITH(cpu().adam_step_deferred(base, table, taken, master, grad, short_avg,
-                                               exp_avg_sq, nullptr, clear),
+    CHECK_THROWS_WITH(cpu_backend().adam_step_deferred(base, table, taken, master, grad, short_avg,
+                                                       exp_avg_sq, nullptr, clear),
                       named && Catch::Contains("exp_avg"));
   }
   SECTION("sgd_step_deferred") {
     auto named = Catch::Contains("sgd_step_deferred");
     SgdHyper base;
     base.momentum = 0.9f;
-    const SgdRateTable table = sgd_table(schedule(3, 0.1f), false);
+    const SgdRateTable table = sgd_table_for(schedule(3, 0.1f), false);
     SgdRateTable empty = table;
     empty.count = 0;
-    CHECK_THROWS_WITH(cpu().sgd_step_deferred(base, empty, taken, master, grad, &momentum,
-                                              &working, clear),
+    CHECK_THROWS_WITH(cpu_backend().sgd_step_deferred(base, empty, taken, master, grad, &momentum,
+                                                      &working, clear),
                       named && Catch::Contains("count"));
     SgdRateTable too_many = table;
     too_many.count = kMaxDeferredSteps + 1;
-    CHECK_THROWS_WITH(cpu().sgd_step_deferred(base, too_many, taken, master, grad, &momentum,
-                                              &working, clear),
+    CHECK_THROWS_WITH(cpu_backend().sgd_step_deferred(base, too_many, taken, master, grad,
+                                                      &momentum, &working, clear),
                       named && Catch::Contains("count"));
     CHECK_THROWS_WITH(
-        cpu().sgd_step_deferred(base, table, taken, master, grad, nullptr, &working, clear),
+        cpu_backend().sgd_step_deferred(base, table, taken, master, grad, nullptr, &working, clear),
         named && Catch::Contains("momentum"));
     Tensor half_master = master.to(DType::F16);
-    CHECK_THROWS_WITH(cpu().sgd_step_deferred(base, table, taken, half_master, grad, &momentum,
-                                              nullptr, clear),
+    CHECK_THROWS_WITH(cpu_backend().sgd_step_deferred(base, table, taken, half_master, grad,
+                                                      &momentum, nullptr, clear),
                       named);
-    CHECK_THROWS_WITH(cpu().sgd_step_deferred(base, table, Tensor::zeros({1}), master, grad,
-                                              &momentum, nullptr, clear),
+    CHECK_THROWS_WITH(cpu_backend().sgd_step_deferred(base, table, Tensor::zeros({1}), master, grad,
+                                                      &momentum, nullptr, clear),
                       named && Catch::Contains("taken"));
-    CHECK_THROWS_WITH(cpu().sgd_step_deferred(base, table, taken, master, grad, &momentum,
-                                              nullptr, Tensor::zeros({2})),
+    CHECK_THROWS_WITH(cpu_backend().sgd_step_deferred(base, table, taken, master, grad, &momentum,
+                                                      nullptr, Tensor::zeros({2})),
                       named && Catch::Contains("found_inf"));
   }
   SECTION("count_taken_step, loss_scale_factor and unscale_and_check_on_device") {
     Tensor counter = taken_tensor(0);
     Tensor float_counter = Tensor::zeros({1});
-    CHECK_THROWS_WITH(cpu().count_taken_step(clear, float_counter),
+    CHECK_THROWS_WITH(cpu_backend().count_taken_step(clear, float_counter),
                       Catch::Contains("count_taken_step") && Catch::Contains("taken"));
-    CHECK_THROWS_WITH(cpu().count_taken_step(Tensor::zeros({1}, DType::I32), counter),
+    CHECK_THROWS_WITH(cpu_backend().count_taken_step(Tensor::zeros({1}, DType::I32), counter),
                       Catch::Contains("count_taken_step") && Catch::Contains("found_inf"));
     CHECK(counter.to_int_vector() == std::vector<int32_t>{0});
 
     Tensor out = Tensor::zeros({1});
-    const Tensor state = state_tensor(4.0);
+    const Tensor state = scale_state_tensor(4.0);
     auto factor = Catch::Contains("loss_scale_factor");
-    CHECK_THROWS_WITH(cpu().loss_scale_factor(Tensor::zeros({4}), 1.0, out),
+    CHECK_THROWS_WITH(cpu_backend().loss_scale_factor(Tensor::zeros({4}), 1.0, out),
                       factor && Catch::Contains("scale_state"));
-    CHECK_THROWS_WITH(cpu().loss_scale_factor(Tensor::zeros({3}, DType::I32), 1.0, out),
+    CHECK_THROWS_WITH(cpu_backend().loss_scale_factor(Tensor::zeros({3}, DType::I32), 1.0, out),
                       factor && Catch::Contains("scale_state"));
     Tensor wide_out = Tensor::zeros({2});
-    CHECK_THROWS_WITH(cpu().loss_scale_factor(state, 1.0, wide_out), factor && Catch::Contains("out"));
+    CHECK_THROWS_WITH(cpu_backend().loss_scale_factor(state, 1.0, wide_out),
+                      factor && Catch::Contains("out"));
     Tensor half_out = Tensor::zeros({1}, DType::F16);
-    CHECK_THROWS_WITH(cpu().loss_scale_factor(state, 1.0, half_out), factor);
-    CHECK_THROWS_WITH(cpu().loss_scale_factor(state, kNaN, out), factor && Catch::Contains("weight"));
+    CHECK_THROWS_WITH(cpu_backend().loss_scale_factor(state, 1.0, half_out), factor);
+    CHECK_THROWS_WITH(cpu_backend().loss_scale_factor(state, kNaN, out),
+                      factor && Catch::Contains("weight"));
     CHECK(out.item() == 0.0);
 
     auto unscale = Catch::Contains("unscale_and_check_on_device");
-    std::vector<Tensor> grads = {random_tensor(5, DType::F16, 83, 1.0)};
+    std::vector<Tensor> grads = {normal_tensor(5, DType::F16, 83, 1.0)};
     Tensor found = Tensor::zeros({1}), flags = Tensor::zeros({1}, DType::I32);
     CHECK_THROWS_WITH(
-        cpu().unscale_and_check_on_device(grads, Tensor::zeros({4}), found, flags),
+        cpu_backend().unscale_and_check_on_device(grads, Tensor::zeros({4}), found, flags),
         unscale && Catch::Contains("scale_state"));
     Tensor two_flags = Tensor::zeros({2}, DType::I32);
-    CHECK_THROWS_WITH(cpu().unscale_and_check_on_device(grads, state, found, two_flags),
+    CHECK_THROWS_WITH(cpu_backend().unscale_and_check_on_device(grads, state, found, two_flags),
                       unscale && Catch::Contains("tensor_flags"));
     std::vector<Tensor> int_grads = {Tensor::zeros({3}, DType::I32)};
-    CHECK_THROWS_WITH(cpu().unscale_and_check_on_device(int_grads, state, found, flags), unscale);
+    CHECK_THROWS_WITH(cpu_backend().unscale_and_check_on_device(int_grads, state, found, flags),
+                      unscale);
   }
   SECTION("clip_by_total_norm") {
     auto named = Catch::Contains("clip_by_total_norm");
-    std::vector<Tensor> grads = {random_tensor(5, DType::F32, 84, 1.0)};
+    std::vector<Tensor> grads = {normal_tensor(5, DType::F32, 84, 1.0)};
     Tensor sums = Tensor::zeros({1}), norm_out = Tensor::zeros({1});
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(grads, sums, 0.0, norm_out),
+    CHECK_THROWS_WITH(cpu_backend().clip_by_total_norm(grads, sums, 0.0, norm_out),
                       named && Catch::Contains("max_norm"));
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(grads, sums, kInf, norm_out),
+    CHECK_THROWS_WITH(cpu_backend().clip_by_total_norm(grads, sums, kInf, norm_out),
                       named && Catch::Contains("max_norm"));
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(grads, Tensor::zeros({2}), 1.0, norm_out),
+    CHECK_THROWS_WITH(cpu_backend().clip_by_total_norm(grads, Tensor::zeros({2}), 1.0, norm_out),
                       named && Catch::Contains("squared_sums"));
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(grads, Tensor::zeros({1}, DType::F16), 1.0, norm_out),
-                      named && Catch::Contains("squared_sums"));
+    CHECK_THROWS_WITH(
+        cpu_backend().clip_by_total_norm(grads, Tensor::zeros({1}, DType::F16), 1.0, norm_out),
+        named && Catch::Contains("squared_sums"));
     Tensor wide_norm = Tensor::zeros({2});
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(grads, sums, 1.0, wide_norm),
+    CHECK_THROWS_WITH(cpu_backend().clip_by_total_norm(grads, sums, 1.0, wide_norm),
                       named && Catch::Contains("norm_out"));
-    std::vector<Tensor> half_grads = {random_tensor(5, DType::F16, 85, 1.0)};
-    CHECK_THROWS_WITH(cpu().clip_by_total_norm(half_grads, sums, 1.0, norm_out),
+    std::vector<Tensor> half_grads = {normal_tensor(5, DType::F16, 85, 1.0)};
+    CHECK_THROWS_WITH(cpu_backend().clip_by_total_norm(half_grads, sums, 1.0, norm_out),
                       named && Catch::Contains("F32"));
   }
   CHECK(raw_bytes(master) == w0);

@@ -10,7 +10,7 @@ using namespace mixprec;
 
 namespace {
 
-Tensor leaf(const std::vector<float>& values, const char* name) {
+Tensor named_leaf(const std::vector<float>& values, const char* name) {
   Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
   t.set_requires_grad(true);
   t.set_name(name);
@@ -28,7 +28,7 @@ Tensor scaled_dot(const Tensor& a, const Tensor& b, double scale) {
 
 TEST_CASE("a backward from a scaled loss tags leaf gradients with the scale",
           "[grad_scale_tags]") {
-  Tensor a = leaf({1.f, 2.f}, "a"), b = leaf({3.f, -4.f}, "b");
+  Tensor a = named_leaf({1.f, 2.f}, "a"), b = named_leaf({3.f, -4.f}, "b");
   CHECK(a.grad_scale() == 1.0);
 
   scaled_dot(a, b, 1024.0).backward();
@@ -44,7 +44,7 @@ TEST_CASE("a backward from a scaled loss tags leaf gradients with the scale",
   CHECK(b.grad().to_float_vector() == std::vector<float>{2048.f, 4096.f});
 
   // An unscaled loss tags fresh gradients with 1.
-  Tensor c = leaf({5.f}, "c");
+  Tensor c = named_leaf({5.f}, "c");
   ops::sum(ops::mul(c, c)).backward();
   CHECK(c.grad_scale() == 1.0);
   CHECK(c.grad().item() == 10.0);
@@ -52,8 +52,8 @@ TEST_CASE("a backward from a scaled loss tags leaf gradients with the scale",
 
 TEST_CASE("a backward with another scale into an existing gradient throws before writing any",
           "[grad_scale_tags]") {
-  Tensor a = leaf({1.f, 2.f}, "encoder.weight"), b = leaf({3.f, 4.f}, "b"),
-         c = leaf({-1.f, 0.5f}, "c");
+  Tensor a = named_leaf({1.f, 2.f}, "encoder.weight"), b = named_leaf({3.f, 4.f}, "b"),
+         c = named_leaf({-1.f, 0.5f}, "c");
   scaled_dot(a, c, 256.0).backward();  // a, c tagged 256
   scaled_dot(b, b, 128.0).backward();  // b tagged 128
   const std::vector<float> ga = a.grad().to_float_vector(), gb = b.grad().to_float_vector(),
@@ -80,7 +80,7 @@ TEST_CASE("a backward with another scale into an existing gradient throws before
 }
 
 TEST_CASE("an Overwrite backward replaces the gradient and its tag", "[grad_scale_tags]") {
-  Tensor a = leaf({1.f, 2.f}, "a"), b = leaf({3.f, 4.f}, "b");
+  Tensor a = named_leaf({1.f, 2.f}, "a"), b = named_leaf({3.f, 4.f}, "b");
   scaled_dot(a, b, 256.0).backward();
   BackwardOptions overwrite;
   overwrite.grad_mode = GradMode::Overwrite;
@@ -92,7 +92,7 @@ TEST_CASE("an Overwrite backward replaces the gradient and its tag", "[grad_scal
 }
 
 TEST_CASE("reset_grad and set_grad return the tag to 1", "[grad_scale_tags]") {
-  Tensor a = leaf({1.f, 2.f}, "a"), b = leaf({3.f, 4.f}, "b");
+  Tensor a = named_leaf({1.f, 2.f}, "a"), b = named_leaf({3.f, 4.f}, "b");
   const Tensor x = Tensor::from_vector({1.f, 2.f}, {2});  // not a leaf of interest
   scaled_dot(a, b, 512.0).backward();
   REQUIRE(a.grad_scale() == 512.0);

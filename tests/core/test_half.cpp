@@ -37,7 +37,7 @@ using mixprec::half_bits_to_float;
 
 constexpr uint32_t kSeed = 20240611;
 
-uint32_t bits_of(float f) {
+uint32_t bits32(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
@@ -128,10 +128,10 @@ uint16_t half_nan_ref(uint32_t u) {
 uint16_t bf16_nan_ref(uint32_t u) { return static_cast<uint16_t>((u >> 16) | 0x40u); }
 
 uint16_t half_ref(float x) {
-  return is_nan_bits(bits_of(x)) ? half_nan_ref(bits_of(x)) : half_table().round(x);
+  return is_nan_bits(bits32(x)) ? half_nan_ref(bits32(x)) : half_table().round(x);
 }
 uint16_t bf16_ref(float x) {
-  return is_nan_bits(bits_of(x)) ? bf16_nan_ref(bits_of(x)) : bf16_table().round(x);
+  return is_nan_bits(bits32(x)) ? bf16_nan_ref(bits32(x)) : bf16_table().round(x);
 }
 
 // --- Hardware references ----------------------------------------------------------------
@@ -255,17 +255,17 @@ TEST_CASE("every FP16 pattern converts to the right float and back", "[dtype]") 
       // NaN stays NaN with its sign; the payload survives and the quiet bit is set.
       const uint32_t expect = (static_cast<uint32_t>(h & 0x8000) << 16) | 0x7FC00000u |
                               (static_cast<uint32_t>(h & 0x03FF) << 13);
-      if (bits_of(f) != expect) value.add(hex(h) + " -> " + hex(bits_of(f)));
+      if (bits32(f) != expect) value.add(hex(h) + " -> " + hex(bits32(f)));
       if (back != (h | 0x0200)) round_trip.add(hex(h) + " -> " + hex(back));
     } else {
       const double magnitude = half_value_ref(h & 0x7FFF);
       const double expect = (h & 0x7C00) == 0x7C00 ? INFINITY : magnitude;
       const float signed_expect = static_cast<float>((h & 0x8000) ? -expect : expect);
-      if (bits_of(f) != bits_of(signed_expect)) value.add(hex(h) + " -> " + hex(bits_of(f)));
+      if (bits32(f) != bits32(signed_expect)) value.add(hex(h) + " -> " + hex(bits32(f)));
       if (back != h) round_trip.add(hex(h) + " -> " + hex(back));
     }
-    if (has_f16c && bits_of(f) != bits_of(hw_half_to_float(h))) {
-      hardware.add(hex(h) + " -> " + hex(bits_of(f)));
+    if (has_f16c && bits32(f) != bits32(hw_half_to_float(h))) {
+      hardware.add(hex(h) + " -> " + hex(bits32(f)));
     }
   }
   INFO("wrong values:\n" << value.examples);
@@ -285,14 +285,14 @@ TEST_CASE("every BF16 pattern converts to the right float and back", "[dtype]") 
     const bool nan = (h & 0x7F80) == 0x7F80 && (h & 0x007F) != 0;
     if (nan) {
       // Widening is a plain shift, so even a signaling NaN keeps every bit.
-      if (bits_of(f) != static_cast<uint32_t>(h) << 16)
-        value.add(hex(h) + " -> " + hex(bits_of(f)));
+      if (bits32(f) != static_cast<uint32_t>(h) << 16)
+        value.add(hex(h) + " -> " + hex(bits32(f)));
       if (back != (h | 0x0040)) round_trip.add(hex(h) + " -> " + hex(back));
     } else {
       const double magnitude = bf16_value_ref(h & 0x7FFF);
       const double expect = (h & 0x7F80) == 0x7F80 ? INFINITY : magnitude;
       const float signed_expect = static_cast<float>((h & 0x8000) ? -expect : expect);
-      if (bits_of(f) != bits_of(signed_expect)) value.add(hex(h) + " -> " + hex(bits_of(f)));
+      if (bits32(f) != bits32(signed_expect)) value.add(hex(h) + " -> " + hex(bits32(f)));
       if (back != h) round_trip.add(hex(h) + " -> " + hex(back));
     }
   }
@@ -314,10 +314,10 @@ TEST_CASE("float to FP16 matches F16C and the double reference", "[dtype]") {
   for (float x : inputs) {
     const uint16_t got = float_to_half_bits(x);
     if (has_f16c && got != hw_float_to_half(x)) {
-      hardware.add(hex(bits_of(x)) + " -> " + hex(got) + ", F16C " + hex(hw_float_to_half(x)));
+      hardware.add(hex(bits32(x)) + " -> " + hex(got) + ", F16C " + hex(hw_float_to_half(x)));
     }
     if (got != half_ref(x)) {
-      reference.add(hex(bits_of(x)) + " -> " + hex(got) + ", reference " + hex(half_ref(x)));
+      reference.add(hex(bits32(x)) + " -> " + hex(got) + ", reference " + hex(half_ref(x)));
     }
   }
   INFO(inputs.size() << " inputs; differences from vcvtps2ph:\n" << hardware.examples);
@@ -330,7 +330,7 @@ TEST_CASE("float to BF16 matches the double reference and vcvtneps2bf16", "[dtyp
   // Float subnormals are 1/256 of random patterns; the exponent sweep and the explicit
   // subnormal patterns exercise the rounding of BF16 subnormals densely.
   std::vector<float> subnormals = random_patterns(200'000, kSeed + 3);
-  for (auto& x : subnormals) x = float_of(bits_of(x) & 0x807FFFFFu);
+  for (auto& x : subnormals) x = float_of(bits32(x) & 0x807FFFFFu);
   std::vector<float> inputs = concat({random_patterns(1'000'000, kSeed + 4),
                                       random_in_exponents(500'000, -126, -100, kSeed + 5),
                                       random_in_exponents(500'000, 100, 127, kSeed + 6), subnormals,
@@ -341,7 +341,7 @@ TEST_CASE("float to BF16 matches the double reference and vcvtneps2bf16", "[dtyp
   for (float x : inputs) {
     const uint16_t got = float_to_bf16_bits(x);
     if (got != bf16_ref(x)) {
-      reference.add(hex(bits_of(x)) + " -> " + hex(got) + ", reference " + hex(bf16_ref(x)));
+      reference.add(hex(bits32(x)) + " -> " + hex(got) + ", reference " + hex(bf16_ref(x)));
     }
   }
   INFO(inputs.size() << " inputs; differences from the double reference:\n" << reference.examples);
@@ -357,7 +357,7 @@ TEST_CASE("float to BF16 matches the double reference and vcvtneps2bf16", "[dtyp
   for (size_t i = 0; i < inputs.size(); i += 16) {
     hw_float_to_bf16_16(&inputs[i], hw);
     for (size_t j = 0; j < 16; ++j) {
-      const uint32_t u = bits_of(inputs[i + j]);
+      const uint32_t u = bits32(inputs[i + j]);
       if ((u & 0x7F800000u) == 0) continue;  // the instruction flushes subnormals and zeros
       ++compared;
       const uint16_t got = float_to_bf16_bits(inputs[i + j]);
@@ -417,8 +417,8 @@ TEST_CASE("FP16 known values", "[dtype]") {
   // A signaling NaN whose payload lies below the kept bits must not turn into infinity.
   CHECK(float_to_half_bits(float_of(0x7F800001)) == 0x7E00);
   CHECK(float_to_half_bits(float_of(0x7F802000)) == 0x7E01);
-  CHECK(bits_of(half_bits_to_float(0x7C01)) == 0x7FC02000);
-  CHECK(bits_of(half_bits_to_float(0xFE00)) == 0xFFC00000);
+  CHECK(bits32(half_bits_to_float(0x7C01)) == 0x7FC02000);
+  CHECK(bits32(half_bits_to_float(0xFE00)) == 0xFFC00000);
 }
 
 TEST_CASE("BF16 known values", "[dtype]") {
@@ -668,7 +668,7 @@ TEST_CASE("bulk conversions ignore the MXCSR rounding mode and FTZ/DAZ", "[dtype
   // Subnormal-heavy inputs, which FTZ/DAZ would flush if an instruction honoured MXCSR, and
   // inexact ones, which a directed rounding mode would round differently.
   std::vector<float> float_subnormals = random_patterns(100'000, kSeed + 20);
-  for (auto& x : float_subnormals) x = float_of(bits_of(x) & 0x807FFFFFu);
+  for (auto& x : float_subnormals) x = float_of(bits32(x) & 0x807FFFFFu);
   const std::vector<float> floats =
       concat({float_subnormals, random_in_exponents(100'000, -126, -110, kSeed + 21),
               random_in_exponents(100'000, -30, 20, kSeed + 22),

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "core/math/elementwise.h"
 #include "core/ops/gemm_desc.h"
+#include "cpu_test_util.h"
 #include "gradcheck.h"
 
 namespace {
@@ -21,15 +22,13 @@ using namespace mixprec::testing;
 
 constexpr int64_t kM = 37, kN = 13, kK = 29;
 
-Backend& cpu() { return backend_for(kCPU); }
-
 // A linear layer's product: x [m, k] times w [n, k] transposed.
 GemmDesc linear_desc() { return ops::gemm_desc(false, true, kM, kN, kK); }
 
 // The FP32 sums of the product with the bias added: what both epilogues start from.
 std::vector<float> biased_sums(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor sums = Tensor::empty({kM, kN}, DType::F32);
-  cpu().gemm(linear_desc(), x, w, sums);  // 16-bit operands into F32: not rounded
+  cpu_backend().gemm(linear_desc(), x, w, sums);  // 16-bit operands into F32: not rounded
   std::vector<float> s = sums.to_float_vector();
   const std::vector<float> b = bias.to_float_vector();
   for (int64_t i = 0; i < kM; ++i)
@@ -55,7 +54,7 @@ TEST_CASE("gemm_epilogue: Bias stores round(sum + bias) in every dtype", "[gemm]
     const Tensor w = random_tensor({kN, kK}, 2, -2.f, 2.f, dtype);
     const Tensor bias = random_tensor({kN}, 3, -4.f, 4.f, dtype);
     Tensor c = Tensor::full({kM, kN}, 7.0f, dtype);  // beta 0: never read
-    cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, nullptr);
+    cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, nullptr);
     CHECK(bits_of(c) == bits_of(rounded(biased_sums(x, w, bias), dtype)));
   }
 }
@@ -70,8 +69,9 @@ TEST_CASE("gemm_epilogue: the GELU epilogues keep the (biased) sum and apply gel
       const Tensor bias = random_tensor({kN}, 6, -1.f, 1.f, dtype);
       Tensor c = Tensor::full({kM, kN}, 7.0f, dtype);
       Tensor pre = Tensor::full({kM, kN}, 7.0f, dtype);
-      cpu().gemm_epilogue(linear_desc(), with_bias ? GemmEpilogue::BiasGelu : GemmEpilogue::Gelu,
-                          x, w, with_bias ? &bias : nullptr, c, &pre);
+      cpu_backend().gemm_epilogue(linear_desc(),
+                                  with_bias ? GemmEpilogue::BiasGelu : GemmEpilogue::Gelu, x, w,
+                                  with_bias ? &bias : nullptr, c, &pre);
       const std::vector<float> sums =
           biased_sums(x, w, with_bias ? bias : Tensor::zeros({kN}, dtype));
       CHECK(bits_of(pre) == bits_of(rounded(sums, dtype)));
@@ -95,7 +95,7 @@ TEST_CASE("gemm_epilogue: an empty sum (k = 0) stores the bias or gelu of it, an
     const GemmDesc d = ops::gemm_desc(false, true, 4, 6, 0);
     Tensor c = Tensor::full({4, 6}, 7.0f, dtype);
     Tensor pre = Tensor::full({4, 6}, 7.0f, dtype);
-    cpu().gemm_epilogue(d, GemmEpilogue::BiasGelu, x, w, &bias, c, &pre);
+    cpu_backend().gemm_epilogue(d, GemmEpilogue::BiasGelu, x, w, &bias, c, &pre);
     const std::vector<float> b = bias.to_float_vector();
     for (int64_t i = 0; i < 24; ++i) {
       const float s = b[static_cast<size_t>(i % 6)];
@@ -103,9 +103,9 @@ TEST_CASE("gemm_epilogue: an empty sum (k = 0) stores the bias or gelu of it, an
       CHECK(c.get(i) == Tensor::full({1}, gelu_tanh(s), dtype).get(0));
     }
     Tensor none = Tensor::zeros({0, 6}, dtype);
-    cpu().gemm_epilogue(ops::gemm_desc(false, true, 0, 6, 5), GemmEpilogue::Bias,
-                        Tensor::zeros({0, 5}, dtype), Tensor::zeros({6, 5}, dtype), &bias, none,
-                        nullptr);
+    cpu_backend().gemm_epilogue(ops::gemm_desc(false, true, 0, 6, 5), GemmEpilogue::Bias,
+                                Tensor::zeros({0, 5}, dtype), Tensor::zeros({6, 5}, dtype), &bias,
+                                none, nullptr);
     CHECK(none.numel() == 0);
   }
 }
@@ -120,40 +120,42 @@ TEST_CASE("gemm_epilogue: refuses what its contract excludes", "[gemm][epilogue]
   batched.batch = 2;
   batched.stride_c = kM * kN;
   Tensor big_c = Tensor::zeros({2, kM, kN});
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(batched, GemmEpilogue::Bias, x, w, &bias, big_c, nullptr),
-                    Catch::Contains("gemm_epilogue") && Catch::Contains("batch 2"));
+  CHECK_THROWS_WITH(
+      cpu_backend().gemm_epilogue(batched, GemmEpilogue::Bias, x, w, &bias, big_c, nullptr),
+      Catch::Contains("gemm_epilogue") && Catch::Contains("batch 2"));
   GemmDesc accumulating = linear_desc();
   accumulating.beta = 1.0f;
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(accumulating, GemmEpilogue::Bias, x, w, &bias, c, nullptr),
+      cpu_backend().gemm_epilogue(accumulating, GemmEpilogue::Bias, x, w, &bias, c, nullptr),
       Catch::Contains("beta 0"));
   const Tensor long_bias = Tensor::zeros({kN + 1});
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &long_bias, c,
-                                        nullptr),
-                    Catch::Contains("bias") && Catch::Contains("F32[14]") &&
-                        Catch::Contains("[13]"));
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, nullptr),
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &long_bias, c, nullptr),
+      Catch::Contains("bias") && Catch::Contains("F32[14]") && Catch::Contains("[13]"));
+  CHECK_THROWS_WITH(
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, nullptr),
       Catch::Contains("pre_gelu is required"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, &pre),
-                    Catch::Contains("pre_gelu is only for the gelu epilogue"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, nullptr, c,
-                                        nullptr),
-                    Catch::Contains("the bias is required"));
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Gelu, x, w, &bias, c, &pre),
-                    Catch::Contains("the bias is only for the epilogues with a bias"));
-  Tensor small_pre = Tensor::zeros({kM, kN - 1});
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, &small_pre),
-      Catch::Contains("too small"));
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias, c, &pre),
+      Catch::Contains("pre_gelu is only for the gelu epilogue"));
+  CHECK_THROWS_WITH(
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, nullptr, c, nullptr),
+      Catch::Contains("the bias is required"));
+  CHECK_THROWS_WITH(
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Gelu, x, w, &bias, c, &pre),
+      Catch::Contains("the bias is only for the epilogues with a bias"));
+  Tensor small_pre = Tensor::zeros({kM, kN - 1});
+  CHECK_THROWS_WITH(cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias,
+                                                c, &small_pre),
+                    Catch::Contains("too small"));
   Tensor pre16 = Tensor::zeros({kM, kN}, DType::F16);
   CHECK_THROWS_WITH(
-      cpu().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, &pre16),
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::BiasGelu, x, w, &bias, c, &pre16),
       Catch::Contains("dtype mismatch"));
   const Tensor bias16 = bias.to(DType::BF16);
-  CHECK_THROWS_WITH(cpu().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias16, c,
-                                        nullptr),
-                    Catch::Contains("dtype mismatch"));
+  CHECK_THROWS_WITH(
+      cpu_backend().gemm_epilogue(linear_desc(), GemmEpilogue::Bias, x, w, &bias16, c, nullptr),
+      Catch::Contains("dtype mismatch"));
 }
 
 TEST_CASE("linear_gelu: in FP32 the same bits as gelu(linear), forward and backward",

@@ -18,26 +18,18 @@
 #include "core/error.h"
 #include "core/math/amp.h"
 #include "core/tensor.h"
+#include "tests/core/cpu_test_util.h"
 #include "tests/core/gradcheck.h"
 #include "tests/error_message.h"
 
 using namespace mixprec;
 using mixprec::testing::bits_of;
+using mixprec::testing::cpu_backend;
+using mixprec::testing::normal_tensor;
+using mixprec::testing::taken_tensor;
 using mixprec_test::error_message;
 
 namespace {
-
-Backend& cpu() { return backend_for(kCPU); }
-
-Tensor random_tensor(int64_t n, uint32_t seed, double stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, static_cast<float>(stddev));
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, {n});
-}
-
-Tensor taken_tensor(int32_t j) { return Tensor::from_ints({j}, {1}); }
 
 // The working copy a parameter carries: none, a 16-bit one, or an F32 tensor distinct from
 // the master.
@@ -99,10 +91,10 @@ AdamParam adam_param(const AdamSpec& s, uint32_t seed) {
   p.hyper.weight_decay = s.weight_decay;
   p.hyper.decoupled_weight_decay = s.decoupled;
   p.hyper.set_step(s.step);
-  p.master = random_tensor(s.numel, seed, 1.0);
-  p.grad = random_tensor(s.numel, seed + 1, 0.5);
-  p.exp_avg = random_tensor(s.numel, seed + 2, 0.1);
-  p.exp_avg_sq = random_tensor(s.numel, seed + 3, 0.1);
+  p.master = normal_tensor(s.numel, DType::F32, seed, 1.0);
+  p.grad = normal_tensor(s.numel, DType::F32, seed + 1, 0.5);
+  p.exp_avg = normal_tensor(s.numel, DType::F32, seed + 2, 0.1);
+  p.exp_avg_sq = normal_tensor(s.numel, DType::F32, seed + 3, 0.1);
   for (int64_t i = 0; i < s.numel; ++i) {
     const double v = p.exp_avg_sq.get(i);
     p.exp_avg_sq.set(i, v * v);  // a second moment is not negative
@@ -191,9 +183,9 @@ SgdParam sgd_param(const SgdSpec& s, uint32_t seed) {
   p.hyper.weight_decay = s.weight_decay;
   p.hyper.nesterov = s.nesterov;
   p.hyper.first_step = s.first_step;
-  p.master = random_tensor(s.numel, seed, 1.0);
-  p.grad = random_tensor(s.numel, seed + 1, 0.5);
-  if (s.buffer) p.momentum = random_tensor(s.numel, seed + 2, 0.3);
+  p.master = normal_tensor(s.numel, DType::F32, seed, 1.0);
+  p.grad = normal_tensor(s.numel, DType::F32, seed + 1, 0.5);
+  if (s.buffer) p.momentum = normal_tensor(s.numel, DType::F32, seed + 2, 0.3);
   p.working = working_copy(p.master, s.working);
   return p;
 }
@@ -253,10 +245,10 @@ TEST_CASE("adam_steps updates every parameter as adam_step would, bit for bit", 
     const Tensor clear = Tensor::zeros({1});
     const Tensor* found_inf = with_flag ? &clear : nullptr;
     std::vector<AdamParam> together = clones(initial), each = clones(initial);
-    cpu().adam_steps(steps_of(together), nullptr, found_inf);
+    cpu_backend().adam_steps(steps_of(together), nullptr, found_inf);
     for (AdamParam& p : each) {
-      cpu().adam_step(p.hyper, p.master, p.grad, p.exp_avg, p.exp_avg_sq, p.working_ptr(),
-                      found_inf);
+      cpu_backend().adam_step(p.hyper, p.master, p.grad, p.exp_avg, p.exp_avg_sq, p.working_ptr(),
+                              found_inf);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, initial[i].master.numel());
@@ -274,9 +266,9 @@ TEST_CASE("adam_steps updates every parameter as adam_step would, bit for bit", 
 TEST_CASE("sgd_steps updates every parameter as sgd_step would, bit for bit", "[amp]") {
   const std::vector<SgdParam> initial = sgd_params(200);
   std::vector<SgdParam> together = clones(initial), each = clones(initial);
-  cpu().sgd_steps(steps_of(together), nullptr, nullptr);
+  cpu_backend().sgd_steps(steps_of(together), nullptr, nullptr);
   for (SgdParam& p : each)
-    cpu().sgd_step(p.hyper, p.master, p.grad, p.momentum_ptr(), p.working_ptr(), nullptr);
+    cpu_backend().sgd_step(p.hyper, p.master, p.grad, p.momentum_ptr(), p.working_ptr(), nullptr);
   for (size_t i = 0; i < initial.size(); ++i) {
     CAPTURE(i, initial[i].master.numel());
     CHECK(together[i].bits() == each[i].bits());
@@ -298,8 +290,8 @@ TEST_CASE("immediate adam_steps and sgd_steps write nothing when found_inf is se
     const Tensor found_inf = Tensor::full({1}, flag);
     std::vector<AdamParam> adam = clones(adam_initial);
     std::vector<SgdParam> sgd = clones(sgd_initial);
-    cpu().adam_steps(steps_of(adam), nullptr, &found_inf);
-    cpu().sgd_steps(steps_of(sgd), nullptr, &found_inf);
+    cpu_backend().adam_steps(steps_of(adam), nullptr, &found_inf);
+    cpu_backend().sgd_steps(steps_of(sgd), nullptr, &found_inf);
     for (size_t i = 0; i < adam.size(); ++i) CHECK(adam[i].bits() == adam_initial[i].bits());
     for (size_t i = 0; i < sgd.size(); ++i) CHECK(sgd[i].bits() == sgd_initial[i].bits());
   }
@@ -324,11 +316,11 @@ TEST_CASE("adam_steps with taken applies entry j of each parameter's own table",
     CAPTURE(j);
     const Tensor taken = taken_tensor(j);
     std::vector<AdamParam> together = clones(initial), each = clones(initial);
-    cpu().adam_steps(steps_of(together, &tables), &taken, &clear);
+    cpu_backend().adam_steps(steps_of(together, &tables), &taken, &clear);
     for (size_t i = 0; i < each.size(); ++i) {
       AdamParam& p = each[i];
-      cpu().adam_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.exp_avg,
-                               p.exp_avg_sq, p.working_ptr(), clear);
+      cpu_backend().adam_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.exp_avg,
+                                       p.exp_avg_sq, p.working_ptr(), clear);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, counts[i]);
@@ -344,8 +336,8 @@ TEST_CASE("adam_steps with taken applies entry j of each parameter's own table",
     AdamParam immediate = initial[4].clone();
     immediate.hyper.lr = tables[4].entry[j].lr;
     immediate.hyper.set_step(4 + 4 + j);
-    cpu().adam_step(immediate.hyper, immediate.master, immediate.grad, immediate.exp_avg,
-                    immediate.exp_avg_sq, immediate.working_ptr(), nullptr);
+    cpu_backend().adam_step(immediate.hyper, immediate.master, immediate.grad, immediate.exp_avg,
+                            immediate.exp_avg_sq, immediate.working_ptr(), nullptr);
     CHECK(together[4].bits() == immediate.bits());
   }
 }
@@ -365,11 +357,11 @@ TEST_CASE("sgd_steps with taken applies entry j of each parameter's own table", 
     CAPTURE(j);
     const Tensor taken = taken_tensor(j);
     std::vector<SgdParam> together = clones(initial), each = clones(initial);
-    cpu().sgd_steps(steps_of(together, &tables), &taken, &clear);
+    cpu_backend().sgd_steps(steps_of(together, &tables), &taken, &clear);
     for (size_t i = 0; i < each.size(); ++i) {
       SgdParam& p = each[i];
-      cpu().sgd_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.momentum_ptr(),
-                              p.working_ptr(), clear);
+      cpu_backend().sgd_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.momentum_ptr(),
+                                      p.working_ptr(), clear);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, counts[i]);
@@ -382,8 +374,8 @@ TEST_CASE("sgd_steps with taken applies entry j of each parameter's own table", 
     SgdParam immediate = initial[4].clone();
     immediate.hyper.lr = tables[4].entry[j].lr;
     immediate.hyper.first_step = false;
-    cpu().sgd_step(immediate.hyper, immediate.master, immediate.grad, immediate.momentum_ptr(),
-                   immediate.working_ptr(), nullptr);
+    cpu_backend().sgd_step(immediate.hyper, immediate.master, immediate.grad,
+                           immediate.momentum_ptr(), immediate.working_ptr(), nullptr);
     CHECK(together[4].bits() == immediate.bits());
   }
 }
@@ -401,15 +393,15 @@ TEST_CASE("deferred adam_steps and sgd_steps write nothing when found_inf is set
     const Tensor found_inf = Tensor::full({1}, flag);
     std::vector<AdamParam> adam = clones(adam_initial);
     std::vector<SgdParam> sgd = clones(sgd_initial);
-    cpu().adam_steps(steps_of(adam, &adam_tables), &taken, &found_inf);
-    cpu().sgd_steps(steps_of(sgd, &sgd_tables), &taken, &found_inf);
+    cpu_backend().adam_steps(steps_of(adam, &adam_tables), &taken, &found_inf);
+    cpu_backend().sgd_steps(steps_of(sgd, &sgd_tables), &taken, &found_inf);
     for (size_t i = 0; i < adam.size(); ++i) CHECK(adam[i].bits() == adam_initial[i].bits());
     for (size_t i = 0; i < sgd.size(); ++i) CHECK(sgd[i].bits() == sgd_initial[i].bits());
   }
   // The same call with a clear flag does write: the skip above was the flag's doing.
   std::vector<AdamParam> adam = clones(adam_initial);
   const Tensor clear = Tensor::zeros({1});
-  cpu().adam_steps(steps_of(adam, &adam_tables), &taken, &clear);
+  cpu_backend().adam_steps(steps_of(adam, &adam_tables), &taken, &clear);
   CHECK(bits_of(adam[0].master) != bits_of(adam_initial[0].master));
 }
 
@@ -469,7 +461,7 @@ TEST_CASE("adam_steps rejects a bad call before it writes any parameter", "[amp]
   std::vector<AdamParamStep> deferred = steps_of(call.params, &call.tables);
   const Tensor taken = taken_tensor(0), clear = Tensor::zeros({1});
   auto run = [&](const std::vector<AdamParamStep>& steps, const Tensor* k, const Tensor* f) {
-    return error_message([&] { cpu().adam_steps(steps, k, f); });
+    return error_message([&] { cpu_backend().adam_steps(steps, k, f); });
   };
   auto named = Catch::Contains("adam_steps");
 
@@ -492,7 +484,7 @@ TEST_CASE("adam_steps rejects a bad call before it writes any parameter", "[amp]
                named && Catch::Contains("steps 0 and 2 share memory"));
   }
   SECTION("step 2 of 4 with a gradient of the wrong shape") {
-    const Tensor short_grad = random_tensor(5, 1, 1.0);
+    const Tensor short_grad = normal_tensor(5, DType::F32, 1, 1.0);
     immediate[2].grad = &short_grad;
     deferred[2].grad = &short_grad;
     // As adam_step words it, prefixed with the step.
@@ -561,7 +553,7 @@ TEST_CASE("sgd_steps rejects a bad call before it writes any parameter", "[amp]"
   std::vector<SgdParamStep> deferred = steps_of(call.params, &call.tables);
   const Tensor taken = taken_tensor(0), clear = Tensor::zeros({1});
   auto run = [&](const std::vector<SgdParamStep>& steps, const Tensor* k, const Tensor* f) {
-    return error_message([&] { cpu().sgd_steps(steps, k, f); });
+    return error_message([&] { cpu_backend().sgd_steps(steps, k, f); });
   };
   auto named = Catch::Contains("sgd_steps");
 
@@ -583,7 +575,7 @@ TEST_CASE("sgd_steps rejects a bad call before it writes any parameter", "[amp]"
                named && Catch::Contains("steps 1 and 3 share memory"));
   }
   SECTION("step 2 of 4 with a gradient of the wrong shape") {
-    const Tensor short_grad = random_tensor(5, 1, 1.0);
+    const Tensor short_grad = normal_tensor(5, DType::F32, 1, 1.0);
     immediate[2].grad = &short_grad;
     CHECK_THAT(run(immediate, nullptr, nullptr),
                named && Catch::Contains("step 2 of 4") &&
@@ -628,12 +620,12 @@ TEST_CASE("rates_of gives an immediate step's hyper back through the hyper_with 
 
 TEST_CASE("adam_steps and sgd_steps of no parameters do nothing", "[amp]") {
   const Tensor taken = taken_tensor(0), clear = Tensor::zeros({1});
-  CHECK_NOTHROW(cpu().adam_steps({}, nullptr, nullptr));
-  CHECK_NOTHROW(cpu().adam_steps({}, &taken, &clear));
-  CHECK_NOTHROW(cpu().sgd_steps({}, nullptr, nullptr));
-  CHECK_NOTHROW(cpu().sgd_steps({}, &taken, &clear));
+  CHECK_NOTHROW(cpu_backend().adam_steps({}, nullptr, nullptr));
+  CHECK_NOTHROW(cpu_backend().adam_steps({}, &taken, &clear));
+  CHECK_NOTHROW(cpu_backend().sgd_steps({}, nullptr, nullptr));
+  CHECK_NOTHROW(cpu_backend().sgd_steps({}, &taken, &clear));
   // The call-level rule holds even with nothing to update.
-  CHECK_THROWS_WITH(cpu().sgd_steps({}, &taken, nullptr), Catch::Contains("found_inf"));
+  CHECK_THROWS_WITH(cpu_backend().sgd_steps({}, &taken, nullptr), Catch::Contains("found_inf"));
 }
 
 TEST_CASE("adam_steps refuses buffers shared between steps, whichever role they play", "[amp]") {
@@ -644,8 +636,9 @@ TEST_CASE("adam_steps refuses buffers shared between steps, whichever role they 
   for (uint32_t i = 0; i < 4; ++i) {
     AdamHyper hyper;
     hyper.set_step(1);
-    params.push_back({hyper, random_tensor(n, 10 + i, 1.0), random_tensor(n, 20 + i, 0.1),
-                      Tensor::zeros({n}), Tensor::zeros({n}), Tensor()});
+    params.push_back({hyper, normal_tensor(n, DType::F32, 10 + i, 1.0),
+                      normal_tensor(n, DType::F32, 20 + i, 0.1), Tensor::zeros({n}),
+                      Tensor::zeros({n}), Tensor()});
   }
   std::vector<AdamParamStep> steps;
   for (AdamParam& p : params) steps.push_back(p.step());
@@ -662,7 +655,8 @@ TEST_CASE("adam_steps refuses buffers shared between steps, whichever role they 
   SECTION("a moment that is a reshaped view of another step's moment") {
     params[3].exp_avg_sq = params[1].exp_avg_sq.reshape({n / 2, 2}).reshape({n});
   }
-  const std::string message = error_message([&] { cpu().adam_steps(steps, nullptr, nullptr); });
+  const std::string message =
+      error_message([&] { cpu_backend().adam_steps(steps, nullptr, nullptr); });
   CHECK_THAT(message, Catch::Contains("adam_steps") && Catch::Contains("share memory"));
   for (size_t i = 0; i < params.size(); ++i) CHECK(bits_of(params[i].master) == before[i]);
 }
@@ -672,47 +666,50 @@ TEST_CASE("the optimizer steps refuse memory named twice within a step or as the
   const int64_t n = 8;
   AdamHyper hyper;
   hyper.set_step(1);
-  Tensor master = random_tensor(n, 1, 1.0), grad = random_tensor(n, 2, 0.1);
+  Tensor master = normal_tensor(n, DType::F32, 1, 1.0);
+  Tensor grad = normal_tensor(n, DType::F32, 2, 0.1);
   Tensor exp_avg = Tensor::zeros({n}), exp_avg_sq = Tensor::zeros({n});
   const std::vector<uint32_t> before = bits_of(master);
   // One buffer in two roles passes each role's own check (F32, the master's shape).
   CHECK_THAT(error_message([&] {
-               cpu().adam_step(hyper, master, grad, master, exp_avg_sq, nullptr, nullptr);
+               cpu_backend().adam_step(hyper, master, grad, master, exp_avg_sq, nullptr, nullptr);
              }),
              Catch::Contains("adam_step: the step names the same memory twice"));
   SgdHyper sgd;
   sgd.momentum = 0.9f;
-  CHECK_THAT(error_message([&] { cpu().sgd_step(sgd, master, grad, &grad, nullptr, nullptr); }),
-             Catch::Contains("sgd_step: the step names the same memory twice"));
+  CHECK_THAT(
+      error_message([&] { cpu_backend().sgd_step(sgd, master, grad, &grad, nullptr, nullptr); }),
+      Catch::Contains("sgd_step: the step names the same memory twice"));
   // Without momentum the buffer is not used, so naming the gradient there is harmless.
   sgd.momentum = 0.0f;
   Tensor sgd_master = master.clone();
-  CHECK_NOTHROW(cpu().sgd_step(sgd, sgd_master, grad, &grad, nullptr, nullptr));
+  CHECK_NOTHROW(cpu_backend().sgd_step(sgd, sgd_master, grad, &grad, nullptr, nullptr));
   // A flag that is a one-element master.
   Tensor single = Tensor::zeros({1});
   const Tensor single_grad = Tensor::zeros({1});
   CHECK_THAT(error_message([&] {
-               cpu().sgd_step(sgd, single, single_grad, nullptr, nullptr, &single);
+               cpu_backend().sgd_step(sgd, single, single_grad, nullptr, nullptr, &single);
              }),
              Catch::Contains("sgd_step: found_inf shares memory with the step"));
 
   // In a multi-tensor call the message names the step.
   std::vector<AdamParam> params;
   for (uint32_t i = 0; i < 3; ++i) {
-    params.push_back({hyper, random_tensor(n, 10 + i, 1.0), random_tensor(n, 20 + i, 0.1),
-                      Tensor::zeros({n}), Tensor::zeros({n}), Tensor()});
+    params.push_back({hyper, normal_tensor(n, DType::F32, 10 + i, 1.0),
+                      normal_tensor(n, DType::F32, 20 + i, 0.1), Tensor::zeros({n}),
+                      Tensor::zeros({n}), Tensor()});
   }
   std::vector<AdamParamStep> steps;
   for (AdamParam& p : params) steps.push_back(p.step());
   steps[1].exp_avg_sq = steps[1].master;
-  CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, nullptr); }),
+  CHECK_THAT(error_message([&] { cpu_backend().adam_steps(steps, nullptr, nullptr); }),
              Catch::Contains("adam_steps: step 1 names the same memory twice"));
   steps[1].exp_avg_sq = &params[1].exp_avg_sq;
   // The flag is the gradient of a one-element step.
   AdamParam tiny{hyper, Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1}),
                  Tensor::zeros({1}), Tensor()};
   steps.push_back(tiny.step());
-  CHECK_THAT(error_message([&] { cpu().adam_steps(steps, nullptr, &tiny.grad); }),
+  CHECK_THAT(error_message([&] { cpu_backend().adam_steps(steps, nullptr, &tiny.grad); }),
              Catch::Contains("adam_steps: found_inf shares memory with step 3"));
   CHECK(bits_of(master) == before);
   for (const AdamParam& p : params) CHECK(bits_of(p.exp_avg) == bits_of(Tensor::zeros({n})));
@@ -723,10 +720,10 @@ TEST_CASE("adam_steps and sgd_steps of no parameters still check their flag and 
   const Tensor taken = taken_tensor(0), clear = Tensor::zeros({1});
   const Tensor int_flag = Tensor::zeros({1}, DType::I32), empty_flag = Tensor::zeros({0});
   const Tensor float_taken = Tensor::zeros({1});
-  CHECK_THAT(error_message([&] { cpu().adam_steps({}, nullptr, &int_flag); }),
+  CHECK_THAT(error_message([&] { cpu_backend().adam_steps({}, nullptr, &int_flag); }),
              Catch::Contains("adam_steps: found_inf must be F32 [1]"));
-  CHECK_THAT(error_message([&] { cpu().sgd_steps({}, nullptr, &empty_flag); }),
+  CHECK_THAT(error_message([&] { cpu_backend().sgd_steps({}, nullptr, &empty_flag); }),
              Catch::Contains("sgd_steps: found_inf must be F32 [1]"));
-  CHECK_THAT(error_message([&] { cpu().adam_steps({}, &float_taken, &clear); }),
+  CHECK_THAT(error_message([&] { cpu_backend().adam_steps({}, &float_taken, &clear); }),
              Catch::Contains("adam_steps: taken must be I32 [1]"));
 }

@@ -39,7 +39,7 @@ Tensor counting(const Shape& shape, DType dtype) {
   return Tensor::from_vector(values, shape, dtype);
 }
 
-void require_same_bits(const Tensor& expected, const Tensor& actual) {
+void require_same_bytes(const Tensor& expected, const Tensor& actual) {
   REQUIRE(expected.dtype() == actual.dtype());
   REQUIRE(expected.shape() == actual.shape());
   CHECK(std::memcmp(expected.data(), actual.data(), expected.nbytes()) == 0);
@@ -60,12 +60,12 @@ TEST_CASE("split_heads gives the heads of split, reshape and permute bit for bit
       const std::vector<Tensor> expected = composed_heads(qkv, c.heads);
       const std::vector<Tensor> heads = ops::split_heads(qkv, c.heads);
       REQUIRE(heads.size() == 3);
-      for (int i = 0; i < 3; ++i) require_same_bits(expected[i], heads[i]);
+      for (int i = 0; i < 3; ++i) require_same_bytes(expected[i], heads[i]);
 
       // merge_heads puts them back where they came from.
       Tensor merged = Tensor::zeros(qkv.shape(), dtype);
       backend_for(kCPU).merge_heads(heads[0], heads[1], heads[2], merged);
-      require_same_bits(qkv, merged);
+      require_same_bytes(qkv, merged);
     }
   }
 }
@@ -87,7 +87,7 @@ TEST_CASE("split_heads' gradient is the composition's, an unused head's included
   composed.set_requires_grad(true);
   loss_of(composed_heads(composed, c.heads)).backward();
   REQUIRE(fused.grad().defined());
-  require_same_bits(composed.grad(), fused.grad());
+  require_same_bytes(composed.grad(), fused.grad());
   // The k block of every row got no gradient.
   const std::vector<float> g = fused.grad().to_float_vector();
   const int64_t width = 3 * c.heads * c.dim, block = c.heads * c.dim;

@@ -86,6 +86,24 @@ inline void poison(Tensor& t) {
   if (!bytes.empty()) backend_for(t.device()).copy_from_host(t.data(), bytes.data(), bytes.size());
 }
 
+// A copy of `t` on the GPU.
+inline Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
+
+// Copies of `ts` on `device` (clones on the CPU, so a step on them leaves `ts` alone); an
+// undefined tensor stays undefined.
+inline std::vector<Tensor> copies_on(const std::vector<Tensor>& ts, Device device) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) out.push_back(Tensor());
+    else out.push_back(device.is_cpu() ? t.clone() : t.to(device));
+  }
+  return out;
+}
+
+// The one-element I32 tensor on `device` that tells a deferred step which entry of its rate
+// table to take.
+inline Tensor taken_on(int32_t j, Device device) { return Tensor::from_ints({j}, {1}, device); }
+
 // A new tensor on `device` (the GPU unless given) whose every element is poisoned.
 inline Tensor poisoned(const Shape& shape, DType dtype, Device device = gpu()) {
   Tensor t = Tensor::empty(shape, dtype, device);

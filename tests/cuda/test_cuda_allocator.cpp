@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_backend.h"
+#include "cuda_backend_access.h"
 #include "tests/error_message.h"
 
 namespace {
@@ -20,8 +21,6 @@ using namespace mixprec;
 using namespace mixprec::cuda_test;
 
 using mixprec_test::error_message;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 }  // namespace
 

@@ -11,13 +11,12 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/amp.h"
 #include "cuda/kernels/param_steps.h"
+#include "cuda_backend_access.h"
 
 namespace {
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 struct Spec {
   DType dtype;

@@ -19,8 +19,6 @@ constexpr PhiloxKey kKey{0xabcdefULL, 77};
 const Shape kShapes[] = {{2, 3, 7, 7}, {2, 8, 8}, {3, 1030}, {1, 2, 5, 1030}, {2, 1032},
                          {1, 1, 3, 2048}};
 
-Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
-
 // causal_mask, softmax, dropout and cast, each its own call of `be`.
 void composed_forward(Backend& be, Device device, const Tensor& scores, float p, Tensor& probs,
                       Tensor& operand) {

@@ -130,7 +130,7 @@ Outcome run(const Inputs& in, bool capture, bool sgd) {
   return out;
 }
 
-void expect_same_run(const Outcome& eager, const Outcome& captured) {
+void expect_same_steps(const Outcome& eager, const Outcome& captured) {
   REQUIRE(captured.resolved.size() == static_cast<size_t>(kSteps));
   REQUIRE(eager.resolved.size() == static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps; ++i) {
@@ -161,7 +161,7 @@ TEST_CASE("cuda deferred AdamW steps captured once per window replay as the eage
   // captures its first step and replays the rest.
   CHECK(captured.captures == 4);
   CHECK(captured.replays == kSteps - 1 - 4);
-  expect_same_run(eager, captured);
+  expect_same_steps(eager, captured);
 }
 
 TEST_CASE("cuda deferred SGD with momentum captures only once its buffers are confirmed", "[cuda]") {
@@ -173,7 +173,7 @@ TEST_CASE("cuda deferred SGD with momentum captures only once its buffers are co
   // first window runs eagerly, the later three capture.
   CHECK(captured.captures == 3);
   CHECK(captured.replays == kSteps - 3 - 3);
-  expect_same_run(eager, captured);
+  expect_same_steps(eager, captured);
 }
 
 TEST_CASE("deferred steps refuse replays outside a captured window", "[cuda]") {

@@ -26,14 +26,6 @@ Tensor scale_state(double scale, Device device) {
   return host.to(device);
 }
 
-Tensor taken_on(int32_t j, Device device) { return Tensor::from_ints({j}, {1}, device); }
-
-std::vector<Tensor> copies_on(const std::vector<Tensor>& ts, Device device) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : ts) out.push_back(device.is_cpu() ? t.clone() : t.to(device));
-  return out;
-}
-
 // Per-step values for steps t0, t0 + 1, ... with a decaying learning rate, as the host fills
 // them before it knows how many of the steps are taken.
 AdamRateTable adam_table(const AdamHyper& base, int32_t count, int64_t t0) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend_agreement.h"
+#include "cuda_backend_access.h"
 #include "environment_scope.h"
 #include "gemm_magnitude.h"
 #include "core/error.h"
@@ -27,8 +28,6 @@ using namespace mixprec;
 using namespace mixprec::cuda_test;
 
 using mixprec_test::error_message;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 // MIXPREC_GEMM_AUTOTUNE set (or with null, unset) for one scope.
 class GemmEnvironment : public EnvironmentScope {

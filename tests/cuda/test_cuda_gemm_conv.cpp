@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,11 +14,13 @@
 #include "core/math_mode.h"
 #include "fused_batch_norm_relu_check.h"
 #include "gemm_magnitude.h"
+#include "tests/error_message.h"
 
 namespace {
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
+using mixprec_test::error_message;
 
 constexpr DType kGemmTypes[][2] = {{DType::F32, DType::F32},  {DType::F16, DType::F16},
                                    {DType::F16, DType::F32},  {DType::BF16, DType::BF16},
@@ -37,15 +38,6 @@ class Tf32Scope {
  private:
   bool saved_;
 };
-
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 
 // ---- GEMM ---------------------------------------------------------------------------------

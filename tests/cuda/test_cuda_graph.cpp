@@ -14,6 +14,7 @@
 #include "core/ops/ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_graph.h"
+#include "cuda_backend_access.h"
 #include "layers/parameter.h"
 #include "profiling_scope.h"
 #include "tests/error_message.h"
@@ -24,8 +25,6 @@ using namespace mixprec;
 using namespace mixprec::cuda_test;
 
 using mixprec_test::error_message;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 // A small CNN-and-head forward in FP16: conv with bias, ReLU, a linear with GELU fused, a
 // softmax, and a cross-entropy against fixed labels.

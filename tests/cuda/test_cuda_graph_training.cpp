@@ -42,7 +42,8 @@ std::string read_bytes(const fs::path& path) {
   return bytes.str();
 }
 
-GraphRun train(const std::string& config, std::vector<std::string> overrides, bool cuda_graph) {
+GraphRun graph_training_run(const std::string& config, std::vector<std::string> overrides,
+                            bool cuda_graph) {
   ScratchDir dir(std::string("cuda-graph-training-") + (cuda_graph ? "on" : "off"));
   overrides.push_back("device=cuda");
   overrides.push_back(std::string("train.cuda_graph=") + (cuda_graph ? "true" : "false"));
@@ -70,8 +71,8 @@ GraphRun train(const std::string& config, std::vector<std::string> overrides, bo
 // Trains `config` without and with train.cuda_graph and requires the same run; returns the
 // recorded run's summary.
 nlohmann::json expect_same_run(const std::string& config, const std::vector<std::string>& overrides) {
-  const GraphRun eager = train(config, overrides, false);
-  const GraphRun graphed = train(config, overrides, true);
+  const GraphRun eager = graph_training_run(config, overrides, false);
+  const GraphRun graphed = graph_training_run(config, overrides, true);
   REQUIRE(eager.summary["device"] == "cuda:0");
   CHECK_FALSE(eager.summary.contains("cuda_graph"));
   REQUIRE(eager.steps.size() == graphed.steps.size());
@@ -92,9 +93,9 @@ nlohmann::json expect_same_run(const std::string& config, const std::vector<std:
 
 // 16 steps in FP16, logged (and read) at steps 1, 4, 8, 12 and 16: windows of three or four
 // steps, each recorded once and replayed for the rest.
-const std::vector<std::string> kSchedule = {"precision=fp16",    "train.steps=16",
-                                            "train.log_every=4", "train.eval_every=0",
-                                            "checkpoint.every=0"};
+const std::vector<std::string> kGraphSchedule = {"precision=fp16",    "train.steps=16",
+                                                 "train.log_every=4", "train.eval_every=0",
+                                                 "checkpoint.every=0"};
 
 // The run's recordings and replays, against those its windows call for.
 void expect_replayed(const nlohmann::json& summary, int64_t recordings, int64_t replays) {
@@ -104,7 +105,7 @@ void expect_replayed(const nlohmann::json& summary, int64_t recordings, int64_t 
 
 TEST_CASE("cuda: train.cuda_graph replays the GPT's steps bit for bit", "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kGraphSchedule);
   if (gpt.empty()) return;
   // AdamW with warmup and cosine decay (each step's learning rate differs) and clipping.
   // Step 1 is eager (AdamW has no moments before it); windows 2-4, 5-8, 9-12 and 13-16 each
@@ -115,7 +116,7 @@ TEST_CASE("cuda: train.cuda_graph replays the GPT's steps bit for bit", "[cuda][
 TEST_CASE("cuda: train.cuda_graph replays steps of two microbatches in BF16 and FP32 bit for bit",
           "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kGraphSchedule);
   if (gpt.empty()) return;
   // Without a loss scale (BF16 and FP32 have none), each step accumulating two microbatches,
   // each copied into its own fixed tensors.
@@ -137,7 +138,7 @@ TEST_CASE("cuda: train.cuda_graph replays a CNN with batch norm and a skipped st
   const std::string config =
       write_small_mnist_cnn(dir.path(), "debug: {inject_nonfinite: {step: 6, tensor: loss, value: inf}}\n");
   if (config.empty()) return;
-  const nlohmann::json summary = expect_same_run(config, kSchedule);
+  const nlohmann::json summary = expect_same_run(config, kGraphSchedule);
   CHECK(summary["skipped_steps"].get<int64_t>() == 1);
   // Eager: step 1 (no momentum yet) and step 6 (injected). Recorded: steps 2, 5, 7 (the
   // window goes on after the eager step 6 with a new recording), 9 and 13; the other nine
@@ -148,7 +149,7 @@ TEST_CASE("cuda: train.cuda_graph replays a CNN with batch norm and a skipped st
 TEST_CASE("cuda: train.cuda_graph replays a GPT with dropout, each step with its own masks",
           "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
-  const std::vector<std::string> gpt = small_gpt_run_or_warn(kSchedule);
+  const std::vector<std::string> gpt = small_gpt_run_or_warn(kGraphSchedule);
   if (gpt.empty()) return;
   // Dropout on the embeddings, the attention matrix and both residual branches: a replay
   // that drew the recorded step's masks again would train differently from the eager run.

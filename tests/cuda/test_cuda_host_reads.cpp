@@ -27,7 +27,7 @@ namespace {
 
 using namespace cuda_train_test;
 
-LoggedRun train(const std::string& config, std::vector<std::string> overrides) {
+LoggedRun host_reads_run(const std::string& config, std::vector<std::string> overrides) {
   return train_logged("cuda-host-reads", config, std::move(overrides));
 }
 
@@ -37,15 +37,9 @@ const std::vector<std::string> kSchedule = {"precision=fp16",      "train.steps=
                                             "train.log_every=8",   "train.eval_every=0",
                                             "checkpoint.every=0"};
 
-double logged_number(const nlohmann::json& value) {
-  if (value.is_number()) return value.get<double>();
-  if (value.is_string()) return std::strtod(value.get<std::string>().c_str(), nullptr);
-  return std::nan("");
-}
-
 // The tolerance of test_cuda_train_configs.cpp for FP16 runs against the CPU: 3e-2 relative
 // on each loss, 1e-4 absolute.
-bool loss_close(double expected, double actual) {
+bool fp16_loss_close(double expected, double actual) {
   if (!std::isfinite(expected) || !std::isfinite(actual)) {
     return std::isnan(expected) ? std::isnan(actual) : expected == actual;
   }
@@ -59,9 +53,10 @@ bool loss_close(double expected, double actual) {
 void expect_reads_at_log_steps(const std::string& label, const std::string& config,
                                const std::vector<std::string>& overrides) {
   INFO(label);
-  const LoggedRun deferred = train(config, with(overrides, {"device=cuda"}));
-  const LoggedRun per_step = train(config, with(overrides, {"device=cuda", "train.host_reads=per_step"}));
-  const LoggedRun cpu = train(config, with(overrides, {"device=cpu"}));
+  const LoggedRun deferred = host_reads_run(config, with(overrides, {"device=cuda"}));
+  const LoggedRun per_step =
+      host_reads_run(config, with(overrides, {"device=cuda", "train.host_reads=per_step"}));
+  const LoggedRun cpu = host_reads_run(config, with(overrides, {"device=cpu"}));
   REQUIRE(deferred.summary["device"] == "cuda:0");
 
   // No step is skipped (the scale is far from FP16's overflow on these models), so the
@@ -97,7 +92,7 @@ void expect_reads_at_log_steps(const std::string& label, const std::string& conf
     const nlohmann::json& r = deferred.steps.at(step);
     const double expected = logged_number(reference["loss"]), actual = logged_number(r["loss"]);
     INFO("loss " << actual << ", CPU " << expected);
-    CHECK(loss_close(expected, actual));
+    CHECK(fp16_loss_close(expected, actual));
     CHECK(r["scale"] == reference["scale"]);
     CHECK(r["next_scale"] == reference["next_scale"]);
     CHECK(r["skipped"] == reference["skipped"]);

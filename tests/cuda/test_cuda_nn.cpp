@@ -25,8 +25,6 @@ using namespace mixprec::cuda_test;
 // latter in whole 16-byte packs), and block-owned rows with and without packs.
 constexpr int64_t kColumns[] = {1, 7, 1023, 1024, 4096, 4097};
 
-Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
-
 // The same tolerance with the absolute floor scaled to the size of the results (for outputs
 // much smaller than 1, such as a gradient divided by the batch).
 Tolerance scaled(DType dtype, double scale) {

@@ -44,15 +44,6 @@ const std::vector<Working> kWorkings = {Working::F16,  Working::F16, Working::No
                                         Working::BF16, Working::BF16, Working::F32,
                                         Working::BF16, Working::F16,  Working::F16};
 
-std::vector<Tensor> copies_on(const std::vector<Tensor>& ts, Device device) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : ts) {
-    if (!t.defined()) out.push_back(Tensor());
-    else out.push_back(device.is_cpu() ? t.clone() : t.to(device));
-  }
-  return out;
-}
-
 std::vector<Tensor> workings_of(const std::vector<Tensor>& masters) {
   std::vector<Tensor> out;
   for (size_t i = 0; i < masters.size(); ++i) {
@@ -306,8 +297,6 @@ std::vector<bool> non_empty() {
   for (int64_t n : kSizes) out.push_back(n > 0);
   return out;
 }
-
-Tensor taken_on(int32_t j, Device device) { return Tensor::from_ints({j}, {1}, device); }
 
 int64_t all_launches() {
   int64_t calls = 0;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/pinned_upload.h"
+#include "cuda_backend_access.h"
 #include "tests/error_message.h"
 
 #if MIXPREC_CUDA_EMULATION
@@ -25,8 +26,6 @@ using namespace mixprec;
 using namespace mixprec::cuda_test;
 
 using mixprec_test::error_message;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 std::vector<uint64_t> ids_in_flight(const UploadRegions& regions) {
   std::vector<uint64_t> ids;

@@ -136,7 +136,7 @@ TEST_CASE("cuda: the prefetcher on cuda:0 rethrows a failed batch from next()", 
   CHECK_THROWS_WITH(prefetcher.next(), "test source: batch 3 cannot be built");
 }
 
-LoggedRun train(const std::string& config, std::vector<std::string> overrides) {
+LoggedRun prefetch_run(const std::string& config, std::vector<std::string> overrides) {
   return train_logged("cuda-prefetch-upload", config, std::move(overrides));
 }
 
@@ -153,8 +153,8 @@ TEST_CASE("cuda: prefetched uploads add no host wait to a run that reads at log 
   const std::string config = write_cnn_config(dir);
   if (config.empty()) return;
   // test_cuda_host_reads.cpp's schedule: logged at steps 1, 8 and 16 only.
-  const LoggedRun run = train(config, {"train.steps=16", "train.log_every=8", "train.eval_every=0",
-                                       "checkpoint.every=0"});
+  const LoggedRun run = prefetch_run(
+      config, {"train.steps=16", "train.log_every=8", "train.eval_every=0", "checkpoint.every=0"});
   REQUIRE(run.summary["device"] == "cuda:0");
   std::vector<int64_t> logged;
   for (const auto& [step, record] : run.steps) logged.push_back(step);
@@ -177,10 +177,10 @@ TEST_CASE("cuda: an input injection on cuda:0 is reported at element 0 of its ba
   for (const std::string value : {"nan", "inf"}) {
     INFO("value " << value);
     // Two microbatches a step: step 2 is made of batches 2 and 3; the value goes into batch 2.
-    const LoggedRun run =
-        train(config, {"train.steps=3", "train.log_every=1", "train.eval_every=0",
-                       "checkpoint.every=0", "train.accumulation_steps=2",
-                       "debug.inject_nonfinite={step: 2, tensor: input, value: " + value + "}"});
+    const LoggedRun run = prefetch_run(
+        config, {"train.steps=3", "train.log_every=1", "train.eval_every=0", "checkpoint.every=0",
+                 "train.accumulation_steps=2",
+                 "debug.inject_nonfinite={step: 2, tensor: input, value: " + value + "}"});
     REQUIRE(run.summary["device"] == "cuda:0");
     REQUIRE(run.steps.size() == 3);
     const nlohmann::json& r = run.steps.at(2);

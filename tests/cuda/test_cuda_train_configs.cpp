@@ -37,12 +37,6 @@ struct RunCurve {
   double host_syncs_per_step = std::numeric_limits<double>::quiet_NaN();
 };
 
-double logged_number(const nlohmann::json& value) {
-  if (value.is_number()) return value.get<double>();
-  if (value.is_string()) return std::strtod(value.get<std::string>().c_str(), nullptr);
-  return std::numeric_limits<double>::quiet_NaN();
-}
-
 // Trains `config` with `overrides` and device=`device` into a scratch folder and reads back
 // its metrics.jsonl and summary.json.
 RunCurve train(const std::string& config, std::vector<std::string> overrides, const std::string& device) {
@@ -124,7 +118,7 @@ std::string curve_differences(const RunCurve& reference, const RunCurve& actual,
 //   activations differently, and 30 steps of training compound that. A wrong kernel moves
 //   the curve by far more; the per-op agreement tests hold the tight bounds.
 // The absolute floor only matters for losses near zero, which 30 steps do not reach.
-CurveTolerance tolerance_for(const std::string& precision) {
+CurveTolerance curve_tolerance_for(const std::string& precision) {
   if (precision == "fp32") return {1e-3, 1e-5};
   return {3e-2, 1e-4};
 }
@@ -154,7 +148,7 @@ void expect_cuda_follows_cpu(const std::string& label, const std::string& config
   CHECK(cpu.steps.size() == cpu.summary["steps"].get<size_t>());
   CHECK(gpu.summary["device"] == "cuda:0");
   CHECK(gpu.summary["precision"] == precision);
-  const std::string differences = curve_differences(cpu, gpu, tolerance_for(precision));
+  const std::string differences = curve_differences(cpu, gpu, curve_tolerance_for(precision));
   INFO("cuda:0 against the CPU:\n" << differences);
   CHECK(differences.empty());
 

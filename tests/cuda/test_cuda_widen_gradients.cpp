@@ -12,14 +12,13 @@
 #include "core/ops/ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/amp.h"
+#include "cuda_backend_access.h"
 #include "tests/cuda/profiling_scope.h"
 
 namespace {
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
-
-CudaBackend& cuda_backend() { return dynamic_cast<CudaBackend&>(gpu_backend()); }
 
 // Launches in the profile of casts into F32: a gradient widened on its own.
 int64_t widening_casts() {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -111,6 +112,14 @@ inline LoggedRun train_logged(const std::string& scratch, const std::string& con
                               std::vector<std::string> overrides) {
   ScratchDir dir(scratch);
   return train_into(dir / "run", config, std::move(overrides));
+}
+
+// A value metrics.jsonl logged as a number: a JSON number as it is, a string parsed by
+// strtod, anything else NaN.
+inline double logged_number(const nlohmann::json& value) {
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) return std::strtod(value.get<std::string>().c_str(), nullptr);
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 // `overrides` followed by `more`.

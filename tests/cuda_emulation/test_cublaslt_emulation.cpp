@@ -18,8 +18,11 @@
 
 #include "core/half.h"
 #include "core/math/elementwise.h"
+#include "emulation_test_util.h"
 
 namespace {
+
+using emulation_test::kNaN;
 
 // Not `half`: cuda_fp16.h, which cublasLt.h includes, declares one in the global namespace.
 using F16 = mixprec::half;
@@ -145,8 +148,6 @@ template <class T>
 constexpr cudaDataType_t type_of() {
   return sizeof(T) == 4 ? CUDA_R_32F : CUDA_R_16F;
 }
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 template <class T>
 void check_bias() {

@@ -19,8 +19,11 @@
 #include <cudnn.h>
 
 #include "core/half.h"
+#include "emulation_test_util.h"
 
 namespace {
+
+using emulation_test::kNaN;
 
 class Handle {
  public:
@@ -121,8 +124,6 @@ std::string last_error() {
   cudnnGetLastErrorString(buffer, sizeof buffer);
   return buffer;
 }
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // The 3x3 image 1..9 and the 2x2 filter 1..4 of the hand-worked cases.
 const std::vector<float> kImage = {1, 2, 3, 4, 5, 6, 7, 8, 9};

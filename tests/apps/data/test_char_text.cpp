@@ -76,7 +76,7 @@ std::vector<int64_t> starts_of(const Batch& batch) {
   return out;
 }
 
-bool same_batch(const Batch& a, const Batch& b) {
+bool same_text_batch(const Batch& a, const Batch& b) {
   return a.inputs.to_int_vector() == b.inputs.to_int_vector() &&
          a.targets.to_int_vector() == b.targets.to_int_vector() && a.number == b.number &&
          a.epoch == b.epoch;
@@ -143,7 +143,7 @@ TEST_CASE("char text batches are a pure function of (seed, number)", "[data][tex
   o.seed = 8;
   const auto other_seed = load_char_text(o);
   for (int64_t n : {0, 1, 5, 1000000}) {
-    CHECK(same_batch(data->train_batch(n), again->train_batch(n)));
+    CHECK(same_text_batch(data->train_batch(n), again->train_batch(n)));
     CHECK(starts_of(data->train_batch(n)) != starts_of(other_seed->train_batch(n)));
   }
   CHECK(starts_of(data->train_batch(0)) != starts_of(data->train_batch(1)));
@@ -179,7 +179,8 @@ TEST_CASE("char text evaluation windows are spread evenly over the validation sp
   check_windows(data->eval_batch(0), {45, 46, 48}, 4);
   check_windows(data->eval_batch(1), {50, 52, 54}, 4);
   CHECK(data->eval_batch(1).number == 1);
-  for (int64_t m = 0; m < 2; ++m) CHECK(same_batch(data->eval_batch(m), other_seed->eval_batch(m)));
+  for (int64_t m = 0; m < 2; ++m)
+    CHECK(same_text_batch(data->eval_batch(m), other_seed->eval_batch(m)));
   CHECK_THROWS_WITH(data->eval_batch(2), Catch::Contains("evaluation batch 2 is out of range"));
   CHECK_THROWS_AS(data->train_batch(-1), Error);
 }
