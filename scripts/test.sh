@@ -43,7 +43,9 @@ script_start="$(date +%s)"
 trap report EXIT
 
 phase setup bash "${root}/scripts/setup_tests.sh"
-phase build bash "${root}/scripts/build.sh"
+# AUTO: the CUDA backend and its tests are compiled whenever nvcc is there, also after
+# scripts/run.sh configured build/ without them on a machine with no GPU.
+phase build bash "${root}/scripts/build.sh" -DMIXPREC_CUDA=AUTO
 phase tests ctest --test-dir "${root}/build" --output-on-failure -j "$(nproc)"
 if [[ "${quick}" == 1 ]]; then
   echo "test: --quick, sanitizer and fuzz jobs not run"
