@@ -53,7 +53,7 @@ enum class GemmEpilogue {
 inline bool epilogue_has_bias(GemmEpilogue e) { return e != GemmEpilogue::Gelu; }
 inline bool epilogue_has_gelu(GemmEpilogue e) { return e != GemmEpilogue::Bias; }
 
-// One parameter's share of Backend::adam_steps: the operands of adam_step and, for a
+// One parameter's share of Backend::adam_steps: its update's operands and, for a
 // deferred step, its rate table. The pointers must stay valid for the call.
 struct AdamParamStep {
   AdamHyper hyper;                       // immediate: complete (set_step called); deferred: base
@@ -285,22 +285,6 @@ class Backend {
   // out (F32 [xs.size()], overwritten): out[i] = sum of squares of xs[i], FP32 accumulation
   // in an order fixed by the shape (the same bits on every run and thread count).
   virtual void squared_norms(const std::vector<Tensor>& xs, Tensor& out) = 0;
-  // One SGD update per element (sgd_update) of the F32 master from the F32 true-scale `grad`
-  // (same shape). momentum: F32 buffer of that shape, required when hyper.momentum != 0.
-  // working: the F16/BF16 working copy, rewritten from the new master in the same pass (may
-  // be null). found_inf: F32 [1] or null; when it holds a non-zero value nothing is written,
-  // so a device-resident overflow flag can skip the step without a host round-trip.
-  virtual void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
-                        Tensor* momentum, Tensor* working, const Tensor* found_inf) = 0;
-  // One Adam or AdamW update per element (adam_update) of the F32 master from the F32
-  // true-scale `grad`; exp_avg and exp_avg_sq are the F32 moment buffers of the master's
-  // shape, updated in place. hyper.set_step(t) must have been called for the step being
-  // applied. working and found_inf as in sgd_step: the working copy (F16/BF16, or a distinct
-  // F32 tensor) is rewritten from the new master in the same pass, and a non-zero found_inf
-  // writes nothing, not even the moments.
-  virtual void adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
-                         Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                         const Tensor* found_inf) = 0;
   // One run of update_dynamic_scale(rule, state, found_inf[0] != 0) on the backend's device,
   // without a host round-trip: `state` (I32 [kDynamicScaleStateWords]) holds the bytes of a
   // DynamicScaleState (layout in core/math/amp.h) and is updated in place; found_inf is the
@@ -328,28 +312,29 @@ class Backend {
   // affine_value(g, float(coef), 0); otherwise nothing is written. max_norm: finite, > 0.
   virtual void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
                                   double max_norm, Tensor& norm_out) = 0;
-  // sgd_step / adam_step with the per-step values picked on the device: j = taken[0] (I32
-  // [1], steps taken since the host last resolved), then the update of
-  // sgd_hyper_with(base, table.entry[j]) (adam_hyper_with for Adam). A non-zero found_inf
-  // (required here, F32 [1]; NaN counts as set) or j outside [0, table.count) writes nothing.
-  // base and every entry below count are validated on the host as sgd_step / adam_step
-  // validate their hyper (an Adam entry's derived fields must match its step and lr).
-  virtual void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
-                                 const Tensor& taken, Tensor& master, const Tensor& grad,
-                                 Tensor* momentum, Tensor* working, const Tensor& found_inf) = 0;
-  virtual void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
-                                  const Tensor& taken, Tensor& master, const Tensor& grad,
-                                  Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                                  const Tensor& found_inf) = 0;
-  // ---- multi-tensor optimizer steps: every parameter of an optimizer in one call -------
-  // With taken null, step i is adam_step(steps[i].hyper, ..., found_inf) (found_inf may be
-  // null; every table must be null); with taken, it is adam_step_deferred(steps[i].hyper,
-  // *steps[i].table, *taken, ..., *found_inf) (found_inf and every table required). The
-  // results are bit for bit those of the per-parameter calls, in one pass over all
-  // parameters (one launch on a GPU, however many there are). Everything is checked before
-  // anything is written: each step as its per-parameter call checks it (the message names
-  // the step), and no two steps may share memory (a master, gradient, state buffer or
-  // working copy). The CPU backend runs the per-parameter updates in order.
+  // ---- optimizer steps: every parameter of an optimizer in one call ----------------------
+  // The one form of each optimizer update. Step i updates the F32 master *steps[i].master
+  // from its F32 true-scale gradient (same shape), element by element:
+  // - SGD (sgd_update): *momentum, an F32 buffer of the master's shape, is required when
+  //   hyper.momentum != 0.
+  // - Adam and AdamW (adam_update): *exp_avg and *exp_avg_sq are F32 moment buffers of the
+  //   master's shape, updated in place. hyper is checked as torch.optim.Adam checks its
+  //   arguments, and the fields set_step() derives must match hyper.step.
+  // - working: the F16/BF16 working copy (or a distinct F32 tensor), rewritten from the new
+  //   master in the same pass; null for none.
+  // - found_inf (F32 [1]; NaN counts as set): when it holds a non-zero value nothing is
+  //   written, not even the moments, so a device-resident overflow flag skips the step
+  //   without a host round-trip. Null: always applied (taken must then be null too).
+  // - With taken null each step's hyper is complete (Adam: set_step called) and has no table.
+  //   With taken (I32 [1], the steps taken since the host last resolved; found_inf required)
+  //   the per-step values are picked on the device: j = taken[0], then the update of
+  //   sgd_hyper_with(hyper, table->entry[j]) (adam_hyper_with for Adam); j outside
+  //   [0, table->count) writes nothing. Every entry below count is checked on the host as a
+  //   complete hyper is.
+  // One pass over all parameters (one launch on a GPU, however many there are). Everything is
+  // checked before anything is written (the message names the step), and no two operands may
+  // share memory (a master, gradient, state buffer or working copy of any step, found_inf,
+  // taken). The CPU backend runs the updates in order.
   virtual void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
                           const Tensor* found_inf) = 0;
   virtual void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,

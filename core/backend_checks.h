@@ -154,15 +154,6 @@ Pool2dGeometry pool2d_backward(Device device, const Pool2dDesc& desc, const Tens
 void unscale_and_check(Device device, const std::vector<Tensor>& grads, double inv_scale,
                        const Tensor& found_inf, const Tensor& tensor_flags);
 void squared_norms(Device device, const std::vector<Tensor>& xs, const Tensor& out);
-// The optimizer steps below refuse buffers that overlap: the master, gradient, state buffers
-// in use and working copy of a step, and its found_inf and taken, are distinct memory.
-void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
-              const Tensor* momentum, const Tensor* working, const Tensor* found_inf);
-// Also checks the hyperparameters as torch.optim.Adam does, and that the fields set_step()
-// derives match hyper.step and the hyperparameters.
-void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
-               const Tensor* found_inf);
 // The rule under DynamicLossScale's constraints; the state I32 [kDynamicScaleStateWords].
 void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
                        const Tensor& found_inf);
@@ -177,22 +168,11 @@ void unscale_and_check_on_device(Device device, const std::vector<Tensor>& grads
 // The gradients are F32 (clipped in place); max_norm finite and > 0.
 void clip_by_total_norm(Device device, const std::vector<Tensor>& grads,
                         const Tensor& squared_sums, double max_norm, const Tensor& norm_out);
-// The operands as sgd_step / adam_step check them (found_inf required), taken I32 [1], and
-// 1 <= table.count <= kMaxDeferredSteps. Adam: every entry below count, combined with base
-// by adam_hyper_with, is checked as adam_step checks its hyper (its derived fields against
-// set_step(entry.step) with lr = entry.lr); the message names the entry.
-void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& table,
-                       const Tensor& taken, const Tensor& master, const Tensor& grad,
-                       const Tensor* momentum, const Tensor* working, const Tensor& found_inf);
-void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
-                        const Tensor& taken, const Tensor& master, const Tensor& grad,
-                        const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
-                        const Tensor& found_inf);
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken);
-// Backend::adam_steps / sgd_steps: every step as adam_step (taken null) or
-// adam_step_deferred checks it, the message prefixed with the step's index; no null operand,
-// no table on an immediate step and none missing on a deferred one; found_inf and taken as
-// above whenever given, even with no steps; and no memory named twice in the whole call (a
+// Backend::adam_steps / sgd_steps (core/backend.h gives the contract): the operands and
+// hyperparameters of every step, the message prefixed with the step's index; no null operand,
+// no table on an immediate step and none missing on a deferred one; found_inf F32 [1] and taken
+// I32 [1] whenever given, even with no steps; and no memory named twice in the whole call (a
 // buffer of two steps, or of one step in two roles, or the flag or counter as a buffer).
 void adam_steps(Device device, const std::vector<AdamParamStep>& steps, const Tensor* taken,
                 const Tensor* found_inf);

@@ -202,8 +202,7 @@ void table_count(const char* op, int32_t count) {
 
 // ---- memory shared between the buffers of an update ------------------------------------------
 
-// Who names a range of bytes: step i of a call (0 for a one-step primitive), or the call's
-// found_inf flag or taken counter.
+// Who names a range of bytes: step i of a call, or the call's found_inf flag or taken counter.
 constexpr size_t kFoundInfOwner = std::numeric_limits<size_t>::max();
 constexpr size_t kTakenOwner = kFoundInfOwner - 1;
 
@@ -212,10 +211,10 @@ struct OwnedRange {
   size_t owner;
 };
 
-std::string owner_name(size_t owner, bool one_step) {
+std::string owner_name(size_t owner) {
   if (owner == kFoundInfOwner) return "found_inf";
   if (owner == kTakenOwner) return "taken";
-  return one_step ? "the step" : "step " + std::to_string(owner);
+  return "step " + std::to_string(owner);
 }
 
 // Appends t's bytes at `out` when it names any; returns the next free slot.
@@ -239,15 +238,14 @@ OwnedRange* add_call_ranges(OwnedRange* out, const Tensor* found_inf, const Tens
 // working copy is passed as null, and a momentum buffer is named only when it is used. One
 // sweep in address order, remembering the range that reaches furthest: a range that starts
 // before it ends overlaps it.
-void no_memory_shared(const char* op, OwnedRange* first_range, OwnedRange* last_range,
-                      bool one_step) {
+void no_memory_shared(const char* op, OwnedRange* first_range, OwnedRange* last_range) {
   std::sort(first_range, last_range,
             [](const OwnedRange& a, const OwnedRange& b) { return a.begin < b.begin; });
   const OwnedRange* furthest = nullptr;
   for (const OwnedRange* it = first_range; it != last_range; ++it) {
     const OwnedRange& r = *it;
     if (furthest != nullptr && r.begin < furthest->end) {
-      MIXPREC_CHECK(furthest->owner != r.owner, op, ": ", owner_name(r.owner, one_step),
+      MIXPREC_CHECK(furthest->owner != r.owner, op, ": ", owner_name(r.owner),
                     " names the same memory twice; its master, gradient, state buffers and "
                     "working copy must be distinct");
       const size_t first = std::min(furthest->owner, r.owner);
@@ -255,21 +253,11 @@ void no_memory_shared(const char* op, OwnedRange* first_range, OwnedRange* last_
       MIXPREC_CHECK(second >= kTakenOwner, op, ": steps ", first, " and ", second,
                     " share memory (a master, gradient, state buffer or working copy); list "
                     "each parameter once, with its own buffers");
-      MIXPREC_FAIL(op, ": ", owner_name(second, one_step), " shares memory with ",
-                   owner_name(first, one_step), "; pass a flag and a counter of their own");
+      MIXPREC_FAIL(op, ": ", owner_name(second), " shares memory with ",
+                   owner_name(first), "; pass a flag and a counter of their own");
     }
     if (furthest == nullptr || r.end > furthest->end) furthest = &r;
   }
-}
-
-// A one-step primitive's buffers (at most five), flag and counter: no two may overlap.
-void one_step_memory(const char* op, std::initializer_list<const Tensor*> buffers,
-                     const Tensor* found_inf, const Tensor* taken) {
-  std::array<OwnedRange, 7> ranges;
-  OwnedRange* end = ranges.data();
-  for (const Tensor* t : buffers) end = add_range(end, t, 0);
-  end = add_call_ranges(end, found_inf, taken);
-  no_memory_shared(op, ranges.data(), end, true);
 }
 
 // The momentum buffer an SGD update uses: none when momentum is 0.
@@ -308,23 +296,6 @@ void adam_deferred_operands(const char* op, Device device, const Tensor& taken,
 }
 
 }  // namespace
-
-void sgd_step(Device device, const SgdHyper& hyper, const Tensor& master, const Tensor& grad,
-              const Tensor* momentum, const Tensor* working, const Tensor* found_inf) {
-  constexpr const char* kOp = "sgd_step";
-  sgd_operands(kOp, device, hyper, master, grad, momentum, working, found_inf);
-  one_step_memory(kOp, {&master, &grad, used_momentum(hyper, momentum), working}, found_inf,
-                  nullptr);
-}
-
-void adam_step(Device device, const AdamHyper& hyper, const Tensor& master, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
-               const Tensor* found_inf) {
-  constexpr const char* kOp = "adam_step";
-  adam_hyper(kOp, EntryName{}, hyper);
-  adam_operands(kOp, device, master, grad, exp_avg, exp_avg_sq, working, found_inf);
-  one_step_memory(kOp, {&master, &grad, &exp_avg, &exp_avg_sq, working}, found_inf, nullptr);
-}
 
 void update_loss_scale(Device device, const DynamicScaleRule& rule, const Tensor& state,
                        const Tensor& found_inf) {
@@ -395,27 +366,6 @@ void clip_by_total_norm(Device device, const std::vector<Tensor>& grads,
   }
 }
 
-void sgd_step_deferred(Device device, const SgdHyper& base, const SgdRateTable& table,
-                       const Tensor& taken, const Tensor& master, const Tensor& grad,
-                       const Tensor* momentum, const Tensor* working, const Tensor& found_inf) {
-  constexpr const char* kOp = "sgd_step_deferred";
-  sgd_deferred_operands(kOp, device, base, table, taken, master, grad, momentum, working,
-                        found_inf);
-  one_step_memory(kOp, {&master, &grad, used_momentum(base, momentum), working}, &found_inf,
-                  &taken);
-}
-
-void adam_step_deferred(Device device, const AdamHyper& base, const AdamRateTable& table,
-                        const Tensor& taken, const Tensor& master, const Tensor& grad,
-                        const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* working,
-                        const Tensor& found_inf) {
-  constexpr const char* kOp = "adam_step_deferred";
-  adam_table(kOp, base, table);
-  adam_deferred_operands(kOp, device, taken, master, grad, exp_avg, exp_avg_sq, working,
-                         found_inf);
-  one_step_memory(kOp, {&master, &grad, &exp_avg, &exp_avg_sq, working}, &found_inf, &taken);
-}
-
 void count_taken_step(Device device, const Tensor& found_inf, const Tensor& taken) {
   constexpr const char* kOp = "count_taken_step";
   found_inf_flag(kOp, found_inf, device);
@@ -464,7 +414,7 @@ void param_steps(const char* op, Device device, const std::vector<ParamStep>& st
     for (const Tensor* t : buffers_of(steps[i])) end = add_range(end, t, i);
   }
   end = add_call_ranges(end, found_inf, taken);
-  no_memory_shared(op, ranges.data(), end, false);
+  no_memory_shared(op, ranges.data(), end);
 }
 
 // Whether adam_hyper_with gives a and b's steps the same hyperparameters for every entry of

@@ -382,23 +382,6 @@ void CudaBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
                          static_cast<float*>(out.data()), stream_);
 }
 
-void CudaBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
-                           Tensor* momentum, Tensor* working, const Tensor* found_inf) {
-  backend_checks::sgd_step(device(), hyper, master, grad, momentum, working, found_inf);
-  launch_sgd_steps("sgd_step", {{hyper, nullptr, &master, &grad, momentum, working}}, nullptr,
-                   found_inf);
-}
-
-void CudaBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
-                            Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                            const Tensor* found_inf) {
-  backend_checks::adam_step(device(), hyper, master, grad, exp_avg, exp_avg_sq, working,
-                            found_inf);
-  launch_adam_steps("adam_step",
-                    {{hyper, nullptr, &master, &grad, &exp_avg, &exp_avg_sq, working}}, nullptr,
-                    found_inf);
-}
-
 void CudaBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                                     const Tensor& found_inf) {
   backend_checks::update_loss_scale(device(), rule, state, found_inf);
@@ -439,26 +422,6 @@ void CudaBackend::clip_by_total_norm(const std::vector<Tensor>& grads, const Ten
                               static_cast<const float*>(squared_sums.data()), max_norm,
                               static_cast<float*>(norm_out.data()),
                               static_cast<double*>(coef.get()), stream_);
-}
-
-void CudaBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
-                                    const Tensor& taken, Tensor& master, const Tensor& grad,
-                                    Tensor* momentum, Tensor* working, const Tensor& found_inf) {
-  backend_checks::sgd_step_deferred(device(), base, table, taken, master, grad, momentum, working,
-                                    found_inf);
-  launch_sgd_steps("sgd_step_deferred", {{base, &table, &master, &grad, momentum, working}},
-                   &taken, &found_inf);
-}
-
-void CudaBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
-                                     const Tensor& taken, Tensor& master, const Tensor& grad,
-                                     Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                                     const Tensor& found_inf) {
-  backend_checks::adam_step_deferred(device(), base, table, taken, master, grad, exp_avg,
-                                     exp_avg_sq, working, found_inf);
-  launch_adam_steps("adam_step_deferred",
-                    {{base, &table, &master, &grad, &exp_avg, &exp_avg_sq, working}}, &taken,
-                    &found_inf);
 }
 
 void CudaBackend::count_taken_step(const Tensor& found_inf, Tensor& taken) {

@@ -173,10 +173,6 @@ class CudaBackend final : public Backend {
   void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf,
                          Tensor& tensor_flags) override;
   void squared_norms(const std::vector<Tensor>& xs, Tensor& out) override;
-  void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad, Tensor* momentum,
-                Tensor* working, const Tensor* found_inf) override;
-  void adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad, Tensor& exp_avg,
-                 Tensor& exp_avg_sq, Tensor* working, const Tensor* found_inf) override;
   void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                          const Tensor& found_inf) override;
 
@@ -186,17 +182,10 @@ class CudaBackend final : public Backend {
                                    Tensor& found_inf, Tensor& tensor_flags) override;
   void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
                           double max_norm, Tensor& norm_out) override;
-  void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const Tensor& taken,
-                         Tensor& master, const Tensor& grad, Tensor* momentum, Tensor* working,
-                         const Tensor& found_inf) override;
-  void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const Tensor& taken,
-                          Tensor& master, const Tensor& grad, Tensor& exp_avg,
-                          Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
   void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
 
-  // ---- multi-tensor optimizer steps (no host sync): one upload of the step table through
-  // the pinned ring, one launch for every parameter. The per-parameter steps above are the
-  // same launch over one parameter. -------------------------------------------------------
+  // ---- optimizer steps (no host sync): one upload of the step table through the pinned
+  // ring, one launch for every parameter. -------------------------------------------------
   void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,
                   const Tensor* found_inf) override;
   void sgd_steps(const std::vector<SgdParamStep>& steps, const Tensor* taken,

@@ -159,7 +159,7 @@ void unscale_grads(const char* op, const std::vector<Tensor>& grads, double inv_
   if (any) found_inf.data_as<float>()[0] = 1.0f;
 }
 
-// The update of sgd_step and sgd_step_deferred, after validation and the skip decision.
+// One parameter's SGD update, after validation and the skip decision.
 void apply_sgd(const char* op, const SgdHyper& hyper, Tensor& master, const Tensor& grad,
                Tensor* momentum, Tensor* working) {
   const bool use_momentum = hyper.momentum != 0.0f;
@@ -173,7 +173,7 @@ void apply_sgd(const char* op, const SgdHyper& hyper, Tensor& master, const Tens
   });
 }
 
-// The update of adam_step and adam_step_deferred, after validation and the skip decision.
+// One parameter's Adam update, after validation and the skip decision.
 void apply_adam(const char* op, const AdamHyper& hyper, Tensor& master, const Tensor& grad,
                 Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working) {
   const int64_t n = master.numel();
@@ -282,21 +282,6 @@ void CpuBackend::squared_norms(const std::vector<Tensor>& xs, Tensor& out) {
   for (size_t i = 0; i < xs.size(); ++i) o[i] = static_cast<float>(sums[i]);
 }
 
-void CpuBackend::sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad,
-                          Tensor* momentum, Tensor* working, const Tensor* found_inf) {
-  backend_checks::sgd_step(kCPU, hyper, master, grad, momentum, working, found_inf);
-  run_sgd_steps("sgd_step", {{hyper, nullptr, &master, &grad, momentum, working}}, nullptr,
-                found_inf);
-}
-
-void CpuBackend::adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad,
-                           Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                           const Tensor* found_inf) {
-  backend_checks::adam_step(kCPU, hyper, master, grad, exp_avg, exp_avg_sq, working, found_inf);
-  run_adam_steps("adam_step", {{hyper, nullptr, &master, &grad, &exp_avg, &exp_avg_sq, working}},
-                 nullptr, found_inf);
-}
-
 void CpuBackend::update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                                    const Tensor& found_inf) {
   backend_checks::update_loss_scale(kCPU, rule, state, found_inf);
@@ -335,26 +320,6 @@ void CpuBackend::clip_by_total_norm(const std::vector<Tensor>& grads, const Tens
     Tensor inout = g;
     affine(inout, static_cast<float>(coef), 0.0f, inout);
   }
-}
-
-void CpuBackend::sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table,
-                                   const Tensor& taken, Tensor& master, const Tensor& grad,
-                                   Tensor* momentum, Tensor* working, const Tensor& found_inf) {
-  backend_checks::sgd_step_deferred(kCPU, base, table, taken, master, grad, momentum, working,
-                                    found_inf);
-  run_sgd_steps("sgd_step_deferred", {{base, &table, &master, &grad, momentum, working}}, &taken,
-                &found_inf);
-}
-
-void CpuBackend::adam_step_deferred(const AdamHyper& base, const AdamRateTable& table,
-                                    const Tensor& taken, Tensor& master, const Tensor& grad,
-                                    Tensor& exp_avg, Tensor& exp_avg_sq, Tensor* working,
-                                    const Tensor& found_inf) {
-  backend_checks::adam_step_deferred(kCPU, base, table, taken, master, grad, exp_avg, exp_avg_sq,
-                                     working, found_inf);
-  run_adam_steps("adam_step_deferred", {{base, &table, &master, &grad, &exp_avg, &exp_avg_sq,
-                                         working}},
-                 &taken, &found_inf);
 }
 
 void CpuBackend::adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,

@@ -96,10 +96,6 @@ class CpuBackend final : public Backend {
   void unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, Tensor& found_inf,
                          Tensor& tensor_flags) override;
   void squared_norms(const std::vector<Tensor>& xs, Tensor& out) override;
-  void sgd_step(const SgdHyper& hyper, Tensor& master, const Tensor& grad, Tensor* momentum,
-                Tensor* working, const Tensor* found_inf) override;
-  void adam_step(const AdamHyper& hyper, Tensor& master, const Tensor& grad, Tensor& exp_avg,
-                 Tensor& exp_avg_sq, Tensor* working, const Tensor* found_inf) override;
   void update_loss_scale(const DynamicScaleRule& rule, Tensor& state,
                          const Tensor& found_inf) override;
   // The counter and the scale state are plain host memory here, read directly.
@@ -108,12 +104,6 @@ class CpuBackend final : public Backend {
                                    Tensor& found_inf, Tensor& tensor_flags) override;
   void clip_by_total_norm(const std::vector<Tensor>& grads, const Tensor& squared_sums,
                           double max_norm, Tensor& norm_out) override;
-  void sgd_step_deferred(const SgdHyper& base, const SgdRateTable& table, const Tensor& taken,
-                         Tensor& master, const Tensor& grad, Tensor* momentum, Tensor* working,
-                         const Tensor& found_inf) override;
-  void adam_step_deferred(const AdamHyper& base, const AdamRateTable& table, const Tensor& taken,
-                          Tensor& master, const Tensor& grad, Tensor& exp_avg,
-                          Tensor& exp_avg_sq, Tensor* working, const Tensor& found_inf) override;
   void count_taken_step(const Tensor& found_inf, Tensor& taken) override;
   // The per-parameter updates in order, after one validation of the whole call.
   void adam_steps(const std::vector<AdamParamStep>& steps, const Tensor* taken,

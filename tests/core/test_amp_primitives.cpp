@@ -17,6 +17,7 @@
 #include "core/math/amp.h"
 #include "core/tensor.h"
 #include "tests/core/cpu_test_util.h"
+#include "tests/param_step_calls.h"
 #include "tests/tensor_bytes.h"
 
 using namespace mixprec;
@@ -26,6 +27,11 @@ using mixprec::testing::normal_tensor;
 using mixprec_test::raw_bytes;
 
 namespace {
+
+using mixprec_test::adam_step_deferred_on;
+using mixprec_test::adam_step_on;
+using mixprec_test::sgd_step_deferred_on;
+using mixprec_test::sgd_step_on;
 
 uint16_t bits16(const Tensor& t, int64_t i) {
   uint16_t b;
@@ -297,7 +303,7 @@ TEST_CASE("sgd_step applies sgd_update to every element and refreshes the workin
       const std::vector<float> g = s.grad.to_float_vector();
       for (size_t i = 0; i < w.size(); ++i) sgd_update(w[i], g[i], buf[i], hyper);
 
-      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, nullptr);
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &s.working, nullptr);
       CHECK(s.master.to_float_vector() == w);
       CHECK(s.momentum.to_float_vector() == buf);
       int64_t wrong = 0;
@@ -315,13 +321,13 @@ TEST_CASE("sgd_step applies sgd_update to every element and refreshes the workin
   const std::vector<float> w0 = s.master.to_float_vector(), g = s.grad.to_float_vector();
   SgdHyper plain;
   plain.lr = 0.5f;
-  cpu_backend().sgd_step(plain, s.master, s.grad, nullptr, nullptr, nullptr);
+  sgd_step_on(cpu_backend(), plain, s.master, s.grad, nullptr, nullptr, nullptr);
   for (int64_t i = 0; i < 10; ++i)
     CHECK(s.master.get(i) == static_cast<double>(w0[i] - 0.5f * g[i]));
 
   // A distinct F32 working tensor is a plain copy of the new master.
   Tensor copy = Tensor::zeros({10});
-  cpu_backend().sgd_step(plain, s.master, s.grad, nullptr, &copy, nullptr);
+  sgd_step_on(cpu_backend(), plain, s.master, s.grad, nullptr, &copy, nullptr);
   CHECK(raw_bytes(copy) == raw_bytes(s.master));
 }
 
@@ -334,14 +340,14 @@ TEST_CASE("sgd_step with a non-zero found_inf writes nothing", "[amp_primitives]
   const auto m0 = raw_bytes(s.master), b0 = raw_bytes(s.momentum), w0 = raw_bytes(s.working);
   for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
     Tensor found_inf = Tensor::full({1}, flag);
-    cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &found_inf);
+    sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &s.working, &found_inf);
     CHECK(raw_bytes(s.master) == m0);
     CHECK(raw_bytes(s.momentum) == b0);
     CHECK(raw_bytes(s.working) == w0);
   }
   // A zero flag lets the step run.
   Tensor clear = Tensor::zeros({1});
-  cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &clear);
+  sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &s.working, &clear);
   CHECK(raw_bytes(s.master) != m0);
   CHECK(raw_bytes(s.working) != w0);
 }
@@ -355,30 +361,34 @@ TEST_CASE("sgd_step rejects bad shapes and dtypes naming the primitive", "[amp_p
 
   Tensor half_master = s.master.to(DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, half_master, s.grad, &s.momentum, nullptr, nullptr), named);
+      sgd_step_on(cpu_backend(), hyper, half_master, s.grad, &s.momentum, nullptr, nullptr), named);
   Tensor short_grad = Tensor::zeros({5});
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, short_grad, &s.momentum, nullptr, nullptr), named);
+      sgd_step_on(cpu_backend(), hyper, s.master, short_grad, &s.momentum, nullptr, nullptr),
+      named);
   Tensor half_grad = s.grad.to(DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, half_grad, &s.momentum, nullptr, nullptr), named);
-  CHECK_THROWS_WITH(cpu_backend().sgd_step(hyper, s.master, s.grad, nullptr, nullptr, nullptr),
+      sgd_step_on(cpu_backend(), hyper, s.master, half_grad, &s.momentum, nullptr, nullptr), named);
+  CHECK_THROWS_WITH(sgd_step_on(cpu_backend(), hyper, s.master, s.grad, nullptr, nullptr, nullptr),
                     named && Catch::Contains("momentum"));
   Tensor wide_momentum = Tensor::zeros({2, 3});
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, s.grad, &wide_momentum, nullptr, nullptr), named);
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &wide_momentum, nullptr, nullptr), named);
   Tensor int_working = Tensor::zeros({6}, DType::I32);
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &int_working, nullptr), named);
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &int_working, nullptr),
+      named);
   Tensor short_working = Tensor::zeros({5}, DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &short_working, nullptr), named);
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &short_working, nullptr),
+      named);
   Tensor alias = s.master.detach();
-  CHECK_THROWS_WITH(cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &alias, nullptr),
-                    named && Catch::Contains("null"));
+  CHECK_THROWS_WITH(
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &alias, nullptr),
+      named && Catch::Contains("null"));
   Tensor half_flag = Tensor::zeros({1}, DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().sgd_step(hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
+      sgd_step_on(cpu_backend(), hyper, s.master, s.grad, &s.momentum, &s.working, &half_flag),
       named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(s.master) == m0);
 }
@@ -474,8 +484,8 @@ TEST_CASE("adam_step follows torch.optim.Adam and AdamW computed in double over 
       CAPTURE(t);
       const std::vector<float> g = adam_gradients(kN, static_cast<uint32_t>(100 + t));
       hyper.set_step(t);
-      cpu_backend().adam_step(hyper, master, Tensor::from_vector(g, {kN}), exp_avg, exp_avg_sq,
-                              &working, nullptr);
+      adam_step_on(cpu_backend(), hyper, master, Tensor::from_vector(g, {kN}), exp_avg, exp_avg_sq,
+                   &working, nullptr);
       ref.step(t, g);
 
       // Tolerances are a few FP32 roundings per step of each quantity's scale. An update
@@ -523,7 +533,7 @@ TEST_CASE("adam_step applies adam_update to every element and refreshes the work
       const std::vector<float> g = grad.to_float_vector();
       for (size_t i = 0; i < w.size(); ++i) adam_update(w[i], g[i], m[i], v[i], hyper);
 
-      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+      adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
       CHECK(master.to_float_vector() == w);
       CHECK(exp_avg.to_float_vector() == m);
       CHECK(exp_avg_sq.to_float_vector() == v);
@@ -544,14 +554,14 @@ TEST_CASE("adam_step applies adam_update to every element and refreshes the work
   Tensor master = Tensor::from_vector({1.0f, -2.0f}, {2});
   const Tensor grad = Tensor::from_vector({0.5f, -4.0f}, {2});
   Tensor exp_avg = Tensor::zeros({2}), exp_avg_sq = Tensor::zeros({2});
-  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, nullptr, nullptr);
+  adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, nullptr, nullptr);
   // The first step moves every weight with a gradient well above eps by almost exactly lr
   // against the gradient's sign: m_hat / sqrt(v_hat) = g / |g|.
   CHECK(master.get(0) == Approx(0.9).epsilon(1e-6));
   CHECK(master.get(1) == Approx(-1.9).epsilon(1e-6));
   Tensor copy = Tensor::zeros({2});
   hyper.set_step(2);
-  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &copy, nullptr);
+  adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &copy, nullptr);
   CHECK(raw_bytes(copy) == raw_bytes(master));
 }
 
@@ -569,14 +579,14 @@ TEST_CASE("adam_step with a non-zero found_inf writes nothing", "[amp_primitives
   for (double flag : {1.0, kInf, std::numeric_limits<double>::quiet_NaN()}) {
     CAPTURE(flag);
     Tensor found_inf = Tensor::full({1}, flag);
-    cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &found_inf);
+    adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &working, &found_inf);
     CHECK(raw_bytes(master) == w0);
     CHECK(raw_bytes(exp_avg) == m0);
     CHECK(raw_bytes(exp_avg_sq) == v0);
     CHECK(raw_bytes(working) == c0);
   }
   Tensor clear = Tensor::zeros({1});
-  cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &clear);
+  adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &working, &clear);
   CHECK(raw_bytes(master) != w0);
   CHECK(raw_bytes(exp_avg) != m0);
   CHECK(raw_bytes(exp_avg_sq) != v0);
@@ -593,7 +603,7 @@ TEST_CASE("adam_step rejects stale bias corrections and bad operands naming the 
   const auto w0 = raw_bytes(master);
   auto named = Catch::Contains("adam_step");
   auto step = [&](const AdamHyper& h) {
-    cpu_backend().adam_step(h, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
+    adam_step_on(cpu_backend(), h, master, grad, exp_avg, exp_avg_sq, &working, nullptr);
   };
 
   // set_step never called.
@@ -633,34 +643,35 @@ TEST_CASE("adam_step rejects stale bias corrections and bad operands naming the 
   hyper.set_step(1);
   Tensor master_copy = master.clone(), avg_copy = exp_avg.clone();
   Tensor avg_sq_copy = exp_avg_sq.clone();
-  CHECK_NOTHROW(
-      cpu_backend().adam_step(hyper, master_copy, grad, avg_copy, avg_sq_copy, nullptr, nullptr));
+  CHECK_NOTHROW(adam_step_on(cpu_backend(), hyper, master_copy, grad, avg_copy, avg_sq_copy,
+                             nullptr, nullptr));
   Tensor half_master = master.to(DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, half_master, grad, exp_avg, exp_avg_sq, nullptr, nullptr),
+      adam_step_on(cpu_backend(), hyper, half_master, grad, exp_avg, exp_avg_sq, nullptr, nullptr),
       named);
   const Tensor short_grad = Tensor::zeros({5});
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, master, short_grad, exp_avg, exp_avg_sq, nullptr, nullptr),
+      adam_step_on(cpu_backend(), hyper, master, short_grad, exp_avg, exp_avg_sq, nullptr, nullptr),
       named);
   Tensor half_avg = Tensor::zeros({6}, DType::F16);
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, master, grad, half_avg, exp_avg_sq, nullptr, nullptr),
+      adam_step_on(cpu_backend(), hyper, master, grad, half_avg, exp_avg_sq, nullptr, nullptr),
       named && Catch::Contains("exp_avg"));
   Tensor wide_avg_sq = Tensor::zeros({2, 3});
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, master, grad, exp_avg, wide_avg_sq, nullptr, nullptr),
+      adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, wide_avg_sq, nullptr, nullptr),
       named && Catch::Contains("exp_avg_sq"));
   Tensor shared = exp_avg.detach();
-  CHECK_THROWS_WITH(cpu_backend().adam_step(hyper, master, grad, exp_avg, shared, nullptr, nullptr),
-                    named && Catch::Contains("distinct"));
+  CHECK_THROWS_WITH(
+      adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, shared, nullptr, nullptr),
+      named && Catch::Contains("distinct"));
   Tensor alias = master.detach();
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &alias, nullptr),
+      adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &alias, nullptr),
       named && Catch::Contains("null"));
   Tensor int_found = Tensor::zeros({1}, DType::I32);
   CHECK_THROWS_WITH(
-      cpu_backend().adam_step(hyper, master, grad, exp_avg, exp_avg_sq, &working, &int_found),
+      adam_step_on(cpu_backend(), hyper, master, grad, exp_avg, exp_avg_sq, &working, &int_found),
       named && Catch::Contains("found_inf"));
   CHECK(raw_bytes(master) == w0);
   CHECK(exp_avg.to_float_vector() == std::vector<float>(6, 0.0f));

@@ -6,7 +6,6 @@
 // alone when j is past its table; and a bad call throws a mixprec::Error naming the step
 // before anything is written, so no parameter is left half-updated.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -21,6 +20,7 @@
 #include "tests/core/cpu_test_util.h"
 #include "tests/core/gradcheck.h"
 #include "tests/error_message.h"
+#include "tests/param_step_calls.h"
 
 using namespace mixprec;
 using mixprec::testing::bits_of;
@@ -30,6 +30,11 @@ using mixprec::testing::taken_tensor;
 using mixprec_test::error_message;
 
 namespace {
+
+using mixprec_test::adam_step_deferred_on;
+using mixprec_test::adam_step_on;
+using mixprec_test::sgd_step_deferred_on;
+using mixprec_test::sgd_step_on;
 
 // The working copy a parameter carries: none, a 16-bit one, or an F32 tensor distinct from
 // the master.
@@ -247,8 +252,8 @@ TEST_CASE("adam_steps updates every parameter as adam_step would, bit for bit", 
     std::vector<AdamParam> together = clones(initial), each = clones(initial);
     cpu_backend().adam_steps(steps_of(together), nullptr, found_inf);
     for (AdamParam& p : each) {
-      cpu_backend().adam_step(p.hyper, p.master, p.grad, p.exp_avg, p.exp_avg_sq, p.working_ptr(),
-                              found_inf);
+      adam_step_on(cpu_backend(), p.hyper, p.master, p.grad, p.exp_avg, p.exp_avg_sq,
+                   p.working_ptr(), found_inf);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, initial[i].master.numel());
@@ -268,7 +273,8 @@ TEST_CASE("sgd_steps updates every parameter as sgd_step would, bit for bit", "[
   std::vector<SgdParam> together = clones(initial), each = clones(initial);
   cpu_backend().sgd_steps(steps_of(together), nullptr, nullptr);
   for (SgdParam& p : each)
-    cpu_backend().sgd_step(p.hyper, p.master, p.grad, p.momentum_ptr(), p.working_ptr(), nullptr);
+    sgd_step_on(cpu_backend(), p.hyper, p.master, p.grad, p.momentum_ptr(), p.working_ptr(),
+                nullptr);
   for (size_t i = 0; i < initial.size(); ++i) {
     CAPTURE(i, initial[i].master.numel());
     CHECK(together[i].bits() == each[i].bits());
@@ -319,8 +325,8 @@ TEST_CASE("adam_steps with taken applies entry j of each parameter's own table",
     cpu_backend().adam_steps(steps_of(together, &tables), &taken, &clear);
     for (size_t i = 0; i < each.size(); ++i) {
       AdamParam& p = each[i];
-      cpu_backend().adam_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.exp_avg,
-                                       p.exp_avg_sq, p.working_ptr(), clear);
+      adam_step_deferred_on(cpu_backend(), p.hyper, tables[i], taken, p.master, p.grad, p.exp_avg,
+                            p.exp_avg_sq, p.working_ptr(), clear);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, counts[i]);
@@ -336,8 +342,8 @@ TEST_CASE("adam_steps with taken applies entry j of each parameter's own table",
     AdamParam immediate = initial[4].clone();
     immediate.hyper.lr = tables[4].entry[j].lr;
     immediate.hyper.set_step(4 + 4 + j);
-    cpu_backend().adam_step(immediate.hyper, immediate.master, immediate.grad, immediate.exp_avg,
-                            immediate.exp_avg_sq, immediate.working_ptr(), nullptr);
+    adam_step_on(cpu_backend(), immediate.hyper, immediate.master, immediate.grad,
+                 immediate.exp_avg, immediate.exp_avg_sq, immediate.working_ptr(), nullptr);
     CHECK(together[4].bits() == immediate.bits());
   }
 }
@@ -360,8 +366,8 @@ TEST_CASE("sgd_steps with taken applies entry j of each parameter's own table", 
     cpu_backend().sgd_steps(steps_of(together, &tables), &taken, &clear);
     for (size_t i = 0; i < each.size(); ++i) {
       SgdParam& p = each[i];
-      cpu_backend().sgd_step_deferred(p.hyper, tables[i], taken, p.master, p.grad, p.momentum_ptr(),
-                                      p.working_ptr(), clear);
+      sgd_step_deferred_on(cpu_backend(), p.hyper, tables[i], taken, p.master, p.grad,
+                           p.momentum_ptr(), p.working_ptr(), clear);
     }
     for (size_t i = 0; i < initial.size(); ++i) {
       CAPTURE(i, counts[i]);
@@ -374,8 +380,8 @@ TEST_CASE("sgd_steps with taken applies entry j of each parameter's own table", 
     SgdParam immediate = initial[4].clone();
     immediate.hyper.lr = tables[4].entry[j].lr;
     immediate.hyper.first_step = false;
-    cpu_backend().sgd_step(immediate.hyper, immediate.master, immediate.grad,
-                           immediate.momentum_ptr(), immediate.working_ptr(), nullptr);
+    sgd_step_on(cpu_backend(), immediate.hyper, immediate.master, immediate.grad,
+                immediate.momentum_ptr(), immediate.working_ptr(), nullptr);
     CHECK(together[4].bits() == immediate.bits());
   }
 }
@@ -672,25 +678,26 @@ TEST_CASE("the optimizer steps refuse memory named twice within a step or as the
   const std::vector<uint32_t> before = bits_of(master);
   // One buffer in two roles passes each role's own check (F32, the master's shape).
   CHECK_THAT(error_message([&] {
-               cpu_backend().adam_step(hyper, master, grad, master, exp_avg_sq, nullptr, nullptr);
+               adam_step_on(cpu_backend(), hyper, master, grad, master, exp_avg_sq, nullptr,
+                            nullptr);
              }),
-             Catch::Contains("adam_step: the step names the same memory twice"));
+             Catch::Contains("adam_steps: step 0 names the same memory twice"));
   SgdHyper sgd;
   sgd.momentum = 0.9f;
-  CHECK_THAT(
-      error_message([&] { cpu_backend().sgd_step(sgd, master, grad, &grad, nullptr, nullptr); }),
-      Catch::Contains("sgd_step: the step names the same memory twice"));
+  CHECK_THAT(error_message(
+                 [&] { sgd_step_on(cpu_backend(), sgd, master, grad, &grad, nullptr, nullptr); }),
+             Catch::Contains("sgd_steps: step 0 names the same memory twice"));
   // Without momentum the buffer is not used, so naming the gradient there is harmless.
   sgd.momentum = 0.0f;
   Tensor sgd_master = master.clone();
-  CHECK_NOTHROW(cpu_backend().sgd_step(sgd, sgd_master, grad, &grad, nullptr, nullptr));
+  CHECK_NOTHROW(sgd_step_on(cpu_backend(), sgd, sgd_master, grad, &grad, nullptr, nullptr));
   // A flag that is a one-element master.
   Tensor single = Tensor::zeros({1});
   const Tensor single_grad = Tensor::zeros({1});
   CHECK_THAT(error_message([&] {
-               cpu_backend().sgd_step(sgd, single, single_grad, nullptr, nullptr, &single);
+               sgd_step_on(cpu_backend(), sgd, single, single_grad, nullptr, nullptr, &single);
              }),
-             Catch::Contains("sgd_step: found_inf shares memory with the step"));
+             Catch::Contains("sgd_steps: found_inf shares memory with step 0"));
 
   // In a multi-tensor call the message names the step.
   std::vector<AdamParam> params;

@@ -12,8 +12,14 @@
 #include "cuda/kernels/amp.h"
 #include "cuda/kernels/param_steps.h"
 #include "cuda_backend_access.h"
+#include "tests/param_step_calls.h"
 
 namespace {
+
+using mixprec_test::adam_step_deferred_on;
+using mixprec_test::adam_step_on;
+using mixprec_test::sgd_step_deferred_on;
+using mixprec_test::sgd_step_on;
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
@@ -263,16 +269,17 @@ TEST_CASE("cuda sgd_step matches the CPU and refreshes the working copy in the s
 
         Tensor cpu_master = master.clone(), cpu_momentum = momentum.clone();
         Tensor cpu_working = Tensor::empty({n}, working_dtype);
-        cpu_backend().sgd_step(c.hyper, cpu_master, grad, has_momentum ? &cpu_momentum : nullptr,
-                               has_working ? &cpu_working : nullptr, nullptr);
+        sgd_step_on(cpu_backend(), c.hyper, cpu_master, grad,
+                    has_momentum ? &cpu_momentum : nullptr, has_working ? &cpu_working : nullptr,
+                    nullptr);
 
         Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
         Tensor gpu_working = poisoned({n}, working_dtype);
         Tensor found_inf = Tensor::zeros({1}, DType::F32, gpu());
         const uint64_t syncs = cuda_host_syncs();
-        gpu_backend().sgd_step(c.hyper, gpu_master, grad.to(gpu()),
-                               has_momentum ? &gpu_momentum : nullptr,
-                               has_working ? &gpu_working : nullptr, &found_inf);
+        sgd_step_on(gpu_backend(), c.hyper, gpu_master, grad.to(gpu()),
+                    has_momentum ? &gpu_momentum : nullptr, has_working ? &gpu_working : nullptr,
+                    &found_inf);
         CHECK(cuda_host_syncs() == syncs);
         expect_close(cpu_master, gpu_master);
         expect_close(cpu_momentum, gpu_momentum);
@@ -302,8 +309,8 @@ TEST_CASE("cuda sgd_step with found_inf set leaves every buffer bit-identical", 
       // The flag as unscale_and_check leaves it: written on the device, never read here.
       Tensor found_inf = Tensor::full({1}, 1.0, DType::F32, gpu());
       const uint64_t syncs = cuda_host_syncs();
-      gpu_backend().sgd_step(c.hyper, gpu_master, random_tensor({n}, DType::F32, rng).to(gpu()),
-                             &gpu_momentum, &gpu_working, &found_inf);
+      sgd_step_on(gpu_backend(), c.hyper, gpu_master, random_tensor({n}, DType::F32, rng).to(gpu()),
+                  &gpu_momentum, &gpu_working, &found_inf);
       CHECK(cuda_host_syncs() == syncs);
       expect_bits_equal(master, gpu_master);
       expect_bits_equal(momentum, gpu_momentum);
@@ -327,7 +334,7 @@ TEST_CASE("cuda overflow in one gradient skips the step end to end on the device
   hyper.lr = 0.5f;
   const uint64_t syncs = cuda_host_syncs();
   gpu_backend().unscale_and_check(grads, 1.0 / 128.0, found_inf, flags);
-  gpu_backend().sgd_step(hyper, gpu_master, grads[1], nullptr, nullptr, &found_inf);
+  sgd_step_on(gpu_backend(), hyper, gpu_master, grads[1], nullptr, nullptr, &found_inf);
   CHECK(cuda_host_syncs() == syncs);
   CHECK(flags.to_int_vector() == std::vector<int32_t>{0, 1});
   expect_bits_equal(master, gpu_master);
@@ -344,7 +351,7 @@ TEST_CASE("cuda sgd_steps kernel handles misaligned buffers with scalar loads", 
     const Tensor momentum = random_tensor({n + 1}, DType::F32, rng);
     Tensor cpu_master = master.clone(), cpu_momentum = momentum.clone();
     Tensor cpu_working = Tensor::empty({n + 1}, DType::F16);
-    cpu_backend().sgd_step(hyper, cpu_master, grad, &cpu_momentum, &cpu_working, nullptr);
+    sgd_step_on(cpu_backend(), hyper, cpu_master, grad, &cpu_momentum, &cpu_working, nullptr);
 
     Tensor gpu_master = master.to(gpu()), gpu_momentum = momentum.to(gpu());
     const Tensor gpu_grad = grad.to(gpu());
@@ -449,11 +456,11 @@ TEST_CASE("cuda adam_step matches the CPU over several steps, working copy in th
           hyper.set_step(t);
           const Tensor grad = random_tensor({n}, DType::F32, rng, -1.0f, 1.0f);
           const Tensor gpu_grad = grad.to(gpu());
-          cpu_backend().adam_step(hyper, cpu_master, grad, cpu_avg, cpu_avg_sq,
-                                  has_working ? &cpu_working : nullptr, nullptr);
+          adam_step_on(cpu_backend(), hyper, cpu_master, grad, cpu_avg, cpu_avg_sq,
+                       has_working ? &cpu_working : nullptr, nullptr);
           const uint64_t syncs = cuda_host_syncs();
-          gpu_backend().adam_step(hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq,
-                                  has_working ? &gpu_working : nullptr, &found_inf);
+          adam_step_on(gpu_backend(), hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq,
+                       has_working ? &gpu_working : nullptr, &found_inf);
           CHECK(cuda_host_syncs() == syncs);
         }
         // nvcc fuses multiply-adds where the host compiler does not: the master within a
@@ -492,8 +499,8 @@ TEST_CASE("cuda adam_step with found_inf set leaves every buffer bit-identical",
         // The flag as unscale_and_check leaves it: written on the device, never read here.
         const Tensor found_inf = Tensor::full({1}, flag, DType::F32, gpu());
         const uint64_t syncs = cuda_host_syncs();
-        gpu_backend().adam_step(hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq, &gpu_working,
-                                &found_inf);
+        adam_step_on(gpu_backend(), hyper, gpu_master, gpu_grad, gpu_avg, gpu_avg_sq, &gpu_working,
+                     &found_inf);
         CHECK(cuda_host_syncs() == syncs);
         expect_bits_equal(master, gpu_master);
         expect_bits_equal(exp_avg, gpu_avg);
@@ -517,7 +524,8 @@ TEST_CASE("cuda adam_steps kernel handles misaligned buffers with scalar loads",
     const Tensor exp_avg_sq = random_second_moment(n + 1, rng);
     Tensor cpu_master = master.clone(), cpu_avg = exp_avg.clone(), cpu_avg_sq = exp_avg_sq.clone();
     Tensor cpu_working = Tensor::empty({n + 1}, DType::BF16);
-    cpu_backend().adam_step(hyper, cpu_master, grad, cpu_avg, cpu_avg_sq, &cpu_working, nullptr);
+    adam_step_on(cpu_backend(), hyper, cpu_master, grad, cpu_avg, cpu_avg_sq, &cpu_working,
+                 nullptr);
 
     Tensor gpu_master = master.to(gpu()), gpu_avg = exp_avg.to(gpu());
     Tensor gpu_avg_sq = exp_avg_sq.to(gpu());
@@ -624,8 +632,8 @@ TEST_CASE("cuda overflow skips Adam and backs the scale off, all on the device",
 
   const uint64_t syncs = cuda_host_syncs();
   gpu_backend().unscale_and_check(grads, 1.0 / 65536.0, found_inf, flags);
-  gpu_backend().adam_step(hyper, gpu_master, grads[1], gpu_avg, gpu_avg_sq, &gpu_working,
-                          &found_inf);
+  adam_step_on(gpu_backend(), hyper, gpu_master, grads[1], gpu_avg, gpu_avg_sq, &gpu_working,
+               &found_inf);
   gpu_backend().update_loss_scale(rule, state, found_inf);
   CHECK(cuda_host_syncs() == syncs);
 

@@ -11,8 +11,14 @@
 #include "backend_agreement.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels/amp.h"
+#include "tests/param_step_calls.h"
 
 namespace {
+
+using mixprec_test::adam_step_deferred_on;
+using mixprec_test::adam_step_on;
+using mixprec_test::sgd_step_deferred_on;
+using mixprec_test::sgd_step_on;
 
 using namespace mixprec;
 using namespace mixprec::cuda_test;
@@ -263,22 +269,22 @@ TEST_CASE("cuda deferred optimizer steps match the CPU and the immediate step th
         // Adam: CPU deferred, GPU deferred, GPU immediate with the entry's hyper.
         Tensor cm = master.clone(), ca = exp_avg.clone(), cv = exp_avg_sq.clone();
         Tensor cw = Tensor::empty({n}, working_dtype);
-        cpu_backend().adam_step_deferred(adam_base, adam, taken_on(j, kCPU), cm, grad, ca, cv,
-                                         has_working ? &cw : nullptr, cpu_found);
+        adam_step_deferred_on(cpu_backend(), adam_base, adam, taken_on(j, kCPU), cm, grad, ca, cv,
+                              has_working ? &cw : nullptr, cpu_found);
         Tensor gm = master.to(gpu()), ga = exp_avg.to(gpu()), gv = exp_avg_sq.to(gpu());
         Tensor gw = poisoned({n}, working_dtype);
         const Tensor gpu_taken = taken_on(j, gpu());
         uint64_t syncs = cuda_host_syncs();
-        gpu_backend().adam_step_deferred(adam_base, adam, gpu_taken, gm, gpu_grad, ga, gv,
-                                         has_working ? &gw : nullptr, gpu_found);
+        adam_step_deferred_on(gpu_backend(), adam_base, adam, gpu_taken, gm, gpu_grad, ga, gv,
+                              has_working ? &gw : nullptr, gpu_found);
         CHECK(cuda_host_syncs() == syncs);
         AdamHyper hyper = adam_base;
         hyper.lr = adam.entry[j].lr;
         hyper.set_step(3 + j);
         Tensor im = master.to(gpu()), ia = exp_avg.to(gpu()), iv = exp_avg_sq.to(gpu());
         Tensor iw = poisoned({n}, working_dtype);
-        gpu_backend().adam_step(hyper, im, gpu_grad, ia, iv, has_working ? &iw : nullptr,
-                                &gpu_found);
+        adam_step_on(gpu_backend(), hyper, im, gpu_grad, ia, iv, has_working ? &iw : nullptr,
+                     &gpu_found);
         expect_bits_equal(im, gm);
         expect_bits_equal(ia, ga);
         expect_bits_equal(iv, gv);
@@ -291,21 +297,21 @@ TEST_CASE("cuda deferred optimizer steps match the CPU and the immediate step th
 
         // SGD, entry 0 being the first update.
         Tensor sm = master.clone(), sb = momentum.clone(), sw = Tensor::empty({n}, working_dtype);
-        cpu_backend().sgd_step_deferred(sgd_base, sgd, taken_on(j, kCPU), sm, grad, &sb,
-                                        has_working ? &sw : nullptr, cpu_found);
+        sgd_step_deferred_on(cpu_backend(), sgd_base, sgd, taken_on(j, kCPU), sm, grad, &sb,
+                             has_working ? &sw : nullptr, cpu_found);
         Tensor tm = master.to(gpu()), tb = momentum.to(gpu());
         Tensor tw = poisoned({n}, working_dtype);
         syncs = cuda_host_syncs();
-        gpu_backend().sgd_step_deferred(sgd_base, sgd, gpu_taken, tm, gpu_grad, &tb,
-                                        has_working ? &tw : nullptr, gpu_found);
+        sgd_step_deferred_on(gpu_backend(), sgd_base, sgd, gpu_taken, tm, gpu_grad, &tb,
+                             has_working ? &tw : nullptr, gpu_found);
         CHECK(cuda_host_syncs() == syncs);
         SgdHyper sgd_hyper = sgd_base;
         sgd_hyper.lr = sgd.entry[j].lr;
         sgd_hyper.first_step = j == 0;
         Tensor jm = master.to(gpu()), jb = momentum.to(gpu());
         Tensor jw = poisoned({n}, working_dtype);
-        gpu_backend().sgd_step(sgd_hyper, jm, gpu_grad, &jb, has_working ? &jw : nullptr,
-                               &gpu_found);
+        sgd_step_on(gpu_backend(), sgd_hyper, jm, gpu_grad, &jb, has_working ? &jw : nullptr,
+                    &gpu_found);
         expect_bits_equal(jm, tm);
         expect_bits_equal(jb, tb);
         if (has_working) expect_bits_equal(jw, tw);
@@ -343,8 +349,8 @@ TEST_CASE("cuda deferred optimizer steps skip on found_inf or a count outside th
                         Skip{0.0, -1}, Skip{0.0, kMaxDeferredSteps}}) {
     const Tensor found = Tensor::full({1}, k.flag, DType::F32, gpu());
     const Tensor taken = taken_on(k.j, gpu());
-    gpu_backend().adam_step_deferred(adam_base, adam, taken, gm, grad, ga, gv, &gw, found);
-    gpu_backend().sgd_step_deferred(sgd_base, sgd, taken, sm, grad, &gb, &sw, found);
+    adam_step_deferred_on(gpu_backend(), adam_base, adam, taken, gm, grad, ga, gv, &gw, found);
+    sgd_step_deferred_on(gpu_backend(), sgd_base, sgd, taken, sm, grad, &gb, &sw, found);
   }
   CHECK(cuda_host_syncs() == syncs);
   expect_bits_equal(master, gm);
@@ -359,12 +365,12 @@ TEST_CASE("cuda deferred optimizer steps skip on found_inf or a count outside th
   AdamRateTable stale = adam;
   stale.entry[2].step_size *= 2.0f;
   const Tensor found = Tensor::zeros({1}, DType::F32, gpu());
-  CHECK_THROWS_WITH(gpu_backend().adam_step_deferred(adam_base, stale, taken_on(0, gpu()), gm,
-                                                     grad, ga, gv, &gw, found),
+  CHECK_THROWS_WITH(adam_step_deferred_on(gpu_backend(), adam_base, stale, taken_on(0, gpu()), gm,
+                                          grad, ga, gv, &gw, found),
                     Catch::Contains("adam_step_deferred") && Catch::Contains("entry 2"));
-  CHECK_THROWS_WITH(gpu_backend().sgd_step_deferred(sgd_base, sgd, taken_on(0, kCPU), sm, grad,
-                                                    &gb, &sw, found),
-                    Catch::Contains("sgd_step_deferred") && Catch::Contains("taken"));
+  CHECK_THROWS_WITH(sgd_step_deferred_on(gpu_backend(), sgd_base, sgd, taken_on(0, kCPU), sm, grad,
+                                         &gb, &sw, found),
+                    Catch::Contains("sgd_steps") && Catch::Contains("taken"));
 }
 
 TEST_CASE("cuda a run of deferred steps needs no host sync and follows the CPU", "[cuda]") {
@@ -420,8 +426,8 @@ TEST_CASE("cuda a run of deferred steps needs no host sync and follows the CPU",
       backend.squared_norms(grads[s], sums);
       backend.clip_by_total_norm(grads[s], sums, 1.0, r.norm);
       for (size_t p = 0; p < sizes.size(); ++p) {
-        backend.adam_step_deferred(base, table, r.taken, r.master[p], grads[s][p], r.exp_avg[p],
-                                   r.exp_avg_sq[p], &r.working[p], found);
+        adam_step_deferred_on(backend, base, table, r.taken, r.master[p], grads[s][p], r.exp_avg[p],
+                              r.exp_avg_sq[p], &r.working[p], found);
       }
       backend.count_taken_step(found, r.taken);
       backend.update_loss_scale(rule, r.state, found);

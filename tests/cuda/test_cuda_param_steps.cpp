@@ -28,9 +28,15 @@
 #include "optim/adam.h"
 #include "tests/cuda/backend_agreement.h"
 #include "tests/cuda/profiling_scope.h"
+#include "tests/param_step_calls.h"
 
 namespace mixprec::cuda_test {
 namespace {
+
+using mixprec_test::adam_step_deferred_on;
+using mixprec_test::adam_step_on;
+using mixprec_test::sgd_step_deferred_on;
+using mixprec_test::sgd_step_on;
 
 // Sizes one short of a piece, one piece, one past it, two pieces and a bit, two tiny ones,
 // and empty ones first, in the middle and last (an empty parameter shares its first piece
@@ -323,8 +329,8 @@ TEST_CASE("cuda adam_steps over mixed parameters matches the CPU and the per-par
   const std::vector<AdamHyper> hypers = adam_hypers();
   AdamSet cpu = initial.on(kCPU);
   for (size_t i = 0; i < kSizes.size(); ++i) {
-    cpu_backend().adam_step(hypers[i], cpu.master[i], cpu.grad[i], cpu.exp_avg[i],
-                            cpu.exp_avg_sq[i], ptr_or_null(cpu.working[i]), nullptr);
+    adam_step_on(cpu_backend(), hypers[i], cpu.master[i], cpu.grad[i], cpu.exp_avg[i],
+                 cpu.exp_avg_sq[i], ptr_or_null(cpu.working[i]), nullptr);
   }
   // Without a flag, and with a clear one as unscale_and_check leaves it.
   for (bool with_flag : {false, true}) {
@@ -343,8 +349,8 @@ TEST_CASE("cuda adam_steps over mixed parameters matches the CPU and the per-par
     AdamSet each = initial.on(gpu());
     poison_all(each.working);
     for (size_t i = 0; i < kSizes.size(); ++i) {
-      gpu_backend().adam_step(hypers[i], each.master[i], each.grad[i], each.exp_avg[i],
-                              each.exp_avg_sq[i], ptr_or_null(each.working[i]), found_inf);
+      adam_step_on(gpu_backend(), hypers[i], each.master[i], each.grad[i], each.exp_avg[i],
+                   each.exp_avg_sq[i], ptr_or_null(each.working[i]), found_inf);
     }
     expect_adam_bits_equal(each, together);
   }
@@ -358,8 +364,8 @@ TEST_CASE("cuda sgd_steps over mixed parameters matches the CPU and the per-para
   const std::vector<SgdHyper> hypers = sgd_hypers();
   SgdSet cpu = initial.on(kCPU);
   for (size_t i = 0; i < kSizes.size(); ++i) {
-    cpu_backend().sgd_step(hypers[i], cpu.master[i], cpu.grad[i], ptr_or_null(cpu.momentum[i]),
-                           ptr_or_null(cpu.working[i]), nullptr);
+    sgd_step_on(cpu_backend(), hypers[i], cpu.master[i], cpu.grad[i], ptr_or_null(cpu.momentum[i]),
+                ptr_or_null(cpu.working[i]), nullptr);
   }
   SgdSet together = initial.on(gpu());
   poison_all(together.working);
@@ -375,8 +381,8 @@ TEST_CASE("cuda sgd_steps over mixed parameters matches the CPU and the per-para
   SgdSet each = initial.on(gpu());
   poison_all(each.working);
   for (size_t i = 0; i < kSizes.size(); ++i) {
-    gpu_backend().sgd_step(hypers[i], each.master[i], each.grad[i], ptr_or_null(each.momentum[i]),
-                           ptr_or_null(each.working[i]), nullptr);
+    sgd_step_on(gpu_backend(), hypers[i], each.master[i], each.grad[i],
+                ptr_or_null(each.momentum[i]), ptr_or_null(each.working[i]), nullptr);
   }
   expect_sgd_bits_equal(each, together);
 }
@@ -436,13 +442,12 @@ TEST_CASE("cuda deferred adam_steps and sgd_steps pick entry j from the device c
     AdamSet adam_cpu = adam_initial.on(kCPU);
     SgdSet sgd_cpu = sgd_initial.on(kCPU);
     for (size_t i = 0; i < kSizes.size(); ++i) {
-      cpu_backend().adam_step_deferred(adam_base[i], adam_table[i], cpu_taken, adam_cpu.master[i],
-                                       adam_cpu.grad[i], adam_cpu.exp_avg[i],
-                                       adam_cpu.exp_avg_sq[i], ptr_or_null(adam_cpu.working[i]),
-                                       cpu_clear);
-      cpu_backend().sgd_step_deferred(sgd_base[i], sgd_table[i], cpu_taken, sgd_cpu.master[i],
-                                      sgd_cpu.grad[i], ptr_or_null(sgd_cpu.momentum[i]),
-                                      ptr_or_null(sgd_cpu.working[i]), cpu_clear);
+      adam_step_deferred_on(cpu_backend(), adam_base[i], adam_table[i], cpu_taken,
+                            adam_cpu.master[i], adam_cpu.grad[i], adam_cpu.exp_avg[i],
+                            adam_cpu.exp_avg_sq[i], ptr_or_null(adam_cpu.working[i]), cpu_clear);
+      sgd_step_deferred_on(cpu_backend(), sgd_base[i], sgd_table[i], cpu_taken, sgd_cpu.master[i],
+                           sgd_cpu.grad[i], ptr_or_null(sgd_cpu.momentum[i]),
+                           ptr_or_null(sgd_cpu.working[i]), cpu_clear);
     }
     // Poisoned working copies only where every parameter is updated (j = 0); a parameter
     // that sits the step out keeps its copy.
@@ -532,7 +537,7 @@ TEST_CASE("cuda param_steps kernel updates buffers one element off their alignme
     };
     Tensor m = part(masters[i]), a = part(avgs[i]), v = part(avg_sqs[i]);
     Tensor w = Tensor::empty({n}, workings[i]);
-    cpu_backend().adam_step(hypers[i], m, part(grads[i]), a, v, &w, nullptr);
+    adam_step_on(cpu_backend(), hypers[i], m, part(grads[i]), a, v, &w, nullptr);
     const bool master_bits = kEmulated && !decays_decoupled(hypers[i]);
     expect_as_cpu(m, part(gm[i]), Tolerance{1e-6, 1e-7}, master_bits);
     expect_as_cpu(a, part(ga[i]), Tolerance{1e-6, 2e-6}, kEmulated);
