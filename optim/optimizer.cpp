@@ -55,8 +55,7 @@ void Optimizer::check_gradients(bool every_trainable_has_one) const {
       MIXPREC_CHECK(!every_trainable_has_one, "optimizer '", name_, "': parameter '", p.name(),
                     "' has no gradient, but a deferred step updates every trainable parameter "
                     "(their step counts advance together on the device); freeze it "
-                    "(requires_grad false) or take regular steps (mixprec train: "
-                    "train.host_reads: per_step)");
+                    "(requires_grad false) or take regular steps (GradScaler::step)");
       continue;
     }
     const double scale = p.working().grad_scale();

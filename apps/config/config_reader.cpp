@@ -474,15 +474,17 @@ class ConfigReader : KeyReader {
     read_bool(map, path, "cuda_graph", train.cuda_graph);
   }
 
-  // train.cuda_graph records the deferred step on a GPU: settings that take another path, or
-  // that read the device every step, are refused with it.
+  // train.cuda_graph records the deferred step once per window between host reads on a GPU:
+  // settings that make every window one step, or that read the device every step, are
+  // refused with it.
   void check_cuda_graph(const YAML::Node& root, const TrainConfig& config) const {
     if (!config.train.cuda_graph) return;
     const YAML::Node at = section(root, "", "train")["cuda_graph"];
     const std::string why = "train.cuda_graph records the deferred step on a GPU";
     if (config.train.host_reads == "per_step")
-      fail(at, "train.cuda_graph", why + ", which train.host_reads: per_step does not take; "
-                                   "use host_reads: at_log or auto");
+      fail(at, "train.cuda_graph", why + " once per window of steps between host reads, "
+                                   "which train.host_reads: per_step makes one step long; use "
+                                   "host_reads: at_log or auto");
     if (config.device == "cpu")
       fail(at, "train.cuda_graph", why + "; device: cpu has none (use device: cuda or auto)");
     if (config.debug.detect_anomaly)

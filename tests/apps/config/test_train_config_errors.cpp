@@ -360,7 +360,7 @@ TEST_CASE("config errors: train.cuda_graph with a setting it cannot take names b
     std::string other;
     std::string expected;
   } cases[] = {
-      {"train.host_reads=per_step", "which train.host_reads: per_step does not take"},
+      {"train.host_reads=per_step", "which train.host_reads: per_step makes one step long"},
       {"device=cpu", "device: cpu has none"},
       {"debug.detect_anomaly=true", "debug.detect_anomaly reads every step's tensors"},
   };
