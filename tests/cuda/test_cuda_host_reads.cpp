@@ -75,7 +75,8 @@ void expect_reads_at_log_steps(const std::string& label, const std::string& conf
     INFO("host syncs per step: at_log " << at_log << ", per_step " << every_step);
     measured << "step " << step << ": at_log " << at_log << ", per_step " << every_step << "; ";
     CHECK(at_log <= 4.0 / 8.0);
-    // The regular path reads the Inf/NaN flags and the clip norm at every step, and more.
+    // per_step resolves after every step: the loss, the Inf/NaN flags and the clip norm, each
+    // a read.
     CHECK(every_step > 2.0);
   }
   WARN(label << ": host syncs per step " << measured.str()
