@@ -36,14 +36,14 @@ DeferredSteps::DeferredSteps(GradScaler& scaler, Optimizer& optimizer)
     : scaler_(scaler), optimizer_(optimizer), device_(optimizer.params().front().device()) {
   MIXPREC_CHECK(!scaler.in_accumulation_window(), "DeferredSteps: the scaler is inside an "
                 "accumulation window; start deferred steps between steps");
-  MIXPREC_CHECK(optimizer.deferred_pending() == 0, "DeferredSteps: optimizer '",
-                optimizer.name(), "' already has ", optimizer.deferred_pending(),
-                " unresolved deferred steps");
+  MIXPREC_CHECK(!optimizer.unsettled(), "DeferredSteps: optimizer '", optimizer.name(),
+                "' has gated steps that are not yet settled");
   // A disabled scaler never scales nor checks; its state only needs S = 1.
   const bool scales = scaler.enabled() && scaler.policy().scales_loss();
   if (scales) rule_ = scaler.policy().device_rule();
   scale_state_ = scale_state_on(device_, scaler.policy(), scales ? scaler.scale_value() : 1.0);
   expected_ = scaler.policy().clone();
+  taken_ = Tensor::zeros({1}, DType::I32, device_);
 }
 
 void DeferredSteps::require_stage(Stage stage, const char* call) const {
@@ -125,7 +125,11 @@ void DeferredSteps::step(const LrSchedule* schedule) {
   for (int64_t j = 1; j < kMaxDeferredSteps; ++j)
     lr_by_taken.push_back(schedule ? schedule->lr_at(optimizer_.steps_taken() + j)
                                    : optimizer_.lr());
-  optimizer_.step_deferred(found_inf_, lr_by_taken);
+  const StepGate gate{found_inf_, taken_, std::move(lr_by_taken)};
+  optimizer_.step(&gate);
+  // Queued after every update above, which read the count before it moves.
+  backend_for(device_).count_taken_step(found_inf_, taken_);
+  taken_.mark_modified();
   if (rule_) {
     backend_for(device_).update_loss_scale(*rule_, scale_state_, found_inf_);
     scale_state_.mark_modified();
@@ -160,7 +164,6 @@ void DeferredSteps::add_replayed_step() {
                 "DeferredSteps::add_replayed_step: no captured step since the last resolve");
   MIXPREC_CHECK(!full(), "DeferredSteps::add_replayed_step: ", pending(),
                 " steps are pending, as many as fit; resolve them first");
-  optimizer_.count_replayed_deferred_step();
   expected_->update(false);
   pending_.push_back({copied(captured_->flags), copied(captured_->norm), captured_->names});
 }
@@ -211,7 +214,9 @@ std::vector<ResolvedStep> DeferredSteps::resolve() {
     if (outcome.result.stepped()) ++taken;
     resolved.push_back({std::move(outcome.result), std::move(outcome.telemetry)});
   }
-  optimizer_.resolve_deferred(taken);
+  optimizer_.settle(taken);
+  backend_for(device_).fill(taken_, 0.0);
+  taken_.mark_modified();
   pending_.clear();
   captured_.reset();
   expected_ = scaler_.policy().clone();

@@ -20,13 +20,15 @@
 // same coefficient. What differs is when the host knows (a skipped step is reported at the
 // next resolve, not at once) and the clip norm in the telemetry, read back as a float.
 //
+// Each step is one Optimizer::step with a StepGate: the flag, the device count of the
+// window's taken steps (this object's, reset at each resolve) and the rates.
+//
 // Restrictions, each a clear mixprec::Error: every trainable parameter of the optimizer must
 // have a gradient in every step and the set of trainable parameters must not change while
-// steps are pending (Optimizer::step_deferred), at most kMaxDeferredSteps steps are pending
-// (full() says when to resolve), and the scaler must not be inside a regular step or
-// accumulation window. One DeferredSteps per scaler: two would each move its scale. Resolve
-// before destroying it: an optimizer with unresolved steps refuses regular steps and
-// state_dict(). GradScaler's tag checks (gradients never scaled, stale scales) are
+// steps are pending (Optimizer::step), at most kMaxDeferredSteps steps are pending (full()
+// says when to resolve), and the scaler must not be inside a regular step or accumulation
+// window. One DeferredSteps per scaler: two would each move its scale. Resolve before
+// destroying it: an optimizer with unsettled steps refuses regular steps and state_dict(). GradScaler's tag checks (gradients never scaled, stale scales) are
 // not repeated here: the steps are driven by one caller that scales every loss itself.
 #pragma once
 
@@ -72,7 +74,7 @@ class DeferredSteps {
   void step(const LrSchedule* schedule);
 
   // Reads the flags (and the clip norms) of every pending step in one go, replays them in
-  // order through GradScaler::finish_deferred_step and Optimizer::resolve_deferred, and
+  // order through GradScaler::finish_deferred_step and Optimizer::settle, and
   // returns their outcomes in step order. Throws when a step is in progress (scaled but not
   // stepped), and like GradScaler::update under FloorPolicy::Error, naming the pending step;
   // the steps after it have run on the device by then, so this object then refuses every
@@ -86,7 +88,7 @@ class DeferredSteps {
   // (queued now, so they are the replay's) and remembers the graph's tensors; after each
   // further replay, add_replayed_step() adds a pending step with new copies and the host's
   // bookkeeping of step(). Both throw unless Ready; add_replayed_step() also when full(),
-  // when no step was captured since the last resolve, or when the optimizer refuses.
+  // or when no step was captured since the last resolve.
   void keep_captured_step();
   void add_replayed_step();
 
@@ -114,6 +116,7 @@ class DeferredSteps {
   std::unique_ptr<LossScalePolicy> expected_;
   Stage stage_ = Stage::Ready;
   Tensor found_inf_;  // this step's F32 [1] flag
+  Tensor taken_;      // I32 [1]: the pending steps that were taken, counted on the device
   PendingStep current_;
   std::vector<PendingStep> pending_;
   // The graph's own tensors (keep_captured_step), until resolve.

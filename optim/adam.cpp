@@ -104,20 +104,20 @@ void Adam::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& ex
   exp_avg_sq_[index] = exp_avg_sq;
 }
 
-AdamRateTable Adam::rate_table(size_t index, const DeferredUpdate& deferred) const {
+AdamRateTable Adam::rate_table(size_t index, const StepGate& gate) const {
   // Entry j: the update that follows j taken pending steps, so the parameter's (j+1)-th
-  // update since the last resolve, at the rate the schedule gives after them.
+  // update since the last settle, at the rate the schedule gives after them.
   AdamRateTable table;
-  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
+  table.count = static_cast<int32_t>(gate.lr_by_taken.size());
   for (int32_t j = 0; j < table.count; ++j) {
-    AdamHyper hyper = base_hyper(index, deferred.lr_by_taken[static_cast<size_t>(j)]);
+    AdamHyper hyper = base_hyper(index, gate.lr_by_taken[static_cast<size_t>(j)]);
     hyper.set_step(param_steps_[index] + j + 1);
     table.entry[j] = rates_of(hyper);
   }
   return table;
 }
 
-void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) {
+void Adam::update_all(const std::vector<size_t>& indices, const StepGate* gate) {
   const size_t n = indices.size();
   if (n == 0) return;
   // Sized before any pointer into them is taken.
@@ -127,7 +127,7 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
   // stay valid.
   std::vector<AdamRateTable> tables;
   std::vector<size_t> table_owner;  // the index whose decay and count each table is for
-  if (deferred != nullptr) {
+  if (gate != nullptr) {
     tables.reserve(n);
     table_owner.reserve(n);
   }
@@ -141,14 +141,14 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
     if (param.working_dtype() != DType::F32) workings[k] = param.working();
     AdamParamStep& step = steps[k];
     step.hyper = base_hyper(index, lr());
-    if (deferred != nullptr) {
+    if (gate != nullptr) {
       size_t t = 0;
       while (t < tables.size() && (decays_[table_owner[t]] != decays_[index] ||
                                    param_steps_[table_owner[t]] != param_steps_[index])) {
         ++t;
       }
       if (t == tables.size()) {
-        tables.push_back(rate_table(index, *deferred));
+        tables.push_back(rate_table(index, *gate));
         table_owner.push_back(index);
       }
       step.table = &tables[t];
@@ -163,12 +163,12 @@ void Adam::update_all(const std::vector<size_t>& indices, const DeferredUpdate* 
     step.working = workings[k].defined() ? &workings[k] : nullptr;
   }
   backend_for(masters.front().device())
-      .adam_steps(steps, deferred != nullptr ? &deferred->taken : nullptr,
-                  deferred != nullptr ? &deferred->found_inf : nullptr);
+      .adam_steps(steps, gate != nullptr ? &gate->taken : nullptr,
+                  gate != nullptr ? &gate->found_inf : nullptr);
   for (size_t k = 0; k < n; ++k) {
     keep_update(indices[k], masters[k], workings[k], exp_avgs[k], exp_avg_sqs[k]);
-    // A deferred update counts once resolved.
-    if (deferred == nullptr) ++param_steps_[indices[k]];
+    // A gated update counts once settled.
+    if (gate == nullptr) ++param_steps_[indices[k]];
   }
 }
 
@@ -176,10 +176,10 @@ bool Adam::buffers_ready(size_t index) const {
   return exp_avg_[index].defined() && exp_avg_sq_[index].defined();
 }
 
-void Adam::resolve_deferred_state(int64_t taken) {
-  // Deferred steps update every trainable parameter, so each advanced by `taken`.
+void Adam::settle_state(int64_t taken) {
+  // Gated steps update every trainable parameter, so each advanced by `taken`.
   for (size_t i = 0; i < param_steps_.size(); ++i) {
-    if (!updated_by_deferred(i)) continue;
+    if (!gated(i)) continue;
     param_steps_[i] += taken;
     // Moments started by steps that were all skipped hold zeros nobody wrote to: a parameter
     // that has never been updated has none.

@@ -45,8 +45,8 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<Parameter> params, AdamOptions options, std::string name, bool decoupled);
-  void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
-  void resolve_deferred_state(int64_t taken) override;
+  void update_all(const std::vector<size_t>& indices, const StepGate* gate) override;
+  void settle_state(int64_t taken) override;
   bool buffers_ready(size_t index) const override;
   void save_state(OptimizerState& state) const override;
   void load_state(const OptimizerState& state) override;
@@ -54,8 +54,8 @@ class Adam : public Optimizer {
  private:
   // The hyperparameters of params()[index] at rate `lr`, before set_step.
   AdamHyper base_hyper(size_t index, double lr) const;
-  // The deferred rates of params()[index] for each possible count of taken pending steps.
-  AdamRateTable rate_table(size_t index, const DeferredUpdate& deferred) const;
+  // The gated rates of params()[index] for each possible count of applied earlier updates.
+  AdamRateTable rate_table(size_t index, const StepGate& gate) const;
   // The parameter's moments, zeros when it has none yet.
   void start_moments(size_t index, const Tensor& master, Tensor& exp_avg,
                      Tensor& exp_avg_sq) const;

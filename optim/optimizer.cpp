@@ -53,7 +53,7 @@ void Optimizer::check_gradients(bool every_trainable_has_one) const {
     if (!p.requires_grad()) continue;
     if (!p.grad().defined()) {
       MIXPREC_CHECK(!every_trainable_has_one, "optimizer '", name_, "': parameter '", p.name(),
-                    "' has no gradient, but a deferred step updates every trainable parameter "
+                    "' has no gradient, but a gated step updates every trainable parameter "
                     "(their step counts advance together on the device); freeze it "
                     "(requires_grad false) or take regular steps (GradScaler::step)");
       continue;
@@ -72,8 +72,7 @@ void Optimizer::check_gradients(bool every_trainable_has_one) const {
   }
 }
 
-void Optimizer::update_by_device(const std::vector<size_t>& indices,
-                                 const DeferredUpdate* deferred) {
+void Optimizer::update_by_device(const std::vector<size_t>& indices, const StepGate* gate) {
   // One call per device, in order of first appearance; normally all share one.
   std::vector<bool> done(indices.size(), false);
   for (size_t first = 0; first < indices.size(); ++first) {
@@ -85,109 +84,90 @@ void Optimizer::update_by_device(const std::vector<size_t>& indices,
       group.push_back(indices[k]);
       done[k] = true;
     }
-    update_all(group, deferred);
+    update_all(group, gate);
   }
 }
 
-void Optimizer::require_no_deferred(const char* call) const {
-  MIXPREC_CHECK(deferred_pending_ == 0, "optimizer '", name_, "': ", call, " with ",
-                deferred_pending_, " deferred step(s) not yet resolved; resolve them first "
-                "(DeferredSteps::resolve)");
+void Optimizer::require_settled(const char* call) const {
+  MIXPREC_CHECK(!unsettled_, "optimizer '", name_, "': ", call, " while gated steps are not "
+                "yet settled; resolve them first (DeferredSteps::resolve)");
 }
 
-void Optimizer::step() {
-  require_no_deferred("step()");
-  check_gradients(false);
-  std::vector<size_t> indices;
+void Optimizer::check_gate(const StepGate& gate) const {
+  const int64_t rates = static_cast<int64_t>(gate.lr_by_taken.size());
+  MIXPREC_CHECK(rates >= 1 && rates <= kMaxDeferredSteps, "optimizer '", name_, "': a gated "
+                "step needs 1 to ", kMaxDeferredSteps, " learning rates (one per possible count "
+                "of applied earlier steps), got ", rates);
+  for (double lr : gate.lr_by_taken)
+    MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
+                  "optimizer '", name_, "': a gated step's learning rate must be finite, "
+                  "non-negative and within FP32's range, got ", lr);
+  const Device device = gate.found_inf.defined() ? gate.found_inf.device() : kCPU;
+  MIXPREC_CHECK(gate.found_inf.defined() && gate.found_inf.dtype() == DType::F32 &&
+                    gate.found_inf.numel() == 1,
+                "optimizer '", name_, "': found_inf must be an F32 [1] tensor, got ",
+                gate.found_inf.defined() ? describe(gate.found_inf) : "undefined");
+  MIXPREC_CHECK(gate.taken.defined() && gate.taken.dtype() == DType::I32 &&
+                    gate.taken.numel() == 1 && gate.taken.device() == device,
+                "optimizer '", name_, "': the gate's count must be an I32 [1] tensor on ", device,
+                " (found_inf's device), got ",
+                gate.taken.defined() ? describe(gate.taken) : "undefined");
+  // The flag and the count serve every update, and checking here keeps a throw from leaving
+  // some parameters updated.
   for (size_t i = 0; i < params_.size(); ++i) {
     const Parameter& p = params_[i];
-    if (p.requires_grad() && p.grad().defined()) indices.push_back(i);
-  }
-  update_by_device(indices, nullptr);
-  ++steps_taken_;
-}
-
-void Optimizer::step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken) {
-  MIXPREC_CHECK(deferred_pending_ < kMaxDeferredSteps, "optimizer '", name_, "': ",
-                deferred_pending_, " deferred steps are pending, as many as a deferred step "
-                "can count; resolve them first");
-  MIXPREC_CHECK(static_cast<int64_t>(lr_by_taken.size()) >= deferred_pending_ + 1 &&
-                    static_cast<int64_t>(lr_by_taken.size()) <= kMaxDeferredSteps,
-                "optimizer '", name_, "': a deferred step needs ", deferred_pending_ + 1,
-                " to ", kMaxDeferredSteps, " learning rates (one per possible count of taken "
-                "pending steps), got ", lr_by_taken.size());
-  for (double lr : lr_by_taken)
-    MIXPREC_CHECK(std::isfinite(lr) && lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
-                  "optimizer '", name_, "': a deferred learning rate must be finite, "
-                  "non-negative and within FP32's range, got ", lr);
-  // The device of the updates: the first trainable parameter's (a frozen parameter may live
-  // anywhere).
-  const auto first_trainable = std::find_if(params_.begin(), params_.end(),
-                                            [](const Parameter& p) { return p.requires_grad(); });
-  const Device device = (first_trainable != params_.end() ? *first_trainable : params_.front())
-                            .device();
-  MIXPREC_CHECK(found_inf.defined() && found_inf.dtype() == DType::F32 &&
-                    found_inf.numel() == 1 && found_inf.device() == device,
-                "optimizer '", name_, "': found_inf must be an F32 [1] tensor on ", device,
-                ", got ", found_inf.defined() ? describe(found_inf) : "undefined");
-  // The flag and the count live on that device and serve every update, and checking here
-  // keeps a throw from leaving some parameters updated.
-  for (const Parameter& p : params_) {
     MIXPREC_CHECK(!p.requires_grad() || p.device() == device, "optimizer '", name_,
-                  "': parameter '", p.name(), "' is on ", p.device(), " but a deferred step "
-                  "runs on ", device, " (its flag and count live there); keep the trainable "
-                  "parameters on one device");
-  }
-  // The per-step values assume that each pending step updated the same parameters.
-  std::vector<bool> trainable;
-  for (const Parameter& p : params_) trainable.push_back(p.requires_grad());
-  if (deferred_pending_ > 0) {
-    for (size_t i = 0; i < params_.size(); ++i)
-      MIXPREC_CHECK(trainable[i] == deferred_trainable_[i], "optimizer '", name_,
-                    "': parameter '", params_[i].name(), "' was ",
-                    trainable[i] ? "unfrozen" : "frozen", " while ", deferred_pending_,
-                    " deferred step(s) are pending; resolve them first");
+                  "': parameter '", p.name(), "' is on ", p.device(), " but the gated step's "
+                  "flag and count are on ", device, "; keep the trainable parameters there");
+    // Settling assumes that each unsettled update updated the same parameters.
+    MIXPREC_CHECK(!unsettled_ || p.requires_grad() == gated_trainable_[i], "optimizer '",
+                  name_, "': parameter '", p.name(), "' was ",
+                  p.requires_grad() ? "unfrozen" : "frozen", " while gated steps are not yet "
+                  "settled; resolve them first");
   }
   check_gradients(true);
-  if (!taken_on_device_.defined()) taken_on_device_ = Tensor::zeros({1}, DType::I32, device);
-  deferred_trainable_ = std::move(trainable);
-  const DeferredUpdate deferred{found_inf, taken_on_device_, lr_by_taken};
-  std::vector<size_t> indices;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].requires_grad()) indices.push_back(i);
-  update_by_device(indices, &deferred);
-  // Queued after every update above, which read the count before it moves.
-  backend_for(device).count_taken_step(found_inf, taken_on_device_);
-  taken_on_device_.mark_modified();
-  ++deferred_pending_;
 }
 
-bool Optimizer::deferred_state_ready() const {
-  if (!taken_on_device_.defined()) return false;
+void Optimizer::step(const StepGate* gate) {
+  std::vector<size_t> indices;
+  if (gate == nullptr) {
+    require_settled("an ungated step()");
+    check_gradients(false);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Parameter& p = params_[i];
+      if (p.requires_grad() && p.grad().defined()) indices.push_back(i);
+    }
+    update_by_device(indices, nullptr);
+    ++steps_taken_;
+    return;
+  }
+  check_gate(*gate);
+  gated_trainable_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    gated_trainable_.push_back(params_[i].requires_grad());
+    if (params_[i].requires_grad()) indices.push_back(i);
+  }
+  update_by_device(indices, gate);
+  unsettled_ = true;
+}
+
+bool Optimizer::buffers_started() const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].requires_grad() && !buffers_ready(i)) return false;
   return true;
 }
 
-void Optimizer::count_replayed_deferred_step() {
-  MIXPREC_CHECK(deferred_pending_ > 0, "optimizer '", name_, "': a replayed deferred step "
-                "repeats one queued since the last resolve, and none is pending");
-  MIXPREC_CHECK(deferred_pending_ < kMaxDeferredSteps, "optimizer '", name_, "': ",
-                deferred_pending_, " deferred steps are pending, as many as a deferred step "
-                "can count; resolve them first");
-  ++deferred_pending_;
-}
-
-void Optimizer::resolve_deferred(int64_t taken) {
-  MIXPREC_CHECK(taken >= 0 && taken <= deferred_pending_, "optimizer '", name_,
-                "': resolve_deferred(", taken, ") with ", deferred_pending_,
-                " deferred step(s) pending");
-  if (deferred_pending_ == 0) return;
-  resolve_deferred_state(taken);
+void Optimizer::settle(int64_t taken) {
+  MIXPREC_CHECK(taken >= 0, "optimizer '", name_, "': settle(", taken, "): the count of "
+                "applied steps cannot be negative");
+  if (!unsettled_) {
+    MIXPREC_CHECK(taken == 0, "optimizer '", name_, "': settle(", taken, ") without gated "
+                  "steps to settle");
+    return;
+  }
+  settle_state(taken);
   steps_taken_ += taken;
-  deferred_pending_ = 0;
-  backend_for(taken_on_device_.device()).fill(taken_on_device_, 0.0);
-  taken_on_device_.mark_modified();
+  unsettled_ = false;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -203,7 +183,7 @@ void Optimizer::set_lr(double lr) {
 }
 
 OptimizerState Optimizer::state_dict() const {
-  require_no_deferred("state_dict()");
+  require_settled("state_dict()");
   OptimizerState state;
   nlohmann::json names = nlohmann::json::array();
   for (const Parameter& p : params_) names.push_back(p.name());
@@ -222,7 +202,7 @@ OptimizerState Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
-  require_no_deferred("load_state_dict()");
+  require_settled("load_state_dict()");
   const nlohmann::json& s = state.scalars;
   MIXPREC_CHECK(s.is_object(), "optimizer '", name_, "': the optimizer state's scalars must be "
                 "a JSON object, got ", s.type_name());

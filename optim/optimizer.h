@@ -14,13 +14,14 @@
 
 namespace mixprec {
 
-// What an optimizer needs to queue a deferred update (step_deferred): the device flag that
-// cancels it, the device count j of earlier unresolved steps that were taken, and the
-// learning rate for each possible j.
-struct DeferredUpdate {
-  Tensor found_inf;             // F32 [1]
-  Tensor taken;                 // I32 [1]
-  std::vector<double> lr_by_taken;  // deferred_pending() + 1 to kMaxDeferredSteps rates
+// The device-side gate of one update (DeferredSteps in amp/deferred_steps.h makes it): the
+// flag that cancels the update, the count of earlier unsettled gated updates that were
+// applied, and the learning rate after each possible count. The host learns the outcome later
+// and reports it with Optimizer::settle.
+struct StepGate {
+  Tensor found_inf;                 // F32 [1]: non-zero cancels the update
+  Tensor taken;                     // I32 [1]: j, the applied earlier updates since the settle
+  std::vector<double> lr_by_taken;  // lr_by_taken[j]: 1 to kMaxDeferredSteps rates
 };
 
 // What a checkpoint keeps of an optimizer: JSON scalars and named F32 tensors (moment buffers,
@@ -43,46 +44,37 @@ class Optimizer {
   const std::string& name() const { return name_; }
   const std::vector<Parameter>& params() const { return params_; }
 
-  // One update from the current gradients, which must be at true scale (never call it on
-  // still-scaled gradients: GradScaler::step does the unscale and the skip). Parameters that
-  // are frozen or have no gradient are left alone. Counts one step taken. One backend call
-  // per device: with parameters on two devices, a failure of the second call leaves the
-  // first device's parameters updated.
-  void step();
-  // Updates actually applied (resolved ones, for deferred steps); LR schedules read this, so a step that GradScaler skipped
-  // does not advance them.
+  // One update of the parameters, from their current gradients, which must be at true scale
+  // (never call it on still-scaled gradients: GradScaler::step does the unscale and the
+  // skip). One backend call per device: with parameters on two devices, a failure of the
+  // second call leaves the first device's parameters updated.
+  // - Without a gate: parameters that are frozen or have no gradient are left alone, and the
+  //   update counts as one step taken. Throws while gated updates are unsettled.
+  // - With a gate: every trainable parameter is updated, on the device, unless
+  //   gate->found_inf is non-zero, at the rate gate->lr_by_taken[j] where j is the device
+  //   count gate->taken; the host does not wait to learn which. The step counts once
+  //   settle() says it was applied. Throws, changing nothing, where an ungated step throws,
+  //   when a trainable parameter has no gradient (their step counts advance together, so
+  //   each needs one) or lives on another device than the gate's tensors, when a parameter
+  //   was frozen or unfrozen since the last settle, and for a table of rates outside
+  //   [1, kMaxDeferredSteps] entries or a rate that is negative, non-finite or beyond FP32.
+  void step(const StepGate* gate = nullptr);
+  // Updates actually applied (gated ones once settled); LR schedules read this, so a step
+  // that GradScaler skipped does not advance them.
   int64_t steps_taken() const { return steps_taken_; }
-
-  // ---- deferred steps: skipped or not, decided on the device (amp/deferred_steps.h) ----
-  // Queues one update of every trainable parameter that the device flag found_inf (F32 [1],
-  // on the parameters' device) cancels when non-zero; the host does not wait to learn which.
-  // An update uses lr_by_taken[j], where j counts the earlier unresolved deferred steps that
-  // were taken, so lr_by_taken holds at least deferred_pending() + 1 rates (lr_by_taken[0] is
-  // normally lr()) and at most kMaxDeferredSteps. DeferredSteps gives all kMaxDeferredSteps,
-  // the same for every step between two resolves, so that the tables the device reads stay
-  // byte for byte the same across those steps (which a captured CUDA graph relies on).
-  // steps_taken() does not count a deferred step until resolve_deferred().
-  // Throws, changing nothing, where step() throws, when a trainable parameter has no
-  // gradient (their step counts advance together, so each needs one), lives on another
-  // device than the first parameter (where found_inf and the count must be), or was frozen or
-  // unfrozen while steps are pending, when a regular step() is mixed in, and when
-  // kMaxDeferredSteps steps are already pending.
-  void step_deferred(const Tensor& found_inf, const std::vector<double>& lr_by_taken);
-  int64_t deferred_pending() const { return deferred_pending_; }
-  // Steps captured into a CUDA graph (apps/train/captured_step.h), whose replays queue the
-  // same work on the same tensors. Whether the next step_deferred() would find every buffer
-  // it writes already there (the device count; the moments, or the momentum buffers once an
-  // applied update has started them), instead of creating one: a captured step that created
-  // a buffer would reset it at every replay.
-  bool deferred_state_ready() const;
-  // Counts one more pending deferred step, queued by a replay of a captured step_deferred():
-  // throws as step_deferred does when kMaxDeferredSteps are pending, or when none is (a
-  // replay repeats a step of the same window).
-  void count_replayed_deferred_step();
-  // The host has read that `taken` (0 ..= deferred_pending()) of the pending steps were
-  // applied: counts them as steps taken, settles the concrete optimizer's state (buffers
-  // started by steps that were all skipped are dropped) and restarts the device count.
-  void resolve_deferred(int64_t taken);
+  // The host has read that `taken` of the gated updates since the last settle were applied
+  // (the gate's owner counts them, replays of a recorded update included): counts them as
+  // steps taken and settles the concrete optimizer's state (buffers started by gated updates
+  // that were all skipped are dropped). Nothing to do without unsettled updates.
+  void settle(int64_t taken);
+  // Whether gated updates wait for settle(): an ungated step, state_dict() and
+  // load_state_dict() refuse until then.
+  bool unsettled() const { return unsettled_; }
+  // Whether every buffer an update of the trainable parameters writes already exists (the
+  // moments, or the momentum buffers once an applied update has started them), so that an
+  // update creates none. A recorded step (apps/train/recorded_step.h) needs this: a
+  // recording that created a buffer would reset it at every replay.
+  bool buffers_started() const;
 
   // Drops every gradient (set_to_none) or zero-fills it.
   void zero_grad(bool set_to_none = true);
@@ -112,15 +104,15 @@ class Optimizer {
   // "<buffer>.<index>", index < params().size(), shaped like that parameter, listed once.
   virtual void load_state(const OptimizerState& state) = 0;
   // The updates of params()[i] for every i in `indices` (ascending; each has a gradient and
-  // all live on one device), in one backend call: immediate when `deferred` is null, else
-  // the deferred form queued by step_deferred. A throw leaves these parameters untouched.
-  virtual void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) = 0;
-  // Called by resolve_deferred with how many of the pending steps were taken; each of those
-  // updated every parameter for which updated_by_deferred() is true.
-  virtual void resolve_deferred_state(int64_t taken) = 0;
-  // deferred_state_ready()'s part for the concrete optimizer's buffers of params()[index].
+  // all live on one device), in one backend call: applied now when `gate` is null, else
+  // gated on the device as step(gate) says. A throw leaves these parameters untouched.
+  virtual void update_all(const std::vector<size_t>& indices, const StepGate* gate) = 0;
+  // Called by settle with how many of the gated updates were applied; each of those updated
+  // every parameter for which gated(index) is true.
+  virtual void settle_state(int64_t taken) = 0;
+  // buffers_started()'s part for the concrete optimizer's buffers of params()[index].
   virtual bool buffers_ready(size_t index) const = 0;
-  bool updated_by_deferred(size_t index) const { return deferred_trainable_.at(index); }
+  bool gated(size_t index) const { return gated_trainable_.at(index); }
   void set_initial_lr(double lr) { set_lr(lr); }
 
   // Helpers for load_state. The tensor stored as "<buffer>.<index>", or null.
@@ -137,14 +129,15 @@ class Optimizer {
   std::string name_;
   double lr_ = 0.0;
   int64_t steps_taken_ = 0;
-  int64_t deferred_pending_ = 0;
-  std::vector<bool> deferred_trainable_;  // the parameters the pending steps update
-  Tensor taken_on_device_;  // I32 [1], created by the first deferred step
+  bool unsettled_ = false;
+  std::vector<bool> gated_trainable_;  // the parameters the unsettled gated updates update
   // step()'s checks of every gradient that the update will read.
   void check_gradients(bool every_trainable_has_one) const;
-  void require_no_deferred(const char* call) const;
+  void require_settled(const char* call) const;
+  // step(gate)'s checks of the gate and of the parameters it updates.
+  void check_gate(const StepGate& gate) const;
   // update_all for the parameters at `indices`, one call per device.
-  void update_by_device(const std::vector<size_t>& indices, const DeferredUpdate* deferred);
+  void update_by_device(const std::vector<size_t>& indices, const StepGate* gate);
 };
 
 }  // namespace mixprec

@@ -33,7 +33,7 @@ SGD::SGD(std::vector<Parameter> params, SgdOptions options, std::string name)
                 "got momentum ", options_.momentum, " and dampening ", options_.dampening);
   set_initial_lr(options_.lr);
   momentum_.resize(this->params().size());
-  momentum_unresolved_.assign(this->params().size(), false);
+  momentum_unsettled_.assign(this->params().size(), false);
 }
 
 SgdHyper SGD::base_hyper(double lr) const {
@@ -46,23 +46,23 @@ SgdHyper SGD::base_hyper(double lr) const {
   return hyper;
 }
 
-SgdRateTable SGD::rate_table(const DeferredUpdate& deferred, bool unstarted) {
+SgdRateTable SGD::rate_table(const StepGate& gate, bool unstarted) {
   SgdRateTable table;
-  table.count = static_cast<int32_t>(deferred.lr_by_taken.size());
+  table.count = static_cast<int32_t>(gate.lr_by_taken.size());
   for (int32_t j = 0; j < table.count; ++j) {
-    table.entry[j].lr = static_cast<float>(deferred.lr_by_taken[static_cast<size_t>(j)]);
+    table.entry[j].lr = static_cast<float>(gate.lr_by_taken[static_cast<size_t>(j)]);
     table.entry[j].first_step = unstarted && j == 0 ? 1 : 0;
   }
   return table;
 }
 
-void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) {
+void SGD::update_all(const std::vector<size_t>& indices, const StepGate* gate) {
   const size_t n = indices.size();
   if (n == 0) return;
   const bool use_momentum = options_.momentum != 0.0;
   // Sized before any pointer into them is taken.
   std::vector<Tensor> masters(n), grads(n), buffers(n), workings(n);
-  std::vector<SgdRateTable> tables(deferred != nullptr ? n : 0);
+  std::vector<SgdRateTable> tables(gate != nullptr ? n : 0);
   std::vector<bool> started_here(n, false);
   std::vector<SgdParamStep> steps(n);
   for (size_t k = 0; k < n; ++k) {
@@ -77,17 +77,17 @@ void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* d
     bool unstarted = false;
     if (use_momentum) {
       buffers[k] = momentum_[index];
-      // Deferred: a buffer that no applied update has written yet; only the first taken
+      // Gated: a buffer that no applied update has written yet; only the first taken
       // step (j == 0) starts it from the gradient.
-      unstarted = !buffers[k].defined() || (deferred != nullptr && momentum_unresolved_[index]);
+      unstarted = !buffers[k].defined() || (gate != nullptr && momentum_unsettled_[index]);
       if (!buffers[k].defined()) {
         buffers[k] = Tensor::zeros(masters[k].shape(), DType::F32, masters[k].device());
         started_here[k] = true;
       }
       step.momentum = &buffers[k];
     }
-    if (deferred != nullptr) {
-      tables[k] = rate_table(*deferred, unstarted);
+    if (gate != nullptr) {
+      tables[k] = rate_table(*gate, unstarted);
       step.table = &tables[k];
     } else {
       step.hyper.first_step = unstarted;
@@ -98,11 +98,11 @@ void SGD::update_all(const std::vector<size_t>& indices, const DeferredUpdate* d
     step.working = workings[k].defined() ? &workings[k] : nullptr;
   }
   backend_for(masters.front().device())
-      .sgd_steps(steps, deferred != nullptr ? &deferred->taken : nullptr,
-                 deferred != nullptr ? &deferred->found_inf : nullptr);
+      .sgd_steps(steps, gate != nullptr ? &gate->taken : nullptr,
+                 gate != nullptr ? &gate->found_inf : nullptr);
   for (size_t k = 0; k < n; ++k) {
-    // A buffer started by a deferred step is confirmed only by a resolve that took a step.
-    if (deferred != nullptr && started_here[k]) momentum_unresolved_[indices[k]] = true;
+    // A buffer started by a gated step is confirmed only by a settle that took a step.
+    if (gate != nullptr && started_here[k]) momentum_unsettled_[indices[k]] = true;
     keep_update(indices[k], masters[k], workings[k], buffers[k]);
   }
 }
@@ -117,14 +117,14 @@ void SGD::keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buf
 }
 
 bool SGD::buffers_ready(size_t index) const {
-  return options_.momentum == 0.0 || (momentum_[index].defined() && !momentum_unresolved_[index]);
+  return options_.momentum == 0.0 || (momentum_[index].defined() && !momentum_unsettled_[index]);
 }
 
-void SGD::resolve_deferred_state(int64_t taken) {
+void SGD::settle_state(int64_t taken) {
   for (size_t i = 0; i < momentum_.size(); ++i) {
-    // Buffers started by deferred steps that were all skipped were never written.
-    if (momentum_unresolved_[i] && taken == 0) momentum_[i] = Tensor();
-    momentum_unresolved_[i] = false;
+    // Buffers started by gated steps that were all skipped were never written.
+    if (momentum_unsettled_[i] && taken == 0) momentum_[i] = Tensor();
+    momentum_unsettled_[i] = false;
   }
 }
 

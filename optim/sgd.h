@@ -31,14 +31,14 @@ class SGD final : public Optimizer {
   const char* type_name() const override { return "sgd"; }
 
  private:
-  void update_all(const std::vector<size_t>& indices, const DeferredUpdate* deferred) override;
-  void resolve_deferred_state(int64_t taken) override;
+  void update_all(const std::vector<size_t>& indices, const StepGate* gate) override;
+  void settle_state(int64_t taken) override;
   // Without momentum there is none; with it, a buffer that an applied update started.
   bool buffers_ready(size_t index) const override;
   SgdHyper base_hyper(double lr) const;
-  // The deferred rates for each possible count j of taken pending steps; `unstarted`: the
+  // The gated rates for each possible count j of applied earlier updates; `unstarted`: the
   // momentum buffer has no applied update yet, so entry 0 (the first taken step) starts it.
-  static SgdRateTable rate_table(const DeferredUpdate& deferred, bool unstarted);
+  static SgdRateTable rate_table(const StepGate& gate, bool unstarted);
   // Marks what an update wrote and keeps the buffer.
   void keep_update(size_t index, Tensor& master, Tensor& working, Tensor& buffer);
   // The momentum buffers as "momentum.<index>" (those defined); no scalars beyond the base's.
@@ -48,8 +48,8 @@ class SGD final : public Optimizer {
   void load_state(const OptimizerState& state) override;
   SgdOptions options_;
   std::vector<Tensor> momentum_;
-  // True for a buffer that deferred steps started and no resolve has confirmed yet.
-  std::vector<bool> momentum_unresolved_;
+  // True for a buffer that gated steps started and no settle has confirmed yet.
+  std::vector<bool> momentum_unsettled_;
 };
 
 }  // namespace mixprec

@@ -118,7 +118,7 @@ void RecordedStep::record(int64_t step, const StepHooks& hooks) {
 
 std::optional<Tensor> RecordedStep::take(int64_t step, const std::vector<Batch>& batches,
                                          const StepHooks& hooks) {
-  if (!graphs_->recorded() && !optimizer_.deferred_state_ready()) return std::nullopt;
+  if (!graphs_->recorded() && !optimizer_.buffers_started()) return std::nullopt;
   if (hooks.eager_only || !stage(batches)) {
     end_window();
     return std::nullopt;

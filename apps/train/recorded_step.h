@@ -7,7 +7,7 @@
 // - The microbatches are copied into fixed device tensors that the recording reads (index
 //   tensors keep their bounds, so the index checks need no device read).
 // - Without a recording in this window: once the optimizer's buffers all exist
-//   (Optimizer::deferred_state_ready), take_step runs as the recording's body (its
+//   (Optimizer::buffers_started), take_step runs as the recording's body (its
 //   host bookkeeping counts this step; nothing runs on the device then), and the recording
 //   is replayed once; before that, take() returns nullopt and the caller takes the step
 //   eagerly.

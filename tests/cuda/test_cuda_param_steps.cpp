@@ -651,8 +651,10 @@ TEST_CASE("cuda Adam over six FP16 parameters steps as on the CPU", "[cuda]") {
         params[i].working().set_grad(device.is_cpu() ? grads[kSteps][i].clone()
                                                      : grads[kSteps][i].to(device));
       }
-      opt->step_deferred(Tensor::zeros({1}, DType::F32, device), {opt->lr()});
-      opt->resolve_deferred(1);
+      const StepGate gate{Tensor::zeros({1}, DType::F32, device),
+                          Tensor::zeros({1}, DType::I32, device), {opt->lr()}};
+      opt->step(&gate);
+      opt->settle(1);
       CHECK(opt->steps_taken() == kSteps + 1);
       std::vector<Tensor> out;
       for (size_t i = 0; i < params.size(); ++i) {
@@ -706,12 +708,13 @@ TEST_CASE("cuda deferred Adam refuses parameters on two devices before updating 
   params[0].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}));
   params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
   const std::vector<float> before = params[0].master().to_float_vector();
-  CHECK_THROWS_WITH(adam.step_deferred(Tensor::zeros({1}), {adam.lr()}),
+  const StepGate on_cpu{Tensor::zeros({1}), Tensor::zeros({1}, DType::I32), {adam.lr()}};
+  CHECK_THROWS_WITH(adam.step(&on_cpu),
                     Catch::Contains("'on_gpu' is on cuda:0") &&
-                        Catch::Contains("keep the trainable parameters on one device"));
+                        Catch::Contains("keep the trainable parameters there"));
   CHECK(params[0].master().to_float_vector() == before);
   CHECK(params[1].master().to_float_vector() == std::vector<float>{3.0f, 4.0f});
-  CHECK(adam.deferred_pending() == 0);
+  CHECK_FALSE(adam.unsettled());
 }
 
 TEST_CASE("cuda deferred Adam runs on its trainable parameters' device past a frozen one",
@@ -722,13 +725,16 @@ TEST_CASE("cuda deferred Adam runs on its trainable parameters' device past a fr
   std::vector<Parameter> params = cpu_and_gpu_params("frozen_on_cpu", true);
   Adam adam(params);
   params[1].working().set_grad(Tensor::from_vector({0.5f, 0.5f}, {2}).to(gpu()));
-  adam.step_deferred(Tensor::zeros({1}, DType::F32, gpu()), {adam.lr()});
-  CHECK(adam.deferred_pending() == 1);
+  const StepGate on_gpu{Tensor::zeros({1}, DType::F32, gpu()),
+                        Tensor::zeros({1}, DType::I32, gpu()), {adam.lr()}};
+  adam.step(&on_gpu);
+  CHECK(adam.unsettled());
   CHECK(params[0].master().to_float_vector() == std::vector<float>{1.0f, 2.0f});
   CHECK(params[1].master().to_float_vector() != std::vector<float>{3.0f, 4.0f});
   // A flag on the frozen parameter's device is refused, naming the trainable one's.
-  CHECK_THROWS_WITH(adam.step_deferred(Tensor::zeros({1}), {adam.lr(), adam.lr()}),
-                    Catch::Contains("found_inf must be an F32 [1] tensor on cuda:0"));
+  const StepGate on_cpu{Tensor::zeros({1}), Tensor::zeros({1}, DType::I32), {adam.lr()}};
+  CHECK_THROWS_WITH(adam.step(&on_cpu), Catch::Contains("'on_gpu' is on cuda:0") &&
+                                            Catch::Contains("flag and count are on cpu"));
 }
 
 }  // namespace mixprec::cuda_test
