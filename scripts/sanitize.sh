@@ -18,7 +18,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 #   inject_nonfinite, torch checks) run the same code.
 # - "the peak-memory probe sees 64 MiB ...": it asserts that freed memory leaves the process,
 #   which ASan's quarantine of freed blocks prevents by design.
-# - "emulated:cuda: the CNN/GPT config trains on cuda:0 ...": 180 steps of each config on the
+# - "emulated:cuda: the CNN/GPT config trains on cuda:0 ...": 10 steps of each config per precision on the
 #   emulated CUDA backend; every kernel and library call they make is also in the shorter
 #   emulated agreement tests, which do run here.
 # - "emulated:gpu_check_dry_run": it checks scripts/gpu_check.sh's flow and tables; the CLI

@@ -165,20 +165,24 @@ void expect_cuda_follows_cpu(const std::string& label, const std::string& config
 #if MIXPREC_CUDA_EMULATION
 // On the emulated backend these are the longest tests of the suite by far: the CNN's 30 steps
 // in three precisions take three minutes, so FP16 alone runs there; the GPT's three took
-// 100 s, so FP32 is left out (65 s). The kernels of the precisions left out are covered by the
+// 100 s, so FP32 is left out. The kernels of the precisions left out are covered by the
 // agreement tests, and FP32 training on the CUDA backend by the MLP of
-// test_cuda_training.cpp. A GPU runs all three for both.
+// test_cuda_training.cpp. A wrong kernel moves the curve from the first steps on, so 10
+// steps check the emulated kernels; a GPU runs 30 steps of all three precisions for both, the
+// run its tolerances below were measured on.
 constexpr const char* kCnnPrecisions[] = {"fp16"};
 constexpr const char* kGptPrecisions[] = {"fp16", "bf16"};
+constexpr const char* kCurveSteps = "train.steps=10";
 #else
 constexpr const char* kCnnPrecisions[] = {"fp32", "fp16", "bf16"};
 constexpr const char* kGptPrecisions[] = {"fp32", "fp16", "bf16"};
+constexpr const char* kCurveSteps = "train.steps=30";
 #endif
 
 TEST_CASE("cuda: the CNN config trains on cuda:0 to the CPU's loss curve", "[cuda][train]") {
   MIXPREC_REQUIRE_CUDA();
   REQUIRE_FALSE(repo_root().empty());
-  std::vector<std::string> overrides = {"train.steps=30",     "train.batch_size=64",
+  std::vector<std::string> overrides = {kCurveSteps,          "train.batch_size=64",
                                         "data.limit_test=512", "train.log_every=1",
                                         "train.eval_every=0",  "checkpoint.every=0"};
   std::string data_label = "Fashion-MNIST";
@@ -223,7 +227,7 @@ TEST_CASE("cuda: the GPT config trains on cuda:0 to the CPU's loss curve", "[cud
   const std::vector<std::string> overrides = {
       "data.path=" + text.string(), "model.n_layer=2",     "model.n_embd=64",
       "model.n_head=2",             "model.block_size=64", "train.batch_size=16",
-      "train.steps=30",             "data.eval_batches=2", "train.log_every=1",
+      kCurveSteps,                  "data.eval_batches=2", "train.log_every=1",
       "train.eval_every=0",         "checkpoint.every=0",  "model.dropout=0.1",
   };
   for (const char* precision : kGptPrecisions) {
