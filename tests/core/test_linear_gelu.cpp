@@ -180,20 +180,6 @@ TEST_CASE("linear_gelu: in FP32 the same bits as gelu(linear), forward and backw
   }
 }
 
-TEST_CASE("linear_gelu: gradients match finite differences", "[gemm][epilogue]") {
-  const auto f = [](const std::vector<Tensor>& in) {
-    return ops::linear_gelu(in[0], in[1], in[2]);
-  };
-  Tensor x = random_tensor({2, 3, 5}, 21, -2.f, 2.f).set_requires_grad(true);
-  Tensor w = random_tensor({4, 5}, 22).set_requires_grad(true);
-  Tensor b = random_tensor({4}, 23).set_requires_grad(true);
-  gradcheck("linear_gelu", f, {x, w, b});
-  const auto f_nobias = [](const std::vector<Tensor>& in) {
-    return ops::linear_gelu(in[0], in[1]);
-  };
-  gradcheck("linear_gelu without bias", f_nobias, {x, w});
-}
-
 TEST_CASE("linear_gelu: FP16/BF16 forward and backward", "[gemm][epilogue]") {
   const Tensor x = random_tensor({4, 3, 40}, 31);
   const Tensor w = random_tensor({9, 40}, 32);

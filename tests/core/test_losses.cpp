@@ -79,15 +79,8 @@ TEST_CASE("cross_entropy keeps full precision far from zero", "[nn][cross_entrop
   }
 }
 
-TEST_CASE("cross_entropy gradient matches finite differences", "[nn][cross_entropy]") {
-  for (auto [n, c] : {std::pair<int64_t, int64_t>{5, 7}, {1, 3}, {13, 4}, {3, 1}}) {
-    Tensor logits = random_tensor({n, c}, 40 + c, -3.f, 3.f).set_requires_grad(true);
-    const Tensor labels = labels_for(n, c, 1);
-    gradcheck("cross_entropy",
-              [&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], labels); },
-              {logits});
-  }
-  // The analytic form: (softmax - onehot) / N.
+// The analytic form (softmax - onehot) / N; the finite differences are the op table's.
+TEST_CASE("cross_entropy gradient is (softmax - onehot) / N", "[nn][cross_entropy]") {
   Tensor logits = Tensor::from_vector({1.f, 2.f, 3.f, 0.f, 0.f, 0.f}, {2, 3}).set_requires_grad(true);
   ops::cross_entropy(logits, Tensor::from_ints({2, 0}, {2})).backward();
   const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
@@ -151,14 +144,8 @@ TEST_CASE("mse_loss matches a double reference", "[nn][mse_loss]") {
   }
 }
 
-TEST_CASE("mse_loss gradients match finite differences", "[nn][mse_loss]") {
-  for (const Shape& shape : {Shape{3, 7}, Shape{13}, Shape{1}}) {
-    Tensor a = random_tensor(shape, 8).set_requires_grad(true);
-    Tensor b = random_tensor(shape, 9).set_requires_grad(true);
-    gradcheck("mse_loss", [](const std::vector<Tensor>& in) { return ops::mse_loss(in[0], in[1]); },
-              {a, b});
-  }
-  // Only one input needing a gradient.
+// Only one input needing a gradient; the finite differences are the op table's.
+TEST_CASE("mse_loss gradient to one input only is 2 (a - b) / N", "[nn][mse_loss]") {
   Tensor a = random_tensor({4}, 10).set_requires_grad(true);
   const Tensor target = random_tensor({4}, 11);
   ops::mse_loss(a, target).backward();

@@ -1,12 +1,11 @@
 // max_pool2d and avg_pool2d: forwards against direct loops (PyTorch semantics: max ignores
-// padding, avg counts it), gradients against finite differences, FP16/BF16 against FP32,
-// and input validation.
+// padding, avg counts it) and input validation; their gradients and F16/BF16 results are the
+// op table's (tests/ops/op_table.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -42,16 +41,6 @@ std::vector<double> reference_pool(const Tensor& x, bool is_max, int64_t k, int6
         y.push_back(is_max ? best : sum / static_cast<double>(k * k));
       }
   return y;
-}
-
-// Distinct values at least 0.05 apart, shuffled, so that max pooling has no ties and a
-// finite-difference step of 3e-3 never changes the argmax.
-Tensor distinct_tensor(const Shape& shape, uint32_t seed) {
-  const int64_t n = shape_numel(shape);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = 0.05f * static_cast<float>(i - n / 2);
-  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
-  return Tensor::from_vector(v, shape);
 }
 
 void check_pool(const Tensor& x, bool is_max, int64_t k, int64_t s, int64_t p) {
@@ -149,55 +138,6 @@ TEST_CASE("pool2d math: max window rule, spans and divisor", "[gemm]") {
   CHECK(padding_only.begin >= padding_only.end);
 
   CHECK(avg_pool_inv_divisor(3, 2) == 1.0f / 6.0f);
-}
-
-TEST_CASE("pool2d: gradients match finite differences", "[gemm]") {
-  const auto max_fn = [](int64_t k, int64_t s, int64_t p) {
-    return [=](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], k, s, p); };
-  };
-  const auto avg_fn = [](int64_t k, int64_t s, int64_t p) {
-    return [=](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], k, s, p); };
-  };
-  Tensor x = distinct_tensor({2, 3, 5, 7}, 3).set_requires_grad(true);
-  gradcheck("max_pool2d k2", max_fn(2, -1, 0), {x});
-  gradcheck("max_pool2d k3 s2 p1", max_fn(3, 2, 1), {x});
-  gradcheck("max_pool2d k3 s1 p1", max_fn(3, 1, 1), {x});
-  Tensor xa = random_tensor({2, 3, 5, 7}, 4).set_requires_grad(true);
-  gradcheck("avg_pool2d k2", avg_fn(2, -1, 0), {xa});
-  gradcheck("avg_pool2d k3 s2 p1", avg_fn(3, 2, 1), {xa});
-  gradcheck("avg_pool2d k3 s1 p1", avg_fn(3, 1, 1), {xa});
-}
-
-TEST_CASE("pool2d: FP16/BF16 forward and backward", "[gemm]") {
-  const Tensor x = random_tensor({2, 4, 9, 9}, 5);
-  for (DType dtype : {DType::F16, DType::BF16}) {
-    check_low_precision(
-        "max_pool2d", [](const std::vector<Tensor>& in) { return ops::max_pool2d(in[0], 3, 2, 1); },
-        {x}, dtype);
-    check_low_precision(
-        "avg_pool2d", [](const std::vector<Tensor>& in) { return ops::avg_pool2d(in[0], 3, 2, 1); },
-        {x}, dtype);
-    const Tensor g = random_tensor({2, 4, 5, 5}, 6);
-    for (bool is_max : {true, false}) {
-      const LowPrecisionGrads grads = low_precision_grads(
-          [is_max](const std::vector<Tensor>& in) {
-            return is_max ? ops::max_pool2d(in[0], 3, 2, 1) : ops::avg_pool2d(in[0], 3, 2, 1);
-          },
-          {x}, g, dtype);
-      const double rtol = low_precision_rtol(dtype);
-      // Rounding x can move a max-pool argmax between near-equal values, so compare the
-      // max-pool gradient through its sum, which is the same wherever it lands.
-      if (is_max) {
-        const std::vector<float> gl = grads.low[0].to_float_vector(),
-                                 g32 = grads.reference[0].to_float_vector();
-        const double sl = std::accumulate(gl.begin(), gl.end(), 0.0);
-        const double s32 = std::accumulate(g32.begin(), g32.end(), 0.0);
-        CHECK(sl == Approx(s32).epsilon(rtol).margin(rtol * 10));
-      } else {
-        require_close(grads.low[0], grads.reference[0], rtol, rtol, "avg_pool2d dx");
-      }
-    }
-  }
 }
 
 TEST_CASE("pool2d: bad inputs name the op, shapes and dtypes", "[gemm]") {

@@ -96,28 +96,6 @@ TEST_CASE("sum and mean over dims match a double reference, with and without kee
   }
 }
 
-TEST_CASE("sum and mean gradients match finite differences", "[elementwise]") {
-  for (const DimsCase& c : dims_cases()) {
-    for (bool keepdim : {false, true}) {
-      Tensor x = random_tensor(c.shape, 21, -1.f, 1.f).set_requires_grad(true);
-      const std::vector<int64_t> dims = c.dims;
-      gradcheck("sum " + shape_str(c.shape) + " " + shape_str(dims),
-                [dims, keepdim](const std::vector<Tensor>& in) { return ops::sum(in[0], dims, keepdim); },
-                {x});
-      gradcheck("mean " + shape_str(c.shape) + " " + shape_str(dims),
-                [dims, keepdim](const std::vector<Tensor>& in) { return ops::mean(in[0], dims, keepdim); },
-                {x});
-    }
-  }
-  Tensor x = random_tensor({3, 5}, 23).set_requires_grad(true);
-  gradcheck("sum all", [](const std::vector<Tensor>& in) { return ops::sum(in[0]); }, {x});
-  gradcheck("mean all", [](const std::vector<Tensor>& in) { return ops::mean(in[0]); }, {x});
-  // A composite: the gradient of mean(x * x) over rows is 2x / cols.
-  gradcheck("mean of square", [](const std::vector<Tensor>& in) {
-    return ops::mean(ops::square(in[0]), {1});
-  }, {x});
-}
-
 TEST_CASE("sum and mean in F16 and BF16 accumulate in FP32 and backpropagate in their dtype",
           "[elementwise]") {
   const Tensor x = random_tensor({6, 5, 9}, 31, -1.f, 1.f);
