@@ -3,14 +3,11 @@
 //   - Tensors: cudnnSetTensor4dDescriptor in CUDNN_TENSOR_NCHW format, i.e. fully packed NCHW
 //     (the descriptor keeps the strides and the loops index through them). Filters:
 //     cudnnSetFilter4dDescriptor in CUDNN_TENSOR_NCHW format, i.e. packed KCRS.
-//   - 2-D convolution from cudnnSetConvolution2dDescriptor (padding, stride, dilation) and
-//     cudnnSetConvolutionGroupCount (the C input channels in groups of C / groups, each
-//     feeding K / groups outputs). Output extent per spatial axis, as
-//     cudnnGetConvolution2dForwardOutputDim gives it:
-//       1 + (in + 2 * pad - ((filter - 1) * dilation + 1)) / stride.
-//     Output pixel p reads input row p * stride - pad + r * dilation for filter tap r, zero
-//     outside the input; CUDNN_CROSS_CORRELATION multiplies it by w[k, c, r, s],
-//     CUDNN_CONVOLUTION by the flipped w[k, c, R - 1 - r, S - 1 - s].
+//   - 2-D cross-correlation from cudnnSetConvolution2dDescriptor (padding and stride; the
+//     backend's convolutions are ungrouped and undilated). Output extent per spatial axis, as
+//     cudnnGetConvolution2dForwardOutputDim gives it: 1 + (in + 2 * pad - filter) / stride.
+//     Output pixel p reads input row p * stride - pad + r for filter tap r, zero outside the
+//     input, and multiplies it by w[k, c, r, s].
 //   - cudnnConvolutionForward gives y from x and w, cudnnConvolutionBackwardData dx from dy and
 //     w (the adjoint in x), cudnnConvolutionBackwardFilter dw from x and dy (the adjoint in w).
 //     Each blends as alpha * result + beta * prior, alpha and beta host floats; the prior value
@@ -35,8 +32,7 @@
 //     refusal.
 // Descriptors are checked as cuDNN 9 checks them (its answers measured with 9.19 where they
 // differ from the API reference's lists): a descriptor NULL or never set, input channels
-// that are not the filter's times the group count, output channels not a multiple of the
-// group count, a dilated filter larger than the padded input, and a y (or dy) whose extents
+// other than the filter's, a filter larger than the padded input, and a y (or dy) whose extents
 // are not cudnnGetConvolution2dForwardOutputDim's are CUDNN_STATUS_BAD_PARAM, in every pass;
 // x, w and y of different data types are CUDNN_STATUS_NOT_SUPPORTED (the reference says
 // BAD_PARAM; the library answers NOT_SUPPORTED, and its heuristics then offer algorithms
@@ -45,7 +41,11 @@
 // Refused with CUDNN_STATUS_NOT_SUPPORTED, so that new use of the library is emulated on
 // purpose rather than ignored: other tensor formats (NHWC, NCHW_VECT_C), data types other
 // than the three, compute types other than FLOAT (TRUE_HALF_CONFIG, DOUBLE_CONFIG),
-// CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, and running an algorithm the heuristic did not offer.
+// CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_CONVOLUTION mode, a dilation other than 1, and
+// running an algorithm the heuristic did not offer; cudnnSetConvolutionGroupCount is not
+// defined. The emulation keeps what checks the backend's own use of the library: the
+// descriptors it builds, the passes' operands, the blend, the math types and the algorithm
+// choice, not the features it never asks for.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -83,14 +83,12 @@ struct cudnnFilterStruct {
   int k = 0, c = 0, r = 0, s = 0;
 };
 
-// A new descriptor has cuDNN's defaults: CUDNN_DEFAULT_MATH and one group.
+// A new descriptor has cuDNN's default math type, CUDNN_DEFAULT_MATH.
 struct cudnnConvolutionStruct {
   bool set = false;
-  int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
-  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1;
   cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  int groups = 1;
 };
 
 namespace {
@@ -225,9 +223,8 @@ inline float madd(float a, float b, float acc) {
 
 // Output extent of one spatial axis (cudnnGetConvolution2dForwardOutputDim's formula), or 0
 // when the dilated filter is larger than the padded input.
-int output_extent(int in, int filter, int pad, int stride, int dilation) {
-  const int64_t span = int64_t{filter - 1} * dilation + 1;
-  const int64_t room = int64_t{in} + 2 * int64_t{pad} - span;
+int output_extent(int in, int filter, int pad, int stride) {
+  const int64_t room = int64_t{in} + 2 * int64_t{pad} - filter;
   return room < 0 ? 0 : static_cast<int>(1 + room / stride);
 }
 
@@ -259,20 +256,18 @@ cudnnStatus_t forward_dims(const Names& nm, const cudnnTensorStruct* x, const cu
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": a descriptor is NULL");
   if (!x->set || !w->set || !conv->set)
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": a descriptor was created but never set");
-  if (int64_t{w->c} * conv->groups != x->c)
+  if (w->c != x->c)
     return fail(CUDNN_STATUS_BAD_PARAM,
                 fn + ": " + nm.x + " " + dims_str(*x) + " has " + std::to_string(x->c) +
                     " input channels but " + nm.w + " " + dims_str(*w) + " takes " +
-                    std::to_string(w->c) + " per group in " + std::to_string(conv->groups) +
-                    " group(s)");
-  const int p = output_extent(x->h, w->r, conv->pad_h, conv->stride_h, conv->dilation_h);
-  const int q = output_extent(x->w, w->s, conv->pad_w, conv->stride_w, conv->dilation_w);
+                    std::to_string(w->c));
+  const int p = output_extent(x->h, w->r, conv->pad_h, conv->stride_h);
+  const int q = output_extent(x->w, w->s, conv->pad_w, conv->stride_w);
   if (p == 0 || q == 0)
     return fail(CUDNN_STATUS_BAD_PARAM,
-                fn + ": " + nm.w + " " + dims_str(*w) + " with dilation " +
-                    std::to_string(conv->dilation_h) + "x" + std::to_string(conv->dilation_w) +
-                    " is larger than " + nm.x + " " + dims_str(*x) + " padded by " +
-                    std::to_string(conv->pad_h) + "x" + std::to_string(conv->pad_w));
+                fn + ": " + nm.w + " " + dims_str(*w) + " is larger than " + nm.x + " " +
+                    dims_str(*x) + " padded by " + std::to_string(conv->pad_h) + "x" +
+                    std::to_string(conv->pad_w));
   out[0] = x->n;
   out[1] = w->k;
   out[2] = p;
@@ -287,7 +282,6 @@ struct Problem {
   const cudnnFilterStruct* w;
   const cudnnConvolutionStruct* conv;
   const cudnnTensorStruct* y;
-  int k_per_group = 0;
 };
 
 cudnnStatus_t validate(const Names& nm, const cudnnTensorStruct* x, const cudnnFilterStruct* w,
@@ -299,11 +293,6 @@ cudnnStatus_t validate(const Names& nm, const cudnnTensorStruct* x, const cudnnF
   const cudnnStatus_t status = forward_dims(nm, x, w, conv, dims);
   if (status != CUDNN_STATUS_SUCCESS) return status;
   if (!y->set) return fail(CUDNN_STATUS_BAD_PARAM, fn + ": " + nm.y + " was never set");
-  if (w->k % conv->groups != 0)
-    return fail(CUDNN_STATUS_BAD_PARAM, fn + ": " + nm.w + " " + dims_str(*w) + " has " +
-                                            std::to_string(w->k) +
-                                            " output channels, not a multiple of the group count " +
-                                            std::to_string(conv->groups));
   if (y->n != dims[0] || y->c != dims[1] || y->h != dims[2] || y->w != dims[3])
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": " + nm.y + " is " + dims_str(*y) + " but " +
                                             nm.x + " " + dims_str(*x) + " convolved by " + nm.w +
@@ -314,16 +303,12 @@ cudnnStatus_t validate(const Names& nm, const cudnnTensorStruct* x, const cudnnF
                 fn + ": " + nm.x + ", " + nm.w + " and " + nm.y + " have different data types (" +
                     type_name(x->type) + ", " + type_name(w->type) + ", " + type_name(y->type) +
                     ")");
-  out = {x, w, conv, y, w->k / conv->groups};
+  out = {x, w, conv, y};
   return CUDNN_STATUS_SUCCESS;
 }
 
 int64_t at(const cudnnTensorStruct& t, int n, int c, int h, int w) {
   return n * t.stride_n + c * t.stride_c + h * t.stride_h + w * t.stride_w;
-}
-
-int64_t at(const cudnnFilterStruct& f, int k, int c, int r, int s) {
-  return ((int64_t{k} * f.c + c) * f.r + r) * f.s + s;
 }
 
 // The indices i in [0, count) with first + i * step in [0, extent).
@@ -339,16 +324,13 @@ Range inside(int first, int extent, int count, int step) {
 }
 
 // What every pass shares: the operands as packed float arrays (rounded to TF32 where the
-// math type allows it; the filter in the order of its taps, i.e. flipped under
-// CUDNN_CONVOLUTION, so that the loops below are all cross-correlations), the geometry and
-// the blend. Output pixel (p, q) reads input row p * stride_h - pad_h + r * dilation_h and
-// column q * stride_w - pad_w + s * dilation_w through tap (r, s).
+// math type allows it), the geometry and the blend. Output pixel (p, q) reads input row
+// p * stride_h - pad_h + r and column q * stride_w - pad_w + s through tap (r, s).
 class Pass2d {
  public:
   Pass2d(const Problem& pb, const void* alpha, const void* beta)
-      : x(*pb.x), w(*pb.w), y(*pb.y), conv(*pb.conv), k_per_group(pb.k_per_group),
+      : x(*pb.x), w(*pb.w), y(*pb.y), conv(*pb.conv),
         tf32_(pb.x->type == CUDNN_DATA_FLOAT && pb.conv->math != CUDNN_FMA_MATH),
-        flip_(pb.conv->mode == CUDNN_CONVOLUTION),
         alpha_(*static_cast<const float*>(alpha)),
         beta_(*static_cast<const float*>(beta)) {}
 
@@ -364,32 +346,21 @@ class Pass2d {
     return out;
   }
 
-  // The filter by taps: element (k, c, r, s) multiplies the input that tap (r, s) reads.
+  // The packed KCRS filter: element (k, c, r, s) multiplies the input that tap (r, s) reads.
   std::vector<float> taps(const void* base) const {
     std::vector<float> out(static_cast<size_t>(w.k) * w.c * w.r * w.s);
-    size_t i = 0;
-    for (int k = 0; k < w.k; ++k)
-      for (int c = 0; c < w.c; ++c)
-        for (int r = 0; r < w.r; ++r)
-          for (int s = 0; s < w.s; ++s)
-            out[i++] = round(load(w.type, base, at(w, k, c, tap(r, w.r), tap(s, w.s))));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = round(load(w.type, base, static_cast<int64_t>(i)));
     return out;
   }
 
-  // Stored filter index i on an axis of `extent` taps multiplies tap tap(i) of the window (its
-  // own inverse: tap(tap(i)) == i).
-  int tap(int i, int extent) const { return flip_ ? extent - 1 - i : i; }
-
   // The first input row output row p reads, and the taps r whose row lies inside the input.
   int row0(int p) const { return p * conv.stride_h - conv.pad_h; }
-  Range rows(int p) const { return inside(row0(p), x.h, w.r, conv.dilation_h); }
+  Range rows(int p) const { return inside(row0(p), x.h, w.r, 1); }
   // The input column output column q reads through tap s is q * stride_w + offset(s); the
   // output columns whose column lies inside the input.
-  int offset(int s) const { return s * conv.dilation_w - conv.pad_w; }
+  int offset(int s) const { return s - conv.pad_w; }
   Range cols(int s) const { return inside(offset(s), x.w, y.w, conv.stride_w); }
-
-  // The first input channel of output channel k's group.
-  int channel0(int k) const { return k / k_per_group * w.c; }
 
   void blend(cudnnDataType_t type, void* base, int64_t index, float result) const {
     const float scaled = alpha_ * result;
@@ -400,35 +371,32 @@ class Pass2d {
   const cudnnFilterStruct& w;
   const cudnnTensorStruct& y;
   const cudnnConvolutionStruct& conv;
-  const int k_per_group;
 
  private:
   float round(float v) const { return tf32_ ? to_tf32(v) : v; }
 
   bool tf32_;
-  bool flip_;
   float alpha_, beta_;
 };
 
-// y[n, k, p, q] = sum over the channels c of k's group and the taps (r, s) that land inside
-// the input, in that order, of x[n, c, row, column] * taps[k, c, r, s]. One output row at a
-// time, so that the innermost loop runs along it.
+// y[n, k, p, q] = sum over the channels c and the taps (r, s) that land inside the input, in
+// that order, of x[n, c, row, column] * w[k, c, r, s]. One output row at a time, so that the
+// innermost loop runs along it.
 void run_forward(const Pass2d& ps, const void* x_data, const void* w_data, void* y_data) {
   const cudnnTensorStruct &x = ps.x, &y = ps.y;
   const cudnnFilterStruct& w = ps.w;
-  const int dh = ps.conv.dilation_h, sw = ps.conv.stride_w;
+  const int sw = ps.conv.stride_w;
   const std::vector<float> xf = ps.operand(x, x_data), wf = ps.taps(w_data);
   std::vector<float> acc(y.w);
   for (int n = 0; n < y.n; ++n) {
     for (int k = 0; k < y.c; ++k) {
-      const int c0 = ps.channel0(k);
       for (int p = 0; p < y.h; ++p) {
         std::fill(acc.begin(), acc.end(), 0.0f);
         const Range rows = ps.rows(p);
         for (int c = 0; c < w.c; ++c) {
           for (int r = rows.lo; r < rows.hi; ++r) {
             const float* xrow =
-                &xf[((static_cast<size_t>(n) * x.c + c0 + c) * x.h + ps.row0(p) + r * dh) * x.w];
+                &xf[((static_cast<size_t>(n) * x.c + c) * x.h + ps.row0(p) + r) * x.w];
             const float* wr = &wf[((static_cast<size_t>(k) * w.c + c) * w.r + r) * w.s];
             for (int s = 0; s < w.s; ++s) {
               const Range cols = ps.cols(s);
@@ -445,27 +413,26 @@ void run_forward(const Pass2d& ps, const void* x_data, const void* w_data, void*
   }
 }
 
-// The adjoint of run_forward in x: dx[n, c, h, col] sums dy[n, k, p, q] * taps[k, c, r, s]
-// over the output channels k of c's group and the taps (r, s), in that order (as the forward
-// sums over c, r, s), where (p, q) is the output pixel that reads input (h, col) through tap
-// (r, s). One input row at a time.
+// The adjoint of run_forward in x: dx[n, c, h, col] sums dy[n, k, p, q] * w[k, c, r, s] over
+// the output channels k and the taps (r, s), in that order (as the forward sums over c, r, s),
+// where (p, q) is the output pixel that reads input (h, col) through tap (r, s). One input row
+// at a time.
 void run_backward_data(const Pass2d& ps, const void* w_data, const void* dy_data,
                        void* dx_data) {
   const cudnnTensorStruct &x = ps.x, &y = ps.y;
   const cudnnFilterStruct& w = ps.w;
-  const int ph = ps.conv.pad_h, sh = ps.conv.stride_h, dh = ps.conv.dilation_h;
+  const int ph = ps.conv.pad_h, sh = ps.conv.stride_h;
   const int sw = ps.conv.stride_w;
   const std::vector<float> dyf = ps.operand(y, dy_data), wf = ps.taps(w_data);
   std::vector<float> acc(x.w);
   for (int n = 0; n < x.n; ++n) {
-    for (int ci = 0; ci < x.c; ++ci) {
-      const int c = ci % w.c, k0 = ci / w.c * ps.k_per_group;
+    for (int c = 0; c < x.c; ++c) {
       for (int h = 0; h < x.h; ++h) {
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int k = k0; k < k0 + ps.k_per_group; ++k) {
+        for (int k = 0; k < w.k; ++k) {
           for (int r = 0; r < w.r; ++r) {
-            // Output row p reads input row p * sh - ph + r * dh.
-            const int t = h + ph - r * dh;
+            // Output row p reads input row p * sh - ph + r.
+            const int t = h + ph - r;
             if (t < 0 || t % sh != 0 || t / sh >= y.h) continue;
             const float* g = &dyf[((static_cast<size_t>(n) * y.c + k) * y.h + t / sh) * y.w];
             const float* wr = &wf[((static_cast<size_t>(k) * w.c + c) * w.r + r) * w.s];
@@ -479,32 +446,30 @@ void run_backward_data(const Pass2d& ps, const void* w_data, const void* dy_data
           }
         }
         for (int col = 0; col < x.w; ++col)
-          ps.blend(x.type, dx_data, at(x, n, ci, h, col), acc[col]);
+          ps.blend(x.type, dx_data, at(x, n, c, h, col), acc[col]);
       }
     }
   }
 }
 
 // The adjoint of run_forward in w: tap (r, s) of (k, c) sums dy[n, k, p, q] times the input
-// it read, over (n, p, q) in order; stored filter element (k, c, i, j) is tap
-// (tap(i), tap(j)).
+// it read, over (n, p, q) in order.
 void run_backward_filter(const Pass2d& ps, const void* x_data, const void* dy_data,
                          void* dw_data) {
   const cudnnTensorStruct &x = ps.x, &y = ps.y;
   const cudnnFilterStruct& w = ps.w;
-  const int dh = ps.conv.dilation_h, sw = ps.conv.stride_w;
+  const int sw = ps.conv.stride_w;
   const std::vector<float> xf = ps.operand(x, x_data), dyf = ps.operand(y, dy_data);
   std::vector<float> acc(static_cast<size_t>(w.k) * w.c * w.r * w.s, 0.0f);
   for (int n = 0; n < y.n; ++n) {
     for (int k = 0; k < y.c; ++k) {
-      const int c0 = ps.channel0(k);
       for (int p = 0; p < y.h; ++p) {
         const float* g = &dyf[((static_cast<size_t>(n) * y.c + k) * y.h + p) * y.w];
         const Range rows = ps.rows(p);
         for (int c = 0; c < w.c; ++c) {
           for (int r = rows.lo; r < rows.hi; ++r) {
             const float* xrow =
-                &xf[((static_cast<size_t>(n) * x.c + c0 + c) * x.h + ps.row0(p) + r * dh) * x.w];
+                &xf[((static_cast<size_t>(n) * x.c + c) * x.h + ps.row0(p) + r) * x.w];
             float* ar = &acc[((static_cast<size_t>(k) * w.c + c) * w.r + r) * w.s];
             for (int s = 0; s < w.s; ++s) {
               const Range cols = ps.cols(s);
@@ -518,13 +483,8 @@ void run_backward_filter(const Pass2d& ps, const void* x_data, const void* dy_da
       }
     }
   }
-  for (int k = 0; k < w.k; ++k)
-    for (int c = 0; c < w.c; ++c)
-      for (int i = 0; i < w.r; ++i)
-        for (int j = 0; j < w.s; ++j)
-          ps.blend(w.type, dw_data, at(w, k, c, i, j),
-                   acc[((static_cast<size_t>(k) * w.c + c) * w.r + ps.tap(i, w.r)) * w.s +
-                       ps.tap(j, w.s)]);
+  for (size_t i = 0; i < acc.size(); ++i)
+    ps.blend(w.type, dw_data, static_cast<int64_t>(i), acc[i]);
 }
 
 // The algorithm queries: a BAD_PARAM problem is the call's status; otherwise the first
@@ -632,9 +592,9 @@ cudnnStatus_t queue_pass(const char* fn, cudnnHandle_t handle, const Problem& pb
   const auto copies = std::make_shared<const Copies>(Copies{*pb.x, *pb.w, *pb.conv, *pb.y});
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const cudaError_t queued =
-      mixprec::emulation::enqueue(handle->stream, [copies, k = pb.k_per_group, a, b, run] {
+      mixprec::emulation::enqueue(handle->stream, [copies, a, b, run] {
         if (mixprec::emulation::host_only()) return;
-        const Problem local{&copies->x, &copies->w, &copies->conv, &copies->y, k};
+        const Problem local{&copies->x, &copies->w, &copies->conv, &copies->y};
         run(Pass2d(local, &a, &b));
       });
   if (queued != cudaSuccess)
@@ -791,6 +751,13 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
   if (mode != CUDNN_CONVOLUTION && mode != CUDNN_CROSS_CORRELATION)
     return fail(CUDNN_STATUS_BAD_PARAM,
                 fn + ": invalid mode " + std::to_string(static_cast<int>(mode)));
+  if (mode == CUDNN_CONVOLUTION)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED,
+                fn + ": CUDNN_CONVOLUTION is not emulated (CUDNN_CROSS_CORRELATION is)");
+  if (dilation_h != 1 || dilation_w != 1)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED, fn + ": dilation " + std::to_string(dilation_h) +
+                                                "x" + std::to_string(dilation_w) +
+                                                " is not emulated (1x1 is)");
   if (static_cast<int>(compute) < 0)
     return fail(CUDNN_STATUS_BAD_PARAM, fn + ": invalid computeType " + type_name(compute));
   if (compute != CUDNN_DATA_FLOAT)
@@ -801,9 +768,6 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
   desc->pad_w = pad_w;
   desc->stride_h = u;
   desc->stride_w = v;
-  desc->dilation_h = dilation_h;
-  desc->dilation_w = dilation_w;
-  desc->mode = mode;
   desc->compute = compute;
   return CUDNN_STATUS_SUCCESS;
 }
@@ -823,16 +787,6 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
       return fail(CUDNN_STATUS_BAD_PARAM,
                   fn + ": invalid mathType " + std::to_string(static_cast<int>(math)));
   }
-}
-
-cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t desc, int groups) {
-  const std::string fn = "cudnnSetConvolutionGroupCount";
-  if (desc == nullptr) return fail(CUDNN_STATUS_BAD_PARAM, fn + ": convDesc is NULL");
-  if (groups < 1)
-    return fail(CUDNN_STATUS_BAD_PARAM,
-                fn + ": groupCount " + std::to_string(groups) + " is not positive");
-  desc->groups = groups;
-  return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t conv,

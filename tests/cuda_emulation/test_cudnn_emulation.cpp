@@ -1,7 +1,7 @@
 // The emulated cuDNN convolutions (cuda/emulation/cudnn_emulation.cpp) against cuDNN's
-// documented semantics: small convolutions worked by hand in both modes with padding, stride
-// and dilation; grouped, batched problems against a direct evaluation of the definition, and
-// the backward passes through the adjoint identities
+// documented semantics, for what the backend uses (cross-correlation, padding, stride): small
+// convolutions worked by hand; batched problems against a direct evaluation of the
+// definition, and the backward passes through the adjoint identities
 //   <conv(x, w), dy> == <x, backward_data(dy, w)> == <w, backward_filter(x, dy)>
 // on small integers (every sum exact in FP32); the alpha/beta blend with a NaN output and
 // beta 0; one rounding after FP32 accumulation for 16-bit data, TF32 only when the math type
@@ -70,20 +70,17 @@ class FilterDesc {
 };
 
 struct Geometry {
-  int pad = 0, stride = 1, dilation = 1;
-  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  int groups = 1;
+  int pad = 0, stride = 1;
 };
 
 class ConvDesc {
  public:
   explicit ConvDesc(const Geometry& g, cudnnMathType_t math = CUDNN_FMA_MATH) {
     REQUIRE(cudnnCreateConvolutionDescriptor(&d_) == CUDNN_STATUS_SUCCESS);
-    REQUIRE(cudnnSetConvolution2dDescriptor(d_, g.pad, g.pad, g.stride, g.stride, g.dilation,
-                                            g.dilation, g.mode, CUDNN_DATA_FLOAT) ==
+    REQUIRE(cudnnSetConvolution2dDescriptor(d_, g.pad, g.pad, g.stride, g.stride, 1, 1,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) ==
             CUDNN_STATUS_SUCCESS);
     REQUIRE(cudnnSetConvolutionMathType(d_, math) == CUDNN_STATUS_SUCCESS);
-    if (g.groups != 1) REQUIRE(cudnnSetConvolutionGroupCount(d_, g.groups) == CUDNN_STATUS_SUCCESS);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d_); }
   ConvDesc(const ConvDesc&) = delete;
@@ -146,15 +143,13 @@ std::vector<float> convolve_3x3(const Geometry& g, int out) {
 struct Problem {
   int n, c, h, w, k, r, s;
   Geometry g;
-  int p() const { return 1 + (h + 2 * g.pad - ((r - 1) * g.dilation + 1)) / g.stride; }
-  int q() const { return 1 + (w + 2 * g.pad - ((s - 1) * g.dilation + 1)) / g.stride; }
-  int cg() const { return c / g.groups; }
+  int p() const { return 1 + (h + 2 * g.pad - r) / g.stride; }
+  int q() const { return 1 + (w + 2 * g.pad - s) / g.stride; }
 };
 
-// The input zero-padded by g.pad on every side and the filter flipped in both spatial axes
-// under CUDNN_CONVOLUTION; then y[n, k, p, q] = sum over the cg channels of k's group and the
-// taps (i, j) of padded[n, group * cg + c, p * stride + i * dilation, q * stride + j * dilation]
-// * filter[k, c, i, j]. Sums in double; the integer data keep every value exact.
+// The input zero-padded by g.pad on every side; then y[n, k, p, q] = sum over the channels c
+// and the taps (i, j) of padded[n, c, p * stride + i, q * stride + j] * w[k, c, i, j]. Sums in
+// double; the integer data keep every value exact.
 std::vector<double> reference_forward(const Problem& pb, const std::vector<float>& x,
                                       const std::vector<float>& w) {
   const int hp = pb.h + 2 * pb.g.pad, wp = pb.w + 2 * pb.g.pad;
@@ -165,28 +160,18 @@ std::vector<double> reference_forward(const Problem& pb, const std::vector<float
         for (int j = 0; j < pb.w; ++j)
           padded[((n * pb.c + c) * hp + i + pb.g.pad) * wp + j + pb.g.pad] =
               x[((n * pb.c + c) * pb.h + i) * pb.w + j];
-  std::vector<double> filter(w.size());
-  const bool flip = pb.g.mode == CUDNN_CONVOLUTION;
-  for (int k = 0; k < pb.k; ++k)
-    for (int c = 0; c < pb.cg(); ++c)
-      for (int i = 0; i < pb.r; ++i)
-        for (int j = 0; j < pb.s; ++j)
-          filter[((k * pb.cg() + c) * pb.r + i) * pb.s + j] =
-              w[((k * pb.cg() + c) * pb.r + (flip ? pb.r - 1 - i : i)) * pb.s +
-                (flip ? pb.s - 1 - j : j)];
-  const int kg = pb.k / pb.g.groups;
   std::vector<double> y(static_cast<size_t>(pb.n) * pb.k * pb.p() * pb.q(), 0.0);
   for (int n = 0; n < pb.n; ++n)
     for (int k = 0; k < pb.k; ++k)
       for (int p = 0; p < pb.p(); ++p)
         for (int q = 0; q < pb.q(); ++q) {
           double sum = 0.0;
-          for (int c = 0; c < pb.cg(); ++c)
+          for (int c = 0; c < pb.c; ++c)
             for (int i = 0; i < pb.r; ++i)
               for (int j = 0; j < pb.s; ++j)
-                sum += padded[((n * pb.c + k / kg * pb.cg() + c) * hp + p * pb.g.stride +
-                               i * pb.g.dilation) * wp + q * pb.g.stride + j * pb.g.dilation] *
-                       filter[((k * pb.cg() + c) * pb.r + i) * pb.s + j];
+                sum += padded[((n * pb.c + c) * hp + p * pb.g.stride + i) * wp +
+                              q * pb.g.stride + j] *
+                       w[((k * pb.c + c) * pb.r + i) * pb.s + j];
           y[((n * pb.k + k) * pb.p() + p) * pb.q() + q] = sum;
         }
   return y;
@@ -207,21 +192,15 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("emulated cuDNN forward convolution matches hand-worked numbers in both modes",
+TEST_CASE("emulated cuDNN forward cross-correlation matches hand-worked numbers",
           "[cuda_emulation]") {
   // x = [1 2 3; 4 5 6; 7 8 9], w = [1 2; 3 4].
   // Cross-correlation: y[0][0] = 1*1 + 2*2 + 4*3 + 5*4 = 37, and so on.
   CHECK(convolve_3x3({}, 2) == std::vector<float>{37, 47, 67, 77});
-  // Convolution multiplies by the flipped filter [4 3; 2 1]: 1*4 + 2*3 + 4*2 + 5*1 = 23.
-  CHECK(convolve_3x3({.mode = CUDNN_CONVOLUTION}, 2) == std::vector<float>{23, 33, 53, 63});
   // Padding 1, stride 2: 1 + (3 + 2 - 2) / 2 = 2 outputs per axis, reading the padded rows and
   // columns {0, 1} and {2, 3}: [0 0; 0 1].w = 4, [0 0; 2 3].w = 18, [0 4; 0 7].w = 36,
   // [5 6; 8 9].w = 77.
   CHECK(convolve_3x3({.pad = 1, .stride = 2}, 2) == std::vector<float>{4, 18, 36, 77});
-  // Dilation 2: the taps reach x at (0,0), (0,2), (2,0), (2,2) = 1, 3, 7, 9; one output.
-  CHECK(convolve_3x3({.dilation = 2}, 1) == std::vector<float>{1 * 1 + 3 * 2 + 7 * 3 + 9 * 4});
-  CHECK(convolve_3x3({.dilation = 2, .mode = CUDNN_CONVOLUTION}, 1) ==
-        std::vector<float>{1 * 4 + 3 * 3 + 7 * 2 + 9 * 1});
 
   // cudnnGetConvolution2dForwardOutputDim gives the same extents.
   TensorDesc xd(CUDNN_DATA_FLOAT, 1, 1, 3, 3);
@@ -231,67 +210,46 @@ TEST_CASE("emulated cuDNN forward convolution matches hand-worked numbers in bot
   REQUIRE(cudnnGetConvolution2dForwardOutputDim(strided.get(), xd.get(), wd.get(), &n, &c, &hh,
                                                 &ww) == CUDNN_STATUS_SUCCESS);
   CHECK((n == 1 && c == 1 && hh == 2 && ww == 2));
-  ConvDesc dilated({.dilation = 2});
-  REQUIRE(cudnnGetConvolution2dForwardOutputDim(dilated.get(), xd.get(), wd.get(), &n, &c, &hh,
-                                                &ww) == CUDNN_STATUS_SUCCESS);
-  CHECK((hh == 1 && ww == 1));
 }
 
-TEST_CASE("emulated cuDNN backward passes match hand-worked numbers in both modes",
-          "[cuda_emulation]") {
+TEST_CASE("emulated cuDNN backward passes match hand-worked numbers", "[cuda_emulation]") {
   Handle h;
   TensorDesc xd(CUDNN_DATA_FLOAT, 1, 1, 3, 3), yd(CUDNN_DATA_FLOAT, 1, 1, 2, 2);
   FilterDesc wd(CUDNN_DATA_FLOAT, 1, 1, 2, 2);
   const std::vector<float> ones(4, 1.0f);
-  SECTION("cross-correlation") {
-    ConvDesc cd({});
-    // With dy = 1 everywhere, dx[i][j] sums the filter taps that read x[i][j].
-    std::vector<float> dx(9, kNaN);
-    REQUIRE(backward_data(h, 1.0f, wd, kFilter.data(), yd, ones.data(), cd, 0.0f, xd, dx.data()) ==
-            CUDNN_STATUS_SUCCESS);
-    CHECK(dx == std::vector<float>{1, 1 + 2, 2, 1 + 3, 1 + 2 + 3 + 4, 2 + 4, 3, 3 + 4, 4});
-    // dw[r][s] sums the x that tap (r, s) reads: x[0..1][0..1] for tap (0, 0), and so on.
-    std::vector<float> dw(4, kNaN);
-    REQUIRE(backward_filter(h, 1.0f, xd, kImage.data(), yd, ones.data(), cd, 0.0f, wd,
-                            dw.data()) == CUDNN_STATUS_SUCCESS);
-    CHECK(dw == std::vector<float>{1 + 2 + 4 + 5, 2 + 3 + 5 + 6, 4 + 5 + 7 + 8, 5 + 6 + 8 + 9});
-  }
-  SECTION("convolution") {
-    ConvDesc cd({.mode = CUDNN_CONVOLUTION});
-    // The flipped filter [4 3; 2 1] in place of [1 2; 3 4].
-    std::vector<float> dx(9, kNaN);
-    REQUIRE(backward_data(h, 1.0f, wd, kFilter.data(), yd, ones.data(), cd, 0.0f, xd, dx.data()) ==
-            CUDNN_STATUS_SUCCESS);
-    CHECK(dx == std::vector<float>{4, 4 + 3, 3, 4 + 2, 4 + 3 + 2 + 1, 3 + 1, 2, 2 + 1, 1});
-    // Stored w[i][j] is tap (1 - i, 1 - j), so the sums come in reverse order.
-    std::vector<float> dw(4, kNaN);
-    REQUIRE(backward_filter(h, 1.0f, xd, kImage.data(), yd, ones.data(), cd, 0.0f, wd,
-                            dw.data()) == CUDNN_STATUS_SUCCESS);
-    CHECK(dw == std::vector<float>{5 + 6 + 8 + 9, 4 + 5 + 7 + 8, 2 + 3 + 5 + 6, 1 + 2 + 4 + 5});
-  }
+  ConvDesc cd({});
+  // With dy = 1 everywhere, dx[i][j] sums the filter taps that read x[i][j].
+  std::vector<float> dx(9, kNaN);
+  REQUIRE(backward_data(h, 1.0f, wd, kFilter.data(), yd, ones.data(), cd, 0.0f, xd, dx.data()) ==
+          CUDNN_STATUS_SUCCESS);
+  CHECK(dx == std::vector<float>{1, 1 + 2, 2, 1 + 3, 1 + 2 + 3 + 4, 2 + 4, 3, 3 + 4, 4});
+  // dw[r][s] sums the x that tap (r, s) reads: x[0..1][0..1] for tap (0, 0), and so on.
+  std::vector<float> dw(4, kNaN);
+  REQUIRE(backward_filter(h, 1.0f, xd, kImage.data(), yd, ones.data(), cd, 0.0f, wd, dw.data()) ==
+          CUDNN_STATUS_SUCCESS);
+  CHECK(dw == std::vector<float>{1 + 2 + 4 + 5, 2 + 3 + 5 + 6, 4 + 5 + 7 + 8, 5 + 6 + 8 + 9});
 }
 
-TEST_CASE("emulated cuDNN grouped batched convolutions match the definition and their adjoints",
+TEST_CASE("emulated cuDNN batched convolutions match the definition and their adjoints",
           "[cuda_emulation]") {
   const std::vector<Problem> problems = {
       {2, 3, 6, 5, 4, 3, 2, {.pad = 1, .stride = 1}},
-      {2, 4, 7, 7, 6, 3, 3, {.pad = 2, .stride = 2, .dilation = 2, .groups = 2}},
-      {1, 6, 8, 5, 3, 2, 3, {.pad = 0, .stride = 3, .mode = CUDNN_CONVOLUTION, .groups = 3}},
-      {3, 2, 5, 6, 2, 3, 3, {.pad = 1, .stride = 2, .dilation = 2, .mode = CUDNN_CONVOLUTION}},
+      {2, 4, 7, 7, 6, 3, 3, {.pad = 2, .stride = 2}},
+      {1, 6, 8, 5, 3, 2, 3, {.pad = 0, .stride = 3}},
+      {3, 2, 5, 6, 2, 3, 3, {.pad = 1, .stride = 2}},
   };
   std::mt19937 rng(7);
   Handle h;
   for (const Problem& pb : problems) {
     INFO("x [" << pb.n << "," << pb.c << "," << pb.h << "," << pb.w << "], w [" << pb.k << ","
-               << pb.cg() << "," << pb.r << "," << pb.s << "], pad " << pb.g.pad << ", stride "
-               << pb.g.stride << ", dilation " << pb.g.dilation << ", groups " << pb.g.groups
-               << (pb.g.mode == CUDNN_CONVOLUTION ? ", convolution" : ", cross-correlation"));
+               << pb.c << "," << pb.r << "," << pb.s << "], pad " << pb.g.pad << ", stride "
+               << pb.g.stride);
     TensorDesc xd(CUDNN_DATA_FLOAT, pb.n, pb.c, pb.h, pb.w);
     TensorDesc yd(CUDNN_DATA_FLOAT, pb.n, pb.k, pb.p(), pb.q());
-    FilterDesc wd(CUDNN_DATA_FLOAT, pb.k, pb.cg(), pb.r, pb.s);
+    FilterDesc wd(CUDNN_DATA_FLOAT, pb.k, pb.c, pb.r, pb.s);
     ConvDesc cd(pb.g);
     const std::vector<float> x = small_integers(size_t(pb.n) * pb.c * pb.h * pb.w, rng);
-    const std::vector<float> w = small_integers(size_t(pb.k) * pb.cg() * pb.r * pb.s, rng);
+    const std::vector<float> w = small_integers(size_t(pb.k) * pb.c * pb.r * pb.s, rng);
     const std::vector<float> dy = small_integers(size_t(pb.n) * pb.k * pb.p() * pb.q(), rng);
 
     std::vector<float> y(dy.size(), kNaN);
@@ -580,12 +538,13 @@ TEST_CASE("emulated cuDNN refuses inconsistent descriptors with the documented s
     TensorDesc y2c(CUDNN_DATA_FLOAT, 1, 2, 2, 2);
     CHECK(forward(h, 1.0f, x, xv.data(), w, wv.data(), cd, 0.0f, y2c, yv.data()) ==
           CUDNN_STATUS_BAD_PARAM);
-    // A dilated filter larger than the padded input.
-    ConvDesc wide({.dilation = 3});
-    CHECK(forward(h, 1.0f, x, xv.data(), w, wv.data(), wide, 0.0f, y, yv.data()) ==
+    // A filter larger than the padded input.
+    FilterDesc w4(CUDNN_DATA_FLOAT, 1, 1, 4, 4);
+    CHECK(forward(h, 1.0f, x, xv.data(), w4, wv.data(), cd, 0.0f, y, yv.data()) ==
           CUDNN_STATUS_BAD_PARAM);
+    CHECK(last_error().find("is larger than xDesc") != std::string::npos);
     int n, c, hh, ww;
-    CHECK(cudnnGetConvolution2dForwardOutputDim(wide.get(), x.get(), w.get(), &n, &c, &hh, &ww) ==
+    CHECK(cudnnGetConvolution2dForwardOutputDim(cd.get(), x.get(), w4.get(), &n, &c, &hh, &ww) ==
           CUDNN_STATUS_BAD_PARAM);
   }
 
@@ -605,18 +564,6 @@ TEST_CASE("emulated cuDNN refuses inconsistent descriptors with the documented s
     size_t bytes = 0;
     CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.get(), x2.get(), w.get(), cd.get(), y.get(),
                                                   kFwd, &bytes) == CUDNN_STATUS_BAD_PARAM);
-    // With two groups the two channels are right for the one-channel filter, but one output
-    // channel cannot be split in two groups.
-    ConvDesc grouped({.groups = 2});
-    CHECK(forward(h, 1.0f, x2, xv.data(), w, wv.data(), grouped, 0.0f, y, yv.data()) ==
-          CUDNN_STATUS_BAD_PARAM);
-    CHECK(last_error().find("not a multiple of the group count 2") != std::string::npos);
-    CHECK(backward_data(h, 1.0f, w, wv.data(), y, yv.data(), grouped, 0.0f, x2, xv.data()) ==
-          CUDNN_STATUS_BAD_PARAM);
-    FilterDesc w2(CUDNN_DATA_FLOAT, 2, 1, 2, 2);
-    TensorDesc y2(CUDNN_DATA_FLOAT, 1, 2, 2, 2);
-    CHECK(forward(h, 1.0f, x2, xv.data(), w2, wv.data(), grouped, 0.0f, y2, yv.data()) ==
-          CUDNN_STATUS_SUCCESS);
   }
 
   SECTION("data types that differ") {
@@ -683,7 +630,13 @@ TEST_CASE("emulated cuDNN refuses inconsistent descriptors with the documented s
                                           CUDNN_DATA_HALF) == CUDNN_STATUS_NOT_SUPPORTED);
     CHECK(cudnnSetConvolutionMathType(c, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) ==
           CUDNN_STATUS_NOT_SUPPORTED);
-    CHECK(cudnnSetConvolutionGroupCount(c, 0) == CUDNN_STATUS_BAD_PARAM);
+    // What the backend never asks for is refused rather than emulated.
+    CHECK(cudnnSetConvolution2dDescriptor(c, 0, 0, 1, 1, 1, 1, CUDNN_CONVOLUTION,
+                                          CUDNN_DATA_FLOAT) == CUDNN_STATUS_NOT_SUPPORTED);
+    CHECK(last_error().find("CUDNN_CONVOLUTION is not emulated") != std::string::npos);
+    CHECK(cudnnSetConvolution2dDescriptor(c, 0, 0, 1, 1, 2, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT) == CUDNN_STATUS_NOT_SUPPORTED);
+    CHECK(last_error().find("dilation 2x1 is not emulated") != std::string::npos);
     cudnnDestroyConvolutionDescriptor(c);
 
     CHECK(forward(h, 1.0f, x, nullptr, w, wv.data(), cd, 0.0f, y, yv.data()) ==
