@@ -1,7 +1,9 @@
-// GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies); FP16 and
-// BF16 operands are widened to FP32 once, multiplied by the same Eigen kernel, and C is
-// rounded once on store — the semantics of a tensor-core GEMM with FP32 accumulation. An F32
-// C for 16-bit operands receives the FP32 result as it is.
+// GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies); FP16
+// operands are widened to FP32 once, multiplied by the same Eigen kernel, and C is rounded once
+// on store — the semantics of a tensor-core GEMM with FP32 accumulation. BF16 operands go to
+// the CPU's BF16 dot products where it has them (core/cpu/bf16_dot_gemm.h), with the same
+// semantics in another summation order, else they are widened as FP16's are. An F32 C for
+// 16-bit operands receives the FP32 result as it is.
 #include "core/cpu/cpu_gemm.h"
 
 // GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/backend_checks.h"
+#include "core/cpu/bf16_dot_gemm.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -219,6 +222,34 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   });
 }
 
+// BF16 on the CPU's dot-product instruction: the operands are read as they are, each product
+// summed in FP32 (into C when it is F32) and a BF16 C rounded once on store.
+void gemm_bf16_native(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+  const bfloat16* const a16 = static_cast<const bfloat16*>(a.data());
+  const bfloat16* const b16 = static_cast<const bfloat16*>(b.data());
+  const int64_t mn = d.m * d.n;
+  const bool single = d.batch == 1;
+  const auto multiply = [&](int64_t i) {
+    const bfloat16* ai = a16 + i * d.stride_a;
+    const bfloat16* bi = b16 + i * d.stride_b;
+    if (c.dtype() == DType::F32) {
+      return cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta,
+                                c.data_as<float>() + i * d.stride_c);
+    }
+    bfloat16* ci = static_cast<bfloat16*>(c.data()) + i * d.stride_c;
+    float* c32 = cpu::scratch(2, mn);
+    if (d.beta != 0.0f) {
+      if (single) cpu::load_f32_parallel(ci, c32, mn);
+      else cpu::load_f32(ci, c32, mn);
+    }
+    cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta, c32);
+    if (single) cpu::store_f32_parallel(c32, ci, mn);
+    else cpu::store_f32(c32, ci, mn);
+  };
+  if (single) return multiply(0);
+  for_each_batch(d, multiply);
+}
+
 // The epilogue of a linear layer's product on its FP32 sums `sums` (m x n, alpha applied):
 // the bias (when not null) added to every row, then the stores of GemmEpilogue. `sums` may
 // be C's own memory when C is F32; it is overwritten. Row by row, so that each row's passes
@@ -257,8 +288,14 @@ void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, co
   } else {
     // The sums in FP32 (rounded nowhere), in the slot of gemm_16bit's FP32 C: the operands
     // took slots 0 and 1.
-    const WidenedOperands widened = widen_operands<T>(d, a, b);
     float* sums = cpu::scratch(2, d.m * d.n);
+    if (std::is_same_v<T, bfloat16> && cpu::bf16_dot_available()) {
+      cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha,
+                         static_cast<const bfloat16*>(a.data()),
+                         static_cast<const bfloat16*>(b.data()), 0.0f, sums);
+      return finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
+    }
+    const WidenedOperands widened = widen_operands<T>(d, a, b);
     gemm_float(d, widened.a, widened.b, sums);
     finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
   }
@@ -289,6 +326,7 @@ void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Te
     case DType::F16:
       return gemm_16bit<half>(desc, a, b, c);
     case DType::BF16:
+      if (cpu::bf16_dot_available()) return gemm_bf16_native(desc, a, b, c);
       return gemm_16bit<bfloat16>(desc, a, b, c);
     default:
       MIXPREC_FAIL("gemm: unsupported dtype ", a.dtype(), " on the CPU backend");

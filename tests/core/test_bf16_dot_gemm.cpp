@@ -1,0 +1,192 @@
+// The BF16 dot-product GEMM (core/cpu/bf16_dot_gemm.h): its documented summation order bit
+// for bit, its error against a double reference within the bound that order gives, the
+// instruction's treatment of denormal inputs, and the switch that sends BF16 products back to
+// the widened path. On a CPU without AVX512-BF16 the tests say so and pass.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/cpu/bf16_dot_gemm.h"
+#include "core/half.h"
+#include "core/ops/ops.h"
+#include "core/tensor.h"
+
+namespace {
+
+using namespace mixprec;
+
+// Leaves the switch as it found it.
+class Bf16DotSwitch {
+ public:
+  explicit Bf16DotSwitch(bool allowed) : before_(cpu::bf16_dot_available()) {
+    cpu::set_bf16_dot_allowed(allowed);
+  }
+  ~Bf16DotSwitch() { cpu::set_bf16_dot_allowed(before_); }
+  Bf16DotSwitch(const Bf16DotSwitch&) = delete;
+  Bf16DotSwitch& operator=(const Bf16DotSwitch&) = delete;
+
+ private:
+  bool before_;
+};
+
+bool dot_path_here() {
+  const Bf16DotSwitch on(true);
+  if (cpu::bf16_dot_available()) return true;
+  WARN("skipped: this CPU has no AVX512-BF16, so BF16 products take the widened path");
+  return false;
+}
+
+// BF16 values of magnitude in [2^-4, 4), either sign: products and partial sums stay far
+// from FP32's denormals, where the instruction may flush.
+std::vector<bfloat16> random_dot_bf16(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> magnitude(0.0625f, 4.0f);
+  std::vector<bfloat16> out(count);
+  for (bfloat16& v : out) v = bfloat16(rng() % 2 ? magnitude(rng) : -magnitude(rng));
+  return out;
+}
+
+struct DotShape {
+  int64_t m, n, k;
+};
+
+// m, n and k around the kernel's tile (6 rows, 64 columns, pairs of k), odd and even.
+const std::vector<DotShape> kDotShapes = {{1, 1, 1},  {7, 65, 3},    {13, 130, 64},
+                                     {6, 64, 255}, {5, 17, 1000}, {70, 200, 33}};
+
+// Element (i, p) of op(a) and (p, j) of op(b), as gemm_bf16_dot reads them.
+float dot_a_at(const std::vector<bfloat16>& a, bool trans, const DotShape& s, int64_t i, int64_t p) {
+  return static_cast<float>(trans ? a[p * s.m + i] : a[i * s.k + p]);
+}
+float dot_b_at(const std::vector<bfloat16>& b, bool trans, const DotShape& s, int64_t p, int64_t j) {
+  return static_cast<float>(trans ? b[j * s.k + p] : b[p * s.n + j]);
+}
+
+uint32_t dot_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 dot gemm sums the products in pairs, the odd one first, in FP32", "[gemm]") {
+  if (!dot_path_here()) return;
+  const Bf16DotSwitch on(true);
+  std::mt19937 rng(11);
+  for (const DotShape& s : kDotShapes) {
+    for (const bool trans_a : {false, true}) {
+      for (const bool trans_b : {false, true}) {
+        INFO("m " << s.m << ", n " << s.n << ", k " << s.k << ", trans_a " << trans_a
+                  << ", trans_b " << trans_b);
+        const std::vector<bfloat16> a = random_dot_bf16(static_cast<size_t>(s.m * s.k), rng);
+        const std::vector<bfloat16> b = random_dot_bf16(static_cast<size_t>(s.k * s.n), rng);
+        std::vector<float> c(static_cast<size_t>(s.m * s.n), NAN);
+        cpu::gemm_bf16_dot(trans_a, trans_b, s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f,
+                           c.data());
+        int64_t differ = 0;
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            // A BF16 product is exact in FP32, so each addition is the one rounding.
+            float sum = 0.0f;
+            for (int64_t p = 0; p < s.k; p += 2) {
+              if (p + 1 < s.k) sum += dot_a_at(a, trans_a, s, i, p + 1) * dot_b_at(b, trans_b, s, p + 1, j);
+              sum += dot_a_at(a, trans_a, s, i, p) * dot_b_at(b, trans_b, s, p, j);
+            }
+            differ += dot_bits(sum) != dot_bits(c[static_cast<size_t>(i * s.n + j)]);
+          }
+        }
+        CHECK(differ == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 dot gemm stays within the FP32 summation bound of a double reference",
+          "[gemm]") {
+  if (!dot_path_here()) return;
+  const Bf16DotSwitch on(true);
+  // A sum of k exact products, each addition rounded once: |computed - exact| <=
+  // gamma(k - 1) * sum |a_p b_p|, gamma(n) = n u / (1 - n u), u = 2^-24; alpha adds one more
+  // rounding (u |alpha sum|) and beta's fused multiply-add one more.
+  constexpr double u = 0x1p-24;
+  const auto gamma = [&](int64_t n) { return n * u / (1.0 - n * u); };
+  std::mt19937 rng(12);
+  for (const DotShape& s : kDotShapes) {
+    const float alpha = 0.75f, beta = -1.5f;
+    INFO("m " << s.m << ", n " << s.n << ", k " << s.k);
+    const std::vector<bfloat16> a = random_dot_bf16(static_cast<size_t>(s.m * s.k), rng);
+    const std::vector<bfloat16> b = random_dot_bf16(static_cast<size_t>(s.k * s.n), rng);
+    std::vector<float> c(static_cast<size_t>(s.m * s.n));
+    for (float& v : c) v = static_cast<float>(rng() % 7) - 3.0f;
+    const std::vector<float> before = c;
+    cpu::gemm_bf16_dot(false, true, s.m, s.n, s.k, alpha, a.data(), b.data(), beta, c.data());
+    double worst = 0.0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double exact = 0.0, magnitude = 0.0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          const double product = double{dot_a_at(a, false, s, i, p)} * dot_b_at(b, true, s, p, j);
+          exact += product;
+          magnitude += std::fabs(product);
+        }
+        const size_t at = static_cast<size_t>(i * s.n + j);
+        const double expected = alpha * exact + beta * double{before[at]};
+        const double bound = std::fabs(alpha) * gamma(s.k + 1) * magnitude +
+                             u * std::fabs(expected) + u * std::fabs(beta * before[at]);
+        const double error = std::fabs(c[at] - expected);
+        worst = std::max(worst, error / bound);
+        REQUIRE(error <= bound);
+      }
+    }
+    INFO("largest error, as a share of its bound: " << worst);
+    CHECK(worst <= 1.0);
+  }
+}
+
+TEST_CASE("bf16 dot gemm counts denormal BF16 inputs as zero, as the instruction does",
+          "[gemm]") {
+  if (!dot_path_here()) return;
+  const Bf16DotSwitch on(true);
+  // 2^-133 (the BF16 denormal of bits 0x0001) times 2^100 would be 2^-33, a normal FP32.
+  const std::vector<bfloat16> a = {bfloat16::from_bits(0x0001), bfloat16(1.0f)};
+  const std::vector<bfloat16> b = {bfloat16(0x1p100f), bfloat16(0.5f)};
+  float c = NAN;
+  cpu::gemm_bf16_dot(false, false, 1, 1, 2, 1.0f, a.data(), b.data(), 0.0f, &c);
+  CHECK(c == 0.5f);
+}
+
+TEST_CASE("bf16 matmul takes the dot path, and the switch sends it back to the widened one",
+          "[gemm]") {
+  if (!dot_path_here()) return;
+  // k = 300 sums enough products that the two summation orders round apart somewhere.
+  const auto pattern = [](size_t count, float step) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = std::sin(step * static_cast<float>(i));
+    return v;
+  };
+  const Tensor a = Tensor::from_vector(pattern(40 * 300, 0.37f), {40, 300}).to(DType::BF16);
+  const Tensor b = Tensor::from_vector(pattern(300 * 50, 1.3f), {300, 50}).to(DType::BF16);
+  // The widened path's result: the FP32 product of the same values, rounded once.
+  const std::vector<float> widened =
+      ops::matmul(a.to(DType::F32), b.to(DType::F32)).to(DType::BF16).to_float_vector();
+  {
+    const Bf16DotSwitch off(false);
+    CHECK(ops::matmul(a, b).to_float_vector() == widened);
+  }
+  const Bf16DotSwitch on(true);
+  std::vector<float> sums(40 * 50);
+  const std::vector<bfloat16> a16(static_cast<const bfloat16*>(a.data()),
+                                  static_cast<const bfloat16*>(a.data()) + a.numel());
+  const std::vector<bfloat16> b16(static_cast<const bfloat16*>(b.data()),
+                                  static_cast<const bfloat16*>(b.data()) + b.numel());
+  cpu::gemm_bf16_dot(false, false, 40, 50, 300, 1.0f, a16.data(), b16.data(), 0.0f, sums.data());
+  const std::vector<float> dot = ops::matmul(a, b).to_float_vector();
+  // The two orders round some sums apart, so equal results would mean the path was not taken.
+  CHECK(dot != widened);
+  for (size_t i = 0; i < dot.size(); ++i)
+    REQUIRE(dot[i] == static_cast<float>(bfloat16(sums[i])));
+}
