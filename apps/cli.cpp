@@ -20,6 +20,8 @@
 #include "apps/train/training_stopped.h"
 #include "core/error.h"
 
+#include "core/cpu/bf16_dot_gemm.h"
+
 #if MIXPREC_WITH_CUDA
 #include "core/backend.h"
 #include "cuda/device_query.h"
@@ -94,8 +96,9 @@ std::string stray_argument_message(CLI::App& app) {
 // program registers it at start-up when a device is present), so that a run on a GPU machine
 // shows at once whether tensors can go to cuda:0.
 std::string device_text() {
+  const std::string cpu_line = "CPU: BF16 products: " + cpu::bf16_products_path() + "\n";
 #if MIXPREC_WITH_CUDA
-  std::string text = cuda_status_line() + "\n";
+  std::string text = cpu_line + cuda_status_line() + "\n";
   if (has_backend(DeviceType::CUDA)) {
     text += "CUDA backend: registered for cuda:0";
   } else if (cuda_device_count() == 0) {
@@ -105,7 +108,7 @@ std::string device_text() {
   }
   return text;
 #else
-  return "built without CUDA";
+  return cpu_line + "built without CUDA";
 #endif
 }
 

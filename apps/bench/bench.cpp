@@ -17,6 +17,7 @@
 #include "apps/train/session.h"
 #include "apps/train/trainer.h"
 #include "apps/train/training_setup.h"
+#include "core/cpu/bf16_dot_gemm.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -270,6 +271,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& log) {
                        {"warmup", options.warmup},
                        {"overrides", options.overrides},
                        {"rows", rows}};
+  if (plan.device == "cpu") bench["cpu_bf16_products"] = cpu::bf16_products_path();
   const std::vector<std::string> charts = draw_bench_charts(out_dir, plan.name, curves, log);
   write_text((fs::path(out_dir) / "bench.json").string(), bench.dump(2) + "\n");
   write_text((fs::path(out_dir) / "bench.md").string(),

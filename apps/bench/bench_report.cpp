@@ -164,6 +164,9 @@ std::string heading(const nlohmann::json& bench) {
   text << ", " << bench.value("steps", int64_t{0})
        << " steps per precision; step times leave out the first "
        << bench.value("warmup", int64_t{0}) << " steps";
+  // Which instructions a CPU run's BF16 products took (core/cpu/bf16_dot_gemm.h).
+  if (bench.contains("cpu_bf16_products") && bench["cpu_bf16_products"].is_string())
+    text << "; BF16 products: " << bench["cpu_bf16_products"].get<std::string>();
   return text.str();
 }
 

@@ -10,6 +10,7 @@
 
 #include "apps/cli.h"
 #include "tests/apps/train_test_support.h"
+#include "core/cpu/bf16_dot_gemm.h"
 
 #if MIXPREC_WITH_CUDA
 #include "core/backend.h"
@@ -154,10 +155,12 @@ TEST_CASE("mixprec --version prints the version and succeeds", "[apps][cli]") {
 TEST_CASE("mixprec device reports without failing", "[apps][cli]") {
   const CliResult r = run({"device"});
   CHECK(r.code == 0);
+  // The first line names the path of the CPU's BF16 products.
+  CHECK(r.out.rfind("CPU: BF16 products: " + mixprec::cpu::bf16_products_path() + "\n", 0) == 0);
 #if MIXPREC_WITH_CUDA
   CHECK(r.out.find("cuDNN") != std::string::npos);
 #else
-  CHECK(r.out == "built without CUDA\n");
+  CHECK(r.out.find("built without CUDA\n") != std::string::npos);
 #endif
 }
 
@@ -165,7 +168,7 @@ TEST_CASE("mixprec device reports without failing", "[apps][cli]") {
 TEST_CASE("mixprec device says whether the CUDA backend is registered", "[apps][cli]") {
   const CliResult r = run({"device"});
   REQUIRE(r.code == 0);
-  CHECK(line_count(r.out) == 2);
+  CHECK(line_count(r.out) == 3);
   const bool says_registered = r.out.find("CUDA backend: registered for cuda:0") != std::string::npos;
   const bool says_not_registered = r.out.find("CUDA backend: not registered (") != std::string::npos;
   CHECK(says_registered != says_not_registered);
