@@ -58,26 +58,44 @@ void BM_EigenGemm(benchmark::State& state) {
   set_flops(state, 2.0 * n * n * n);
 }
 
-void run_gemm(benchmark::State& state, DType dtype) {
-  const int64_t n = state.range(0);
+// C (m x n) = A (m x k) @ B (k x n) in `dtype` through the CPU backend's GEMM.
+void run_gemm(benchmark::State& state, DType dtype, int64_t m, int64_t n, int64_t k) {
   Generator gen(1);
-  const Tensor a = Tensor::uniform({n, n}, gen, -1.f, 1.f, dtype);
-  const Tensor b = Tensor::uniform({n, n}, gen, -1.f, 1.f, dtype);
-  Tensor c = Tensor::empty({n, n}, dtype);
+  const Tensor a = Tensor::uniform({m, k}, gen, -1.f, 1.f, dtype);
+  const Tensor b = Tensor::uniform({k, n}, gen, -1.f, 1.f, dtype);
+  Tensor c = Tensor::empty({m, n}, dtype);
   GemmDesc desc;
-  desc.m = desc.n = desc.k = n;
+  desc.m = m;
+  desc.n = n;
+  desc.k = k;
   Backend& backend = backend_for(kCPU);
   for (auto _ : state) {
     backend.gemm(desc, a, b, c);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  set_flops(state, 2.0 * n * n * n);
+  set_flops(state, 2.0 * m * n * k);
 }
 
-void BM_MixprecGemm(benchmark::State& state) { run_gemm(state, DType::F32); }
-void BM_MixprecGemmF16(benchmark::State& state) { run_gemm(state, DType::F16); }
-void BM_MixprecGemmBF16(benchmark::State& state) { run_gemm(state, DType::BF16); }
+void run_square_gemm(benchmark::State& state, DType dtype) {
+  const int64_t n = state.range(0);
+  run_gemm(state, dtype, n, n, n);
+}
+
+void BM_MixprecGemm(benchmark::State& state) { run_square_gemm(state, DType::F32); }
+void BM_MixprecGemmF16(benchmark::State& state) { run_square_gemm(state, DType::F16); }
+void BM_MixprecGemmBF16(benchmark::State& state) { run_square_gemm(state, DType::BF16); }
+
+// The GPT config's linear-layer products at its batch (32 x 128 tokens, width 128, MLP 512),
+// as arguments m, n, k: c_fc's forward (4096, 512, 128), c_proj's forward (4096, 128, 512)
+// and the shape of c_fc's weight gradient (512, 128, 4096).
+void BM_GptGemm(benchmark::State& state, DType dtype) {
+  run_gemm(state, dtype, state.range(0), state.range(1), state.range(2));
+}
+void gpt_gemm_shapes(benchmark::internal::Benchmark* bench) {
+  bench->Args({4096, 512, 128})->Args({4096, 128, 512})->Args({512, 128, 4096});
+  bench->UseRealTime()->Unit(benchmark::kMillisecond);
+}
 
 // N=32, C=32, 28x28, O=64, 3x3, padding 1: the second layer of a small MNIST-sized CNN.
 void BM_Conv2d(benchmark::State& state) {
@@ -215,6 +233,9 @@ BENCHMARK(BM_MixprecGemm)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MixprecGemmF16)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MixprecGemmBF16)->Arg(1024)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptGemm, f32, DType::F32)->Apply(gpt_gemm_shapes);
+BENCHMARK_CAPTURE(BM_GptGemm, f16, DType::F16)->Apply(gpt_gemm_shapes);
+BENCHMARK_CAPTURE(BM_GptGemm, bf16, DType::BF16)->Apply(gpt_gemm_shapes);
 BENCHMARK(BM_Conv2d)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
