@@ -33,7 +33,7 @@ ScriptRun run_bench(const ScratchDir& dir, const std::vector<std::string>& args)
                                   args, dir / "out.log", dir / "err.log");
 }
 
-const char* kFashion = "/usr/share/datasets/fashion-mnist/";
+const std::string kFashion = std::string(mixprec_test::kFashionMnistDir) + "/";
 
 std::string tiny_cnn_config(const std::string& test_images) {
   return std::string("name: tiny_cnn\n"
@@ -112,7 +112,7 @@ bool is_skipped(const nlohmann::json& row) {
 }
 
 bool fashion_mnist_available() {
-  return fs::exists(std::string(kFashion) + "t10k-images-idx3-ubyte.gz");
+  return fashion_mnist_installed();
 }
 
 }  // namespace

@@ -27,18 +27,12 @@ namespace {
 
 constexpr const char* kModes[] = {"per_step", "at_log"};
 
-// A small CNN with batch norm on the MNIST test set, FP16 with a dynamic scale of 1024 that
+// repo_data.h's small CNN on the MNIST test set, FP16 with a dynamic scale of 1024 that
 // grows every 2 good steps (so it moves inside a window of deferred steps), SGD with momentum,
 // two microbatches a step, clipping at 0.5; logs every 4 steps, evaluates every 5, saves every
 // 3, 12 steps.
 std::string cnn_config() {
-  const std::string images = (mnist_dir() / "t10k-images-idx3-ubyte.gz").string();
-  const std::string labels = (mnist_dir() / "t10k-labels-idx1-ubyte.gz").string();
-  return "model:\n  type: cnn\n  in_channels: 1\n  input_size: 28\n"
-         "  layers: [{conv: 4, kernel: 3}, batchnorm, relu, {maxpool: 2}, flatten, {linear: 10}]\n"
-         "data:\n  train_images: " + images + "\n  train_labels: " + labels +
-         "\n  test_images: " + images + "\n  test_labels: " + labels +
-         "\n  limit_train: 256\n  limit_test: 32\n"
+  return mixprec_test::small_mnist_cnn_yaml() +
          "precision: fp16\n"
          "loss_scale: {policy: dynamic, init_scale: 1024, growth_interval: 2}\n"
          "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
@@ -48,24 +42,18 @@ std::string cnn_config() {
          "device: cpu\n";
 }
 
-// A tiny GPT on tiny shakespeare with dropout, FP16 (dynamic scale), AdamW with 2 warmup steps
-// then cosine decay over the run, clipping at 1.0; logs every 5 steps, 11 steps.
+// repo_data.h's small GPT on tiny shakespeare with dropout, FP16 (dynamic scale), AdamW with 2
+// warmup steps then cosine decay over the run, clipping at 1.0; logs every 5 steps, 11 steps.
 std::vector<std::string> fp16_gpt_args(const std::string& out,
                                        std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out,
-                                "--set", "data.path=" + shakespeare_path().string(),
-                                "--set", "model.n_layer=1", "--set", "model.n_head=2",
-                                "--set", "model.n_embd=32", "--set", "model.block_size=16",
-                                "--set", "model.dropout=0.1",
-                                "--set", "precision=fp16",
-                                "--set", "train.steps=11",
-                                "--set", "train.batch_size=4",
-                                "--set", "train.clip_grad_norm=1.0",
-                                "--set", "train.log_every=5", "--set", "train.eval_every=0",
-                                "--set", "data.eval_batches=2",
-                                "--set", "checkpoint.every=0", "--set", "checkpoint.keep=0",
-                                "--set", "schedule.warmup_steps=2",
-                                "--set", "device=cpu"};
+  std::vector<std::string> args = train_args(
+      config_path("gpt_shakespeare.yaml"), out,
+      mixprec_test::as_set_args(mixprec_test::small_gpt_overrides(shakespeare_path())));
+  const std::vector<std::string> own = mixprec_test::as_set_args(
+      {"model.dropout=0.1", "precision=fp16", "train.steps=11", "train.clip_grad_norm=1.0",
+       "train.log_every=5", "train.eval_every=0", "checkpoint.every=0", "checkpoint.keep=0",
+       "schedule.warmup_steps=2", "device=cpu"});
+  args.insert(args.end(), own.begin(), own.end());
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

@@ -24,17 +24,11 @@ using namespace train_test;
 
 namespace {
 
-// A small CNN with batch norm on the MNIST test set (in every checkout), FP16 with a dynamic
+// repo_data.h's small CNN on the MNIST test set (in every checkout), FP16 with a dynamic
 // scale of 1024 (far from FP16's overflow on this model), two microbatches a step, a
 // checkpoint after every step.
 std::string small_cnn_config() {
-  const std::string images = (mnist_dir() / "t10k-images-idx3-ubyte.gz").string();
-  const std::string labels = (mnist_dir() / "t10k-labels-idx1-ubyte.gz").string();
-  return "model:\n  type: cnn\n  in_channels: 1\n  input_size: 28\n"
-         "  layers: [{conv: 4, kernel: 3}, batchnorm, relu, {maxpool: 2}, flatten, {linear: 10}]\n"
-         "data:\n  train_images: " + images + "\n  train_labels: " + labels +
-         "\n  test_images: " + images + "\n  test_labels: " + labels +
-         "\n  limit_train: 256\n  limit_test: 32\n"
+  return mixprec_test::small_mnist_cnn_yaml() +
          "precision: fp16\n"
          "loss_scale: {policy: dynamic, init_scale: 1024}\n"
          "optimizer: {type: sgd, lr: 0.05}\n"

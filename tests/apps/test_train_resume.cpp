@@ -27,23 +27,18 @@ std::vector<std::string> cnn_args(const std::string& out, int steps,
   return args;
 }
 
-// A tiny GPT with dropout on the shakespeare corpus, so that the dropout generator's state
-// is part of what a resume must restore.
+// repo_data.h's small GPT with dropout on the shakespeare corpus, so that the dropout
+// generator's state is part of what a resume must restore.
 std::vector<std::string> gpt_args(const std::string& out, int steps,
                                   std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"train", config_path("gpt_shakespeare.yaml"), "--out", out,
-                                "--set", "data.path=" + shakespeare_path().string(),
-                                "--set", "model.n_layer=1", "--set", "model.n_head=2",
-                                "--set", "model.n_embd=32", "--set", "model.block_size=16",
-                                "--set", "model.dropout=0.1",
-                                "--set", "precision=bf16",
-                                "--set", "train.steps=" + std::to_string(steps),
-                                "--set", "train.batch_size=4",
-                                "--set", "train.log_every=1", "--set", "train.eval_every=0",
-                                "--set", "data.eval_batches=2",
-                                "--set", "checkpoint.every=3", "--set", "checkpoint.keep=0",
-                                "--set", "schedule.warmup_steps=1",
-                                "--set", "device=cpu"};
+  std::vector<std::string> args = train_args(
+      config_path("gpt_shakespeare.yaml"), out,
+      mixprec_test::as_set_args(mixprec_test::small_gpt_overrides(shakespeare_path())));
+  const std::vector<std::string> own = mixprec_test::as_set_args(
+      {"model.dropout=0.1", "precision=bf16", "train.steps=" + std::to_string(steps),
+       "train.log_every=1", "train.eval_every=0", "checkpoint.every=3", "checkpoint.keep=0",
+       "schedule.warmup_steps=1", "device=cpu"});
+  args.insert(args.end(), own.begin(), own.end());
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

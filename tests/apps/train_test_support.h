@@ -1,5 +1,5 @@
-// Shared by the end-to-end training tests: where the repository, its data and the `mixprec`
-// program are, a scratch folder per test, the command line run in-process, and what a run
+// Shared by the end-to-end training tests: where the `mixprec` program is (the repository and
+// its data: tests/repo_data.h), a scratch folder per test, the command line run in-process, and what a run
 // folder holds (its checkpoints' files, the steps metrics.jsonl logged).
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tests/repo_data.h"
 #include "tests/scratch_dir.h"
 
 #include "apps/checkpoint/safetensors.h"
@@ -26,18 +27,13 @@ namespace train_test {
 
 namespace fs = std::filesystem;
 
-// tests/apps/<this file> -> the repository root.
-inline fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
-inline std::string config_path(const char* name) { return (repo_root() / "configs" / name).string(); }
-
-inline bool fashion_mnist_installed() {
-  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-}
-// The corpus of the GPT configs, shipped in the repository (data/README.md).
-inline fs::path shakespeare_path() { return repo_root() / "data" / "tinyshakespeare" / "input.txt"; }
-// The MNIST test set in ../shared/data, present in every checkout.
-inline fs::path mnist_dir() { return repo_root().parent_path() / "shared" / "data" / "mnist"; }
-inline bool mnist_present() { return fs::exists(mnist_dir() / "t10k-images-idx3-ubyte.gz"); }
+using mixprec_test::config_path;
+using mixprec_test::fashion_mnist_installed;
+using mixprec_test::find_data;
+using mixprec_test::mnist_dir;
+using mixprec_test::mnist_present;
+using mixprec_test::repo_root;
+using mixprec_test::shakespeare_path;
 
 // Where the `mixprec` program of this build is: <build>/apps/mixprec beside
 // <build>/tests/<this test> (built or not); empty when /proc/self/exe cannot be read.

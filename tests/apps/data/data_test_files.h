@@ -1,5 +1,5 @@
 // Files for the data tests: a temporary folder, IDX and gzip writers, and the real data sets
-// kept beside the repository (shared/data, see its README.md).
+// found in the data folders (tests/repo_data.h).
 #pragma once
 
 #include <unistd.h>
@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tests/repo_data.h"
 
 namespace data_test {
 
@@ -97,24 +99,13 @@ inline std::vector<uint8_t> idx_labels(const std::vector<uint8_t>& labels) {
   return out;
 }
 
-// shared/data beside the repository: MIXPREC_SHARED_DATA when defined, else found from this
-// file's own path (tests/apps/data/ is three levels below the repository root).
-inline std::filesystem::path shared_data_dir() {
-#ifdef MIXPREC_SHARED_DATA
-  return std::filesystem::path(MIXPREC_SHARED_DATA);
-#else
-  const std::filesystem::path root =
-      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
-  return root / ".." / "shared" / "data";
-#endif
-}
-
-// Full path of `relative` under shared/data, or "" when the file is not there.
+// Full path of `relative` in the data folders (tests/repo_data.h's find_data), or "" when
+// no folder has that file.
 inline std::string shared_data_file(const std::string& relative) {
-  const std::filesystem::path path = shared_data_dir() / relative;
+  const std::filesystem::path path = mixprec_test::find_data(relative);
   std::error_code error;
-  return std::filesystem::is_regular_file(path, error) ? path.lexically_normal().string()
-                                                       : std::string();
+  return !path.empty() && std::filesystem::is_regular_file(path, error) ? path.string()
+                                                                        : std::string();
 }
 
 }  // namespace data_test

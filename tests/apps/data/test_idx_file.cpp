@@ -263,7 +263,7 @@ TEST_CASE("MNIST test set: known labels, counts and pixels", "[data][idx][mnist]
   const std::string images_path = data_test::shared_data_file("mnist/t10k-images-idx3-ubyte.gz");
   const std::string labels_path = data_test::shared_data_file("mnist/t10k-labels-idx1-ubyte.gz");
   if (images_path.empty() || labels_path.empty()) {
-    WARN("skipped: MNIST t10k files not found under " << data_test::shared_data_dir().string());
+    WARN("skipped: MNIST t10k files not found in the data folders");
     return;
   }
   const std::vector<uint8_t> labels = read_idx_labels(labels_path);

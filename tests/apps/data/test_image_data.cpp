@@ -340,7 +340,7 @@ TEST_CASE("image data on the MNIST test set", "[data][images][mnist]") {
   const std::string images = data_test::shared_data_file("mnist/t10k-images-idx3-ubyte.gz");
   const std::string labels = data_test::shared_data_file("mnist/t10k-labels-idx1-ubyte.gz");
   if (images.empty() || labels.empty()) {
-    WARN("skipped: MNIST t10k files not found under " << data_test::shared_data_dir().string());
+    WARN("skipped: MNIST t10k files not found in the data folders");
     return;
   }
   ImageDataOptions o;
@@ -382,7 +382,7 @@ TEST_CASE("image data on the MNIST test set", "[data][images][mnist]") {
 
 TEST_CASE("image data on Fashion-MNIST when the Debian package is installed",
           "[data][images][fashion]") {
-  const std::filesystem::path dir = "/usr/share/datasets/fashion-mnist";
+  const std::filesystem::path dir = mixprec_test::kFashionMnistDir;
   if (!std::filesystem::exists(dir / "train-images-idx3-ubyte.gz")) {
     WARN("skipped: Fashion-MNIST not installed under " << dir.string());
     return;
