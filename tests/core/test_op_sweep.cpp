@@ -5,7 +5,8 @@
 //   2. the F16 and BF16 forward and backward against the F32 ones. Both runs see the same
 //      values (the inputs are rounded to the 16-bit format first), so only the op's own
 //      roundings are measured, and the tolerance is a few units of the format's precision
-//      relative to the largest reference value;
+//      relative to the largest reference value; for the entries that only move values
+//      (low_precision_exact) the results must be the F32 ones rounded, bit for bit;
 // and an input with a zero extent throws mixprec::Error naming the op. A failure prints the
 // entry, the draw and the drawn shapes and parameters.
 #include <algorithm>
@@ -43,10 +44,25 @@ std::vector<Tensor> rounded_to(const std::vector<Tensor>& inputs, DType dtype) {
   return out;
 }
 
+// `low` equals `reference` rounded to low's dtype, bit for bit.
+void require_rounded_equal(const Tensor& low, const Tensor& reference, const std::string& what) {
+  INFO(what << ": the F32 result rounded, bit for bit");
+  REQUIRE(low.shape() == reference.shape());
+  CHECK(bits_of(low) == bits_of(reference.to(low.dtype())));
+}
+
 // The forward in `dtype` against F32 on the same (rounded) values, within tol units of the
-// format's rtol relative to the element and to the largest reference value.
+// format's rtol relative to the element and to the largest reference value, or bit for bit
+// when `exact`.
 void check_forward(const std::string& label, const OpCase& c,
-                   const std::vector<Tensor>& rounded, DType dtype) {
+                   const std::vector<Tensor>& rounded, DType dtype, bool exact) {
+  if (exact) {
+    NoGradGuard no_grad;
+    std::vector<Tensor> low;
+    for (const Tensor& t : rounded) low.push_back(is_floating(t.dtype()) ? t.to(dtype) : t);
+    require_rounded_equal(c.fn(low), c.fn(rounded), label + " " + std::string(dtype_name(dtype)));
+    return;
+  }
   double scale;
   {
     NoGradGuard no_grad;
@@ -58,9 +74,9 @@ void check_forward(const std::string& label, const OpCase& c,
 // One backward in `dtype` and the same in F32 on the same values (and the same incoming
 // gradient). Every floating input's gradient keeps its dtype and matches within tol units of
 // the format's rtol relative to the largest reference gradient (or to grad_floor when that
-// is larger).
+// is larger), or bit for bit when `exact`.
 void check_backward(const std::string& label, const OpCase& c,
-                    const std::vector<Tensor>& rounded, DType dtype, uint64_t seed) {
+                    const std::vector<Tensor>& rounded, DType dtype, uint64_t seed, bool exact) {
   std::vector<Tensor> low, full;
   for (const Tensor& t : rounded) {
     const bool floating = is_floating(t.dtype());
@@ -81,6 +97,10 @@ void check_backward(const std::string& label, const OpCase& c,
     REQUIRE(low[i].grad().defined());
     REQUIRE(low[i].grad().dtype() == dtype);
     const Tensor reference = full[i].grad();
+    if (exact) {
+      require_rounded_equal(low[i].grad(), reference, what);
+      continue;
+    }
     require_close(low[i].grad(), reference, tol,
                   tol * std::max(sweep_max_abs(reference), c.grad_floor), what);
   }
@@ -95,7 +115,7 @@ void for_each_case(const Check& check) {
     DYNAMIC_SECTION(entry.op << " (" << entry.variant << ")") {
       OpRng rng(op_seed(entry));
       for (int draw = 0; draw < kOpDraws; ++draw) {
-        OpCase c = entry.make(rng, draw);
+        OpCase c = entry.make(rng, draw, kSmallDraw);
         const std::string label = case_label(entry, draw, c);
         INFO(label);
         check(entry, label, c, draw);
@@ -118,11 +138,12 @@ TEST_CASE("op table: FP32 gradients match finite differences", "[sweep]") {
 }
 
 TEST_CASE("op table: F16 and BF16 forward and backward match F32", "[sweep]") {
-  for_each_case([](const OpEntry&, const std::string& label, OpCase& c, int draw) {
+  for_each_case([](const OpEntry& entry, const std::string& label, OpCase& c, int draw) {
+    const bool exact = entry.low_precision_exact;
     for (DType dtype : {DType::F16, DType::BF16}) {
       const std::vector<Tensor> rounded = rounded_to(c.inputs, dtype);
-      check_forward(label, c, rounded, dtype);
-      check_backward(label, c, rounded, dtype, 1000 + static_cast<uint64_t>(draw));
+      check_forward(label, c, rounded, dtype, exact);
+      check_backward(label, c, rounded, dtype, 1000 + static_cast<uint64_t>(draw), exact);
     }
   });
 }

@@ -1,6 +1,7 @@
-// Mode 3 of the op table (tests/ops/op_table.h): every draw of every entry runs through the
-// ops on the CPU (the reference) and on the CUDA backend, forward and backward, in F32, F16
-// and BF16 on the same values and with the same incoming gradient. The output and every
+// Mode 3 of the op table (tests/ops/op_table.h): every draw of every entry, the small ones
+// and then kOpLargeDraws large ones, runs through the ops on the CPU (the reference) and on
+// the CUDA backend, forward and backward, in F32, F16 and BF16 on the same values and with
+// the same incoming gradient. The output and every
 // floating input's gradient must match bit for bit where the entry says both backends round
 // alike (backend_bits), else within tolerance_for(dtype) relative to the element and to the
 // largest reference value.
@@ -25,15 +26,16 @@ namespace {
 
 using namespace op_table;
 
-// The largest request whose size class is poisoned, and the blocks poisoned per class: more
-// than any op of the table takes of one class at once at its shapes.
+// The largest request whose size class is poisoned (at least; a case with a larger input or
+// output poisons up to that one's size), and the blocks poisoned per class: more than any op
+// of the table takes of one class at once at its shapes.
 constexpr size_t kPoisonedUpTo = 16384;
 constexpr int kPoisonedBlocks = 6;
 
-// Fills the allocator's cache with poisoned blocks of every size class up to kPoisonedUpTo.
-void poison_cached_blocks(DType dtype) {
+// Fills the allocator's cache with poisoned blocks of every size class up to `up_to` bytes.
+void poison_cached_blocks(DType dtype, size_t up_to) {
   std::vector<size_t> classes;
-  for (size_t bytes = 4; bytes <= kPoisonedUpTo; bytes += 4) {
+  for (size_t bytes = 4; bytes <= up_to; bytes += 4) {
     const size_t size = CachingAllocator::round_size(bytes);
     if (classes.empty() || classes.back() != size) classes.push_back(size);
   }
@@ -85,7 +87,9 @@ void check_backends_agree(const OpEntry& entry, const OpCase& c, DType dtype, ui
   std::vector<Tensor> cpu_in = leaves_on(c.inputs, dtype, kCPU);
   std::vector<Tensor> gpu_in = leaves_on(cpu_in, dtype, gpu());
   const Tensor expected = c.fn(cpu_in);
-  poison_cached_blocks(expected.dtype());
+  size_t poisoned_up_to = std::max(kPoisonedUpTo, expected.nbytes());
+  for (const Tensor& t : cpu_in) poisoned_up_to = std::max(poisoned_up_to, t.nbytes());
+  poison_cached_blocks(expected.dtype(), poisoned_up_to);
   const Tensor actual = c.fn(gpu_in);
   {
     INFO("forward");
@@ -93,7 +97,7 @@ void check_backends_agree(const OpEntry& entry, const OpCase& c, DType dtype, ui
   }
   const Tensor g = testing::random_tensor(expected.shape(), seed, -1.f, 1.f, expected.dtype());
   expected.backward(g);
-  poison_cached_blocks(dtype);
+  poison_cached_blocks(dtype, poisoned_up_to);
   actual.backward(g.to(gpu()));
   for (size_t i = 0; i < cpu_in.size(); ++i) {
     if (!is_floating(cpu_in[i].dtype())) continue;
@@ -108,9 +112,11 @@ TEST_CASE("op table: CUDA forward and backward match the CPU in every dtype", "[
   MIXPREC_REQUIRE_CUDA();
   for (const OpEntry& entry : op_entries()) {
     DYNAMIC_SECTION(entry.op << " (" << entry.variant << ")") {
-      OpRng rng(op_seed(entry));
-      for (int draw = 0; draw < kOpDraws; ++draw) {
-        const OpCase c = entry.make(rng, draw);
+      OpRng small_rng(op_seed(entry)), large_rng(op_seed(entry) + 1);
+      for (int draw = 0; draw < kOpDraws + kOpLargeDraws; ++draw) {
+        const bool large = draw >= kOpDraws;
+        const OpCase c = large ? entry.make(large_rng, draw, kLargeDraw)
+                               : entry.make(small_rng, draw, kSmallDraw);
         INFO(case_label(entry, draw, c));
         for (DType dtype : kFloatingTypes) {
           INFO(dtype_name(dtype));

@@ -12,9 +12,14 @@
 //   fn) and I32 labels/ids. fn builds its result from its inputs alone, on their device and
 //   in their dtype; anything else it needs (a generator seed, running statistics) it makes
 //   afresh each call, so two calls on equal inputs give equal results.
-// - Shapes are small (extents 1 to 7, at most kOpMaxElements floating elements in all), so
-//   a gradcheck of every element stays cheap; sizes that exercise a kernel's vector tails or
-//   block layouts are the backend primitives' own tests' concern.
+// - An entry draws at two sizes (OpSizes). The small draws (extents 1 to 7, at most
+//   kOpMaxElements floating elements in all) keep a gradcheck of every element cheap, and
+//   every mode runs them. The large draws (extents up to 70, thousands of elements, rows and
+//   sums longer than a warp, grids of several blocks) are for the CUDA mode, where only the
+//   forward and one backward run. Odd vector tails (1023, 4097 elements), rows in the
+//   thousands and strided GEMM layouts stay the backend primitives' own tests' concern.
+// - low_precision_exact: the op moves values without arithmetic, so its F16/BF16 output and
+//   gradients are the F32 ones rounded to the format, bit for bit.
 // - backend_bits says which of the op's passes the CPU and CUDA backends compute with the
 //   same single rounding of each element (data movement, one arithmetic op), so they must
 //   agree bit for bit; the other passes are compared within a tolerance.
@@ -39,6 +44,16 @@ inline constexpr int kOpDraws = 16;
 // Floating elements of all inputs of one case together: gradcheck runs two forwards per
 // element.
 inline constexpr int64_t kOpMaxElements = 300;
+// Large draws per entry, run by the CUDA mode after the small ones.
+inline constexpr int kOpLargeDraws = 3;
+
+// The sizes of one draw: each entry's limits for its small and its large draws.
+struct OpSizes {
+  bool large = false;
+  constexpr int64_t pick(int64_t small, int64_t big) const { return large ? big : small; }
+};
+inline constexpr OpSizes kSmallDraw{false};
+inline constexpr OpSizes kLargeDraw{true};
 
 // Which passes of an op agree bit for bit between the backends.
 struct BackendBits {
@@ -63,14 +78,16 @@ struct OpCase {
 struct OpEntry {
   const char* op;       // the op's name, as its error messages spell it
   const char* variant;  // which configuration of the op the draws cover
-  std::function<OpCase(OpRng&, int draw)> make;
+  std::function<OpCase(OpRng&, int draw, const OpSizes&)> make;
   BackendBits backend_bits = {};
+  bool low_precision_exact = false;
 };
 
 // The table, one or more entries per op of core/ops/ops.h.
 const std::vector<OpEntry>& op_entries();
 
-// The seed of an entry's draws (FNV-1a of "op/variant").
+// The seed of an entry's small draws (FNV-1a of "op/variant"); its large draws use a
+// generator of their own (op_seed + 1), so adding them changed no small draw.
 uint32_t op_seed(const OpEntry& entry);
 
 // "op (variant) draw N: inputs params", for failure messages.
