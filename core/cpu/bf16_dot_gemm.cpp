@@ -1,8 +1,9 @@
-// The BF16 dot-product GEMM (core/cpu/bf16_dot_gemm.h). Both operands are packed into pairs
-// along k, the layout vdpbf16ps reads: a 32-bit word holds element 2p in its low half and
-// 2p + 1 in its high half (zero past an odd k). B goes into panels of 64 columns, each a
-// k/2 x 64 block of words read as four vectors per step; A into rows of k/2 words, one
-// broadcast per row and step. The kernel keeps a tile of 6 x 64 sums in 24 registers for the
+// The BF16 dot-product GEMM (core/cpu/bf16_dot_gemm.h). Both operands are read as pairs along
+// k, the layout vdpbf16ps takes: a 32-bit word holds element 2p in its low half and 2p + 1 in
+// its high half (zero past an odd k). B is packed into panels of 64 columns, each a k/2 x 64
+// block of words read as four vectors per step; A is read in place when its rows already hold
+// the pairs (not transposed, k even), else packed into such rows, one broadcast per row and
+// step. The packing runs on the same threads as the tiles. The kernel keeps a tile of 6 x 64 sums in 24 registers for the
 // whole k loop and issues 24 vdpbf16ps per pair of k, as the FP32 tile kernel
 // (core/cpu/cpu_tile_gemm.cpp) issues 24 FMAs per k.
 #include "core/cpu/bf16_dot_gemm.h"
@@ -55,55 +56,56 @@ bool cpu_has_bf16_dot() {
 #endif
 }
 
-// The word of elements (2p, 2p + 1) of one row or column of an operand; `at(q)` reads
-// element q, and q == k (past an odd k) is zero.
-template <class At>
-uint32_t pair_word(int64_t p, int64_t k, const At& at) {
-  const uint32_t low = at(2 * p).bits;
-  const uint32_t high = 2 * p + 1 < k ? at(2 * p + 1).bits : 0u;
-  return low | (high << 16);
-}
-
 // Per-thread packing buffers, kept between calls (a fresh multi-megabyte allocation per
 // product costs a page fault per 4 KiB).
-std::vector<uint32_t>& packed(int slot) {
-  thread_local std::vector<uint32_t> buffers[2];
-  return buffers[slot];
+std::vector<uint16_t>& packed_a_buffer() {
+  thread_local std::vector<uint16_t> buffer;
+  return buffer;
+}
+std::vector<uint32_t>& packed_b_buffer() {
+  thread_local std::vector<uint32_t> buffer;
+  return buffer;
 }
 
-// op(a) as m rows of kp words.
-const uint32_t* pack_a(bool trans_a, int64_t m, int64_t k, const bfloat16* a, int64_t kp) {
-  std::vector<uint32_t>& out = packed(0);
-  out.resize(static_cast<size_t>(m * kp));
-  for (int64_t i = 0; i < m; ++i) {
-    uint32_t* row = out.data() + i * kp;
-    if (trans_a) {
-      for (int64_t p = 0; p < kp; ++p)
-        row[p] = pair_word(p, k, [&](int64_t q) { return a[q * m + i]; });
-    } else {
-      for (int64_t p = 0; p < kp; ++p)
-        row[p] = pair_word(p, k, [&](int64_t q) { return a[i * k + q]; });
-    }
+// Rows of op(a) as the kernel reads them: row i's pair p is the two elements at
+// rows + i * stride + 2p.
+struct PairRows {
+  const uint16_t* rows;
+  int64_t stride;
+};
+
+// Rows [i0, i1) of op(a), a stored k x m (trans_a) or m x k with an odd k, into `out`
+// (stride 2 * kp, zero past k).
+void pack_a_rows(bool trans_a, int64_t m, int64_t k, const uint16_t* a, int64_t kp,
+                 uint16_t* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    uint16_t* row = out + i * 2 * kp;
+    for (int64_t q = 0; q < k; ++q) row[q] = trans_a ? a[q * m + i] : a[i * k + q];
+    if (k % 2 != 0) row[k] = 0;
   }
-  return out.data();
 }
 
-// op(b) as panels of kp x kPanel words, columns past n zero.
-const uint32_t* pack_b(bool trans_b, int64_t n, int64_t k, const bfloat16* b, int64_t kp,
-                       int64_t panels) {
-  std::vector<uint32_t>& out = packed(1);
-  out.assign(static_cast<size_t>(panels * kp * kPanel), 0u);
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t* column = out.data() + (j / kPanel) * kp * kPanel + j % kPanel;
-    if (trans_b) {
-      for (int64_t p = 0; p < kp; ++p)
-        column[p * kPanel] = pair_word(p, k, [&](int64_t q) { return b[j * k + q]; });
-    } else {
-      for (int64_t p = 0; p < kp; ++p)
-        column[p * kPanel] = pair_word(p, k, [&](int64_t q) { return b[q * n + j]; });
+// Pairs [p0, p1) of op(b) into the panels: word (p, j) at out[(j / kPanel) * kp * kPanel +
+// p * kPanel + j % kPanel], element 2p in its low half, 2p + 1 (zero past k) in its high
+// half, columns past n zero.
+void pack_b_pairs(bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t kp,
+                  int64_t panels, uint32_t* out, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const bool high = 2 * p + 1 < k;
+    for (int64_t panel = 0; panel < panels; ++panel) {
+      uint32_t* words = out + (panel * kp + p) * kPanel;
+      for (int64_t c = 0; c < kPanel; ++c) {
+        const int64_t j = panel * kPanel + c;
+        if (j >= n) {
+          words[c] = 0;
+          continue;
+        }
+        const uint32_t lo = trans_b ? b[j * k + 2 * p] : b[2 * p * n + j];
+        const uint32_t hi = !high ? 0u : trans_b ? b[j * k + 2 * p + 1] : b[(2 * p + 1) * n + j];
+        words[c] = lo | (hi << 16);
+      }
     }
   }
-  return out.data();
 }
 
 struct Blend {
@@ -112,11 +114,19 @@ struct Blend {
 
 #if MIXPREC_BF16_DOT_X86
 
-// One tile of kTileRows x kPanel sums: rows of packed A at `ap` (stride kp), the panel at
-// `bp`, into c (leading dimension ldc), its first `cols` columns. Constant trip counts, so
-// that the accumulators stay in registers.
+// The pair of BF16 values at `at` as one word (element 2p low), read without assuming
+// alignment.
+inline uint32_t pair_at(const uint16_t* at) {
+  uint32_t word;
+  std::memcpy(&word, at, sizeof word);
+  return word;
+}
+
+// One tile of kTileRows x kPanel sums: the rows of A at `a`, the panel at `bp`, into c
+// (leading dimension ldc), its first `cols` columns. Constant trip counts, so that the
+// accumulators stay in registers.
 template <int kTileRows>
-__attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, const uint32_t* ap,
+__attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, PairRows a,
                                                             const uint32_t* bp, float* c,
                                                             int64_t ldc, int cols, Blend blend) {
   __m512 acc[kTileRows][kVectors];
@@ -131,7 +141,8 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, const ui
       bv[v] = (__m512bh)_mm512_loadu_si512(bp + p * kPanel + v * 16);
 #pragma GCC unroll 8
     for (int r = 0; r < kTileRows; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * kp + p]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(
+          static_cast<int>(pair_at(a.rows + r * a.stride + 2 * p)));
 #pragma GCC unroll 4
       for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
@@ -153,7 +164,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, const ui
   }
 }
 
-using TileFn = void (*)(int64_t, const uint32_t*, const uint32_t*, float*, int64_t, int, Blend);
+using TileFn = void (*)(int64_t, PairRows, const uint32_t*, float*, int64_t, int, Blend);
 constexpr TileFn kTiles[kRows + 1] = {nullptr,     dot_tile<1>, dot_tile<2>, dot_tile<3>,
                                       dot_tile<4>, dot_tile<5>, dot_tile<6>};
 
@@ -180,23 +191,47 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   const int64_t kp = (k + 1) / 2;
   const int64_t panels = (n + kPanel - 1) / kPanel;
   const int64_t row_tiles = (m + kRows - 1) / kRows;
-  const uint32_t* ap = pack_a(trans_a, m, k, a, kp);
-  const uint32_t* bp = pack_b(trans_b, n, k, b, kp, panels);
+  const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+  // Rows of a with an even k already hold their pairs in place; others are packed.
+  const bool pack_a = trans_a || k % 2 != 0;
+  uint16_t* a_out = nullptr;
+  if (pack_a) {
+    std::vector<uint16_t>& buffer = packed_a_buffer();
+    buffer.resize(static_cast<size_t>(m * 2 * kp));
+    a_out = buffer.data();
+  }
+  const PairRows rows = pack_a ? PairRows{a_out, 2 * kp} : PairRows{a16, k};
+  std::vector<uint32_t>& b_buffer = packed_b_buffer();
+  b_buffer.resize(static_cast<size_t>(panels * kp * kPanel));
+  uint32_t* const bp = b_buffer.data();
   const Blend blend{alpha, beta};
   // Panel-major, so that consecutive tasks reuse a panel of B from cache.
   const auto run = [&](int64_t task) {
     const int64_t panel = task / row_tiles, tile = task % row_tiles;
     const int64_t row = tile * kRows, col = panel * kPanel;
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, m - row));
+    const int tile_rows = static_cast<int>(std::min<int64_t>(kRows, m - row));
     const int cols = static_cast<int>(std::min<int64_t>(kPanel, n - col));
-    kTiles[rows](kp, ap + row * kp, bp + panel * kp * kPanel, sums + row * n + col, n, cols,
-                 blend);
+    const PairRows tile_a{rows.rows + row * rows.stride, rows.stride};
+    kTiles[tile_rows](kp, tile_a, bp + panel * kp * kPanel, sums + row * n + col, n, cols,
+                      blend);
   };
   const int64_t tasks = panels * row_tiles;
   if (!omp_in_parallel() && m * n * std::max<int64_t>(k, 1) >= kParallelWork) {
-#pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < tasks; ++task) run(task);
+#pragma omp parallel
+    {
+      if (pack_a) {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < m; ++i) pack_a_rows(trans_a, m, k, a16, kp, a_out, i, i + 1);
+      }
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < kp; ++p) pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, p, p + 1);
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < tasks; ++task) run(task);
+    }
   } else {
+    if (pack_a) pack_a_rows(trans_a, m, k, a16, kp, a_out, 0, m);
+    pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, 0, kp);
     for (int64_t task = 0; task < tasks; ++task) run(task);
   }
 #else
