@@ -94,10 +94,21 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
       const float* sr = scores + r * cols;
       float* yr = probs + r * cols;
       const int64_t live = std::min(r % matrix_rows + 1, cols);
-      const RowMaxSum st = reduce_row(sr, live);
-      const float inv_sum = 1.0f / st.sum;
-      const float masked_y = softmax_value(masked, st.max, inv_sum);
-      for (int64_t j = 0; j < live; ++j) yr[j] = softmax_value(sr[j], st.max, inv_sum);
+      // reduce_row and softmax_value with one exp per element instead of two: the sum's terms
+      // are kept in the output row and scaled there, the same expf and product as
+      // softmax_value's, so the same bits. A NaN term stays itself, as softmax_value's scalar
+      // product (the term its first operand) keeps it; the vectorised product may take its
+      // operands in the other order and give inv_sum's NaN instead.
+      float row_max = masked;
+      for (int64_t j = 0; j < live; ++j) row_max = softmax_max_step(row_max, sr[j]);
+      double sum = 0.0;
+      for (int64_t j = 0; j < live; ++j) {
+        yr[j] = softmax_exp(sr[j], row_max);
+        sum += yr[j];
+      }
+      const float inv_sum = 1.0f / static_cast<float>(sum);
+      const float masked_y = softmax_value(masked, row_max, inv_sum);
+      for (int64_t j = 0; j < live; ++j) yr[j] = std::isnan(yr[j]) ? yr[j] : yr[j] * inv_sum;
       std::fill(yr + live, yr + cols, masked_y);
       const float* out = yr;
       if (p > 0.0f) {
