@@ -99,8 +99,10 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
       // softmax_value's, so the same bits. A NaN term stays itself, as softmax_value's scalar
       // product (the term its first operand) keeps it; the vectorised product may take its
       // operands in the other order and give inv_sum's NaN instead.
+      // softmax_max_step's maximum without its call to fmaxf: a NaN score is skipped as fmaxf
+      // skips it, and the sign of a zero maximum cannot change exp(x - max).
       float row_max = masked;
-      for (int64_t j = 0; j < live; ++j) row_max = softmax_max_step(row_max, sr[j]);
+      for (int64_t j = 0; j < live; ++j) row_max = sr[j] > row_max ? sr[j] : row_max;
       double sum = 0.0;
       for (int64_t j = 0; j < live; ++j) {
         yr[j] = softmax_exp(sr[j], row_max);
