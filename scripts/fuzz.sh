@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ into build-asan/ (scripts/sanitized_build.sh:
 # clang, ASan and UBSan, -O1 with asserts, libFuzzer's coverage where the inputs reach) and runs
-# each for MIXPREC_FUZZ_SECONDS seconds (default 15), MIXPREC_FUZZ_JOBS at a time (default:
+# each for MIXPREC_FUZZ_SECONDS seconds (default 10), MIXPREC_FUZZ_JOBS at a time (default:
 # one per core), on a copy of its seeds, tests/fuzz/corpus/<target>/, in a temporary folder,
 # so that the repository's corpus does not grow. What a target finds lands in
 # build-asan/artifacts/<target>/; the script then exits non-zero naming the target and the
@@ -13,7 +13,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${root}/build-asan"
-seconds="${MIXPREC_FUZZ_SECONDS:-15}"
+seconds="${MIXPREC_FUZZ_SECONDS:-10}"
 all_targets="fuzz_config fuzz_idx fuzz_safetensors fuzz_state_json"
 read -r -a targets <<< "${MIXPREC_FUZZ_TARGETS:-${all_targets}}"
 
