@@ -71,6 +71,9 @@ int64_t random_dim(OpRng& rng, int64_t rank) {
   return coin(rng) ? d - rank : d;
 }
 
+// The index into a Shape of random_dim's `dim`, counted from the front.
+size_t dim_index(int64_t dim, int64_t rank) { return static_cast<size_t>(dim < 0 ? dim + rank : dim); }
+
 Tensor uniform(OpRng& rng, const Shape& s, float low = -1.f, float high = 1.f) {
   return random_tensor(s, rng(), low, high);
 }
@@ -571,7 +574,7 @@ OpEntry concat_entry() {
             const Shape base = random_shape(rng, 1, kMaxRank, z.pick(60, 600), z.pick(kMaxExtent, 70));
             const int64_t rank = static_cast<int64_t>(base.size());
             const int64_t dim = random_dim(rng, rank);
-            const size_t d = static_cast<size_t>(dim < 0 ? dim + rank : dim);
+            const size_t d = dim_index(dim, rank);
             const int64_t pieces = draw_int(rng, 2, 3);
             std::vector<Shape> shapes;
             int64_t total = 0;
@@ -605,7 +608,7 @@ OpEntry split_entry() {
             const Shape s = random_shape(rng, 1, kMaxRank, z.pick(200, 2000), z.pick(kMaxExtent, 70));
             const int64_t rank = static_cast<int64_t>(s.size());
             const int64_t dim = random_dim(rng, rank);
-            int64_t left = s[static_cast<size_t>(dim < 0 ? dim + rank : dim)];
+            int64_t left = s[dim_index(dim, rank)];
             std::vector<int64_t> sizes;
             while (left > 0) {
               sizes.push_back(draw_int(rng, 1, left));
@@ -630,7 +633,7 @@ OpEntry slice_entry() {
             const Shape s = random_shape(rng, 1, kMaxRank, z.pick(200, 2000), z.pick(kMaxExtent, 70));
             const int64_t rank = static_cast<int64_t>(s.size());
             const int64_t dim = random_dim(rng, rank);
-            const int64_t extent = s[static_cast<size_t>(dim < 0 ? dim + rank : dim)];
+            const int64_t extent = s[dim_index(dim, rank)];
             const int64_t start = draw_int(rng, 0, extent - 1);
             const int64_t end = draw_int(rng, start + 1, extent);
             const int64_t start_arg = coin(rng) ? start - extent : start;
