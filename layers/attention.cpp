@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
@@ -33,12 +34,14 @@ Tensor CausalSelfAttention::added_to(const Tensor& residual, const Tensor& x) {
   return resid_dropout_->added_to(residual, projected(x));
 }
 
-Tensor CausalSelfAttention::projected(const Tensor& x) {
+void CausalSelfAttention::check_input(const Tensor& x) const {
   MIXPREC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == n_embd_,
-                "CausalSelfAttention: "
-                "expects x [B, T, ",
-                n_embd_, "], got ",
+                "CausalSelfAttention: expects x [B, T, ", n_embd_, "], got ",
                 x.defined() ? mixprec::describe(x) : std::string("an undefined tensor"));
+}
+
+Tensor CausalSelfAttention::projected(const Tensor& x) {
+  check_input(x);
   const int64_t b = x.size(0), t = x.size(1), c = n_embd_, h = n_head_;
   // q, k and v [B, H, T, D]: the projection's three blocks, each with its heads apart.
   const std::vector<Tensor> qkv = ops::split_heads((*c_attn_)(x), h);
@@ -47,6 +50,37 @@ Tensor CausalSelfAttention::projected(const Tensor& x) {
                                          *attn_dropout_gen_)
                  : ops::causal_attention(qkv[0], qkv[1], qkv[2]);
   y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});  // heads side by side again
+  return (*c_proj_)(y);
+}
+
+Tensor CausalSelfAttention::cached(const Tensor& x, LayerKv& cache) {
+  check_input(x);
+  const int64_t b = x.size(0), t = x.size(1), c = n_embd_, h = n_head_;
+  const bool empty = !cache.keys.defined();
+  MIXPREC_CHECK(empty || t == 1, "CausalSelfAttention: a cache of ", cache.keys.size(2),
+                " positions takes one new position at a time, got ", t);
+  const std::vector<Tensor> qkv = ops::split_heads((*c_attn_)(x), h);
+  Tensor y;
+  if (empty) {
+    cache.keys = qkv[1];
+    cache.values = qkv[2];
+    y = ops::causal_attention(qkv[0], qkv[1], qkv[2]);
+  } else {
+    MIXPREC_CHECK(cache.keys.size(0) == b, "CausalSelfAttention: the cache holds ",
+                  cache.keys.size(0), " sequences, x ", b);
+    cache.keys = ops::concat({cache.keys, qkv[1]}, 2);
+    cache.values = ops::concat({cache.values, qkv[2]}, 2);
+    // The new position sees every cached one, so there is no mask. As in causal_attention,
+    // the scores and softmax are FP32 whatever the working dtype (a product of two 16-bit
+    // values is exact in FP32), and the probabilities are rounded once to the working dtype
+    // as the operand of the product with V.
+    const Tensor scores =
+        ops::matmul(ops::cast(qkv[0], DType::F32), ops::cast(cache.keys, DType::F32), false, true);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c / h));
+    const Tensor weights = ops::softmax(ops::mul_scalar(scores, scale));
+    y = ops::matmul(ops::cast(weights, x.dtype()), cache.values);
+  }
+  y = ops::reshape(ops::permute(y, {0, 2, 1, 3}), {b, t, c});
   return (*c_proj_)(y);
 }
 

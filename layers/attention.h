@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/generator.h"
 #include "layers/dropout.h"
+#include "layers/kv_cache.h"
 #include "layers/linear.h"
 #include "layers/module.h"
 
@@ -38,6 +39,14 @@ class CausalSelfAttention : public Module {
   // or after this module's hook when it has one; Block's residual branch. Values and the
   // gradients' bits are forward's plus the add's.
   Tensor added_to(const Tensor& residual, const Tensor& x);
+  // Inference with a cache (no dropout, no graph needed): x [B, Tn, n_embd] holds the
+  // positions after the cache.keys' length L. Their k and v are appended to `cache`, and each
+  // new position attends to every cached position and to the new ones up to itself. Returns
+  // c_proj's output [B, Tn, n_embd]. Tn is any length when the cache is empty and must be 1
+  // otherwise (a prompt is read in one call, then one token at a time). The scores and the
+  // softmax are FP32, as in ops::causal_attention, so the result agrees with forward() on the
+  // whole sequence within FP32 rounding.
+  Tensor cached(const Tensor& x, LayerKv& cache);
   std::string describe() const override;
 
   const std::shared_ptr<Linear>& c_attn() const { return c_attn_; }
@@ -52,6 +61,7 @@ class CausalSelfAttention : public Module {
 
   // Everything before resid_dropout: c_proj's output.
   Tensor projected(const Tensor& x);
+  void check_input(const Tensor& x) const;
 };
 
 }  // namespace mixprec

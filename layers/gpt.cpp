@@ -105,27 +105,33 @@ GPT::GPT(const GptSpec& spec, Generator& init, std::shared_ptr<Generator> dropou
       refill(param, Tensor::normal(param.shape(), init, 0.f, proj_std, DType::F32, device));
 }
 
-Tensor GPT::forward(const Tensor& ids) {
+void GPT::check_ids(const Tensor& ids, int64_t start) const {
   MIXPREC_CHECK(ids.defined() && ids.dtype() == DType::I32 && ids.dim() == 2,
                 "GPT: expects token ids I32 [B, T], got ",
                 ids.defined() ? mixprec::describe(ids) : std::string("an undefined tensor"));
   const int64_t t = ids.size(1);
   MIXPREC_CHECK(ids.size(0) >= 1 && t >= 1, "GPT: token ids ", mixprec::describe(ids),
                 " are empty");
-  MIXPREC_CHECK(t <= spec_.block_size, "GPT: a sequence of ", t,
+  MIXPREC_CHECK(start + t <= spec_.block_size, "GPT: a sequence of ", start + t,
                 " tokens is longer than block_size = ", spec_.block_size,
                 " (the position embedding has block_size rows); crop the input to the last ",
                 spec_.block_size, " tokens");
-
   MIXPREC_CHECK(ids.device() == wte_->weight().device(), "GPT: token ids ", mixprec::describe(ids),
                 " are on ", ids.device(), " but the model is on ", wte_->weight().device());
+}
 
-  Tensor tok_emb;
+Tensor GPT::token_embedding(const Tensor& ids) {
   try {  // the embedding op finds an id out of range; say what the range means here
-    tok_emb = (*wte_)(ids);  // [B, T, C]
+    return (*wte_)(ids);  // [B, T, C]
   } catch (const Error& e) {
     MIXPREC_FAIL("GPT: token ids must be in [0, vocab_size = ", spec_.vocab_size, "): ", e.what());
   }
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  check_ids(ids, 0);
+  const int64_t t = ids.size(1);
+  const Tensor tok_emb = token_embedding(ids);
   if (!positions_.defined() || positions_.size(0) != t || positions_.device() != ids.device()) {
     std::vector<int32_t> pos(static_cast<size_t>(t));
     std::iota(pos.begin(), pos.end(), 0);
@@ -135,6 +141,25 @@ Tensor GPT::forward(const Tensor& ids) {
   Tensor x = (*drop_)(tok_emb + pos_emb);
   x = (*h_)(x);
   return (*lm_head_)((*ln_f_)(x));
+}
+
+Tensor GPT::forward_cached(const Tensor& ids, KvCache& cache) {
+  check_ids(ids, cache.length);
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const auto blocks = h_->named_children();
+  if (cache.layers.empty()) cache.layers.resize(blocks.size());
+  MIXPREC_CHECK(cache.layers.size() == blocks.size(), "GPT: the cache has ", cache.layers.size(),
+                " layers, the model ", blocks.size());
+
+  std::vector<int32_t> pos(static_cast<size_t>(t));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(cache.length));
+  const Tensor pos_emb = (*wpe_)(Tensor::from_ints(pos, {t}, ids.device()));
+  Tensor x = token_embedding(ids) + pos_emb;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    x = static_cast<Block&>(*blocks[i].second).forward_cached(x, cache.layers[i]);
+  cache.length += t;
+  const Tensor last = ops::slice(x, 1, t - 1, t);  // [B, 1, C]
+  return ops::reshape((*lm_head_)((*ln_f_)(last)), {b, spec_.vocab_size});
 }
 
 std::string GPT::describe() const {

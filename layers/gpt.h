@@ -27,6 +27,7 @@
 #include "core/generator.h"
 #include "layers/dropout.h"
 #include "layers/embedding.h"
+#include "layers/kv_cache.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
 #include "layers/model_spec.h"
@@ -47,6 +48,14 @@ class GPT : public Module {
   // device -> logits [B, T, vocab_size] in the working dtype. Throws naming the problem for
   // another dtype or rank, T > block_size, or an id outside the vocabulary.
   Tensor forward(const Tensor& ids) override;
+  // Incremental decoding: ids I32 [B, Tn] are the positions cache.length .. cache.length +
+  // Tn - 1 of sequences whose earlier positions `cache` holds (any Tn >= 1 when the cache is
+  // empty, 1 otherwise; cache.length + Tn <= block_size). Returns the logits [B, vocab_size]
+  // of the last new position and extends the cache by Tn positions. Inference only: call it
+  // in eval mode under NoGradGuard. Within FP32 rounding, the logits equal those forward()
+  // gives at that position for the whole sequence. Throws naming the problem for ids as
+  // forward() does, a cache that would pass block_size, or one built for another batch.
+  Tensor forward_cached(const Tensor& ids, KvCache& cache);
   std::string describe() const override;
 
   const GptSpec& spec() const { return spec_; }
@@ -64,6 +73,11 @@ class GPT : public Module {
   std::shared_ptr<LayerNorm> ln_f_;
   std::shared_ptr<Linear> lm_head_;
   Tensor positions_;  // I32 [T] = 0..T-1 for the last T seen, on the ids' device
+
+  // Throws for ids that are not I32 [B, T] on the model's device, or when start + T passes
+  // block_size.
+  void check_ids(const Tensor& ids, int64_t start) const;
+  Tensor token_embedding(const Tensor& ids);
 };
 
 }  // namespace mixprec

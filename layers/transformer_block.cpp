@@ -48,6 +48,11 @@ Tensor Block::forward(const Tensor& x) {
   return mlp_->added_to(h, (*ln_2_)(h));
 }
 
+Tensor Block::forward_cached(const Tensor& x, LayerKv& cache) {
+  const Tensor h = x + attn_->cached((*ln_1_)(x), cache);
+  return h + (*mlp_)((*ln_2_)(h));
+}
+
 std::string Block::describe() const {
   return detail::concat("Block(n_embd=", n_embd_, ", n_head=", n_head_, ")");
 }

@@ -55,6 +55,9 @@ class Block : public Module {
         bool fuse_gelu = true);
   // x [B, T, n_embd] -> [B, T, n_embd].
   Tensor forward(const Tensor& x) override;
+  // The same for inference with the attention's cache (CausalSelfAttention::cached): x holds
+  // the positions after those cached. Dropout does not apply (the model is in eval mode).
+  Tensor forward_cached(const Tensor& x, LayerKv& cache);
   std::string describe() const override;
 
   const std::shared_ptr<LayerNorm>& ln_1() const { return ln_1_; }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd/grad_mode.h"
 #include "core/autograd/node.h"
 #include "core/generator.h"
 #include "core/ops/ops.h"
@@ -429,4 +430,95 @@ TEST_CASE("a GPT block's residual adds in the dropouts' pass give the separate o
     expect_same_logits_and_gradients(*watched, *plain, 34);
     CHECK(seen == 2 + 2 * 2);  // the first block's two dropouts, then all four in the GPT
   }
+}
+
+namespace {
+
+// The logits [B, V] of position `pos` in full-sequence logits [B, T, V].
+std::vector<float> logits_at(const Tensor& logits, int64_t pos) {
+  const int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
+  const std::vector<float> all = logits.to(DType::F32).to_float_vector();
+  std::vector<float> out;
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t k = 0; k < v; ++k) out.push_back(all[(i * t + pos) * v + k]);
+  return out;
+}
+
+// Reads ids [B, T] into a fresh cache: the first `prompt` positions in one call, then one
+// position per call. Returns the largest |cached - full| over every position from prompt - 1
+// on, relative to the largest |full logit|.
+double cached_against_full(GPT& gpt, const std::vector<int32_t>& ids, int64_t b, int64_t t,
+                           int64_t prompt) {
+  NoGradGuard no_grad;
+  const Tensor full = gpt(ids_tensor(ids, b, t));
+  KvCache cache;
+  double worst = 0.0, largest = 0.0;
+  for (int64_t pos = prompt - 1; pos < t; ++pos) {
+    const int64_t start = pos == prompt - 1 ? 0 : pos;
+    std::vector<int32_t> chunk;
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t j = start; j <= pos; ++j) chunk.push_back(ids[i * t + j]);
+    const Tensor got = gpt.forward_cached(ids_tensor(chunk, b, pos + 1 - start), cache);
+    REQUIRE(got.shape() == Shape{b, 11});
+    CHECK(cache.length == pos + 1);
+    const std::vector<float> want = logits_at(full, pos), have = got.to(DType::F32).to_float_vector();
+    for (size_t k = 0; k < want.size(); ++k) {
+      worst = std::max(worst, std::fabs(double(want[k]) - have[k]));
+      largest = std::max(largest, std::fabs(double(want[k])));
+    }
+  }
+  return worst / largest;
+}
+
+}  // namespace
+
+TEST_CASE("GPT's cached decoding gives the full forward's logits at every position",
+          "[layers][gpt]") {
+  for (bool tie : {false, true}) {
+    for (bool bias : {true, false}) {
+      for (int64_t prompt : {1, 3, 8}) {
+        CAPTURE(tie, bias, prompt);
+        auto model = build(tiny_spec(bias, tie), 21);
+        randomise(*model, 80);
+        model->eval();
+        const std::vector<int32_t> ids = random_ids(16, 11, 22);
+        // FP32 rounding: the cached path sums the same products in another order.
+        CHECK(cached_against_full(static_cast<GPT&>(*model), ids, 2, 8, prompt) < 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("GPT's cached decoding in F16 and BF16 stays within the format's rounding",
+          "[layers][gpt][amp]") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    CAPTURE(dtype);
+    auto model = build(tiny_spec(), 23);
+    randomise(*model, 90);
+    model->eval();
+    for (Parameter p : model->parameters()) p.set_working_dtype(dtype);
+    const std::vector<int32_t> ids = random_ids(8, 11, 24);
+    // Both paths round every activation to the format; they differ where a sum's order moves
+    // a rounding, a few units of the format's last place at most after two layers.
+    const double unit = dtype == DType::F16 ? 1.0 / 1024 : 1.0 / 128;
+    CHECK(cached_against_full(static_cast<GPT&>(*model), ids, 1, 8, 2) < 8 * unit);
+  }
+}
+
+TEST_CASE("GPT's cache refuses a position past block_size and two new positions at once",
+          "[layers][gpt]") {
+  auto model = build(tiny_spec(), 25);
+  model->eval();
+  GPT& gpt = static_cast<GPT&>(*model);
+  NoGradGuard no_grad;
+  KvCache cache;
+  gpt.forward_cached(ids_tensor(random_ids(6, 11, 26), 1, 6), cache);
+  CHECK_THROWS_WITH(gpt.forward_cached(ids_tensor({1, 2}, 1, 2), cache),
+                    Contains("one new position at a time, got 2"));
+  gpt.forward_cached(ids_tensor({1}, 1, 1), cache);
+  gpt.forward_cached(ids_tensor({2}, 1, 1), cache);
+  CHECK(cache.length == 8);
+  CHECK_THROWS_WITH(gpt.forward_cached(ids_tensor({3}, 1, 1), cache),
+                    Contains("a sequence of 9 tokens is longer than block_size = 8"));
+  CHECK(cache.length == 8);
 }
