@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <new>
@@ -15,6 +16,7 @@
 
 #include "apps/cli_study_commands.h"
 #include "apps/explain/topics.h"
+#include "apps/sample/sample_command.h"
 #include "apps/train/interrupt.h"
 #include "apps/train/trainer.h"
 #include "apps/train/training_stopped.h"
@@ -192,6 +194,41 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->allow_extra_args(false);
   eval->callback([&] {
     action = [&] { out << run_evaluation(eval_options).dump(2) << "\n"; };
+  });
+
+  SampleOptions sample_options;
+  bool no_cache = false;
+  CLI::App* sample = app.add_subcommand("sample", "Generate text from a trained GPT's checkpoint");
+  sample->add_option("config", sample_options.config_path, "The YAML config of the run")->required();
+  sample->add_option("--checkpoint", sample_options.checkpoint,
+                     "A checkpoint folder (step_N) or a run folder (its newest checkpoint)")
+      ->required();
+  sample->add_option("--prompt", sample_options.prompt, "Text to continue (default: a newline)");
+  sample->add_option("--tokens", sample_options.tokens, "Tokens to generate (default 500)");
+  sample->add_option("--temperature", sample_options.choice.temperature,
+                     "Divides the logits: below 1 sharper, above 1 flatter (default 0.8)");
+  sample->add_option("--top-k", sample_options.choice.top_k,
+                     "Sample among the K most likely tokens only (default 200)");
+  sample->add_option("--seed", sample_options.seed, "Seed of the draws (default 1337)");
+  sample->add_option("--precision", sample_options.precision, "fp32, fp16 or bf16 (default: the config's)");
+  sample->add_option("--device", sample_options.device, "cpu, cuda or auto (default: the config's)");
+  sample->add_flag("--no-cache", no_cache,
+                   "Run the whole context for every token instead of reading one position with a "
+                   "key/value cache (for comparison)");
+  sample->add_option("--set", sample_options.overrides, "Override a setting (repeatable)")
+      ->allow_extra_args(false);
+  sample->callback([&] {
+    action = [&] {
+      sample_options.use_cache = !no_cache;
+      const SampleResult result = run_sampling(sample_options, out);
+      out << "\n";
+      char rate[96];
+      std::snprintf(rate, sizeof rate, "%lld tokens in %.3f s, %.0f tokens/s",
+                    static_cast<long long>(result.tokens), result.seconds,
+                    static_cast<double>(result.tokens) / result.seconds);
+      err << "sample: " << rate << " (" << (sample_options.use_cache ? "key/value cache" : "no cache")
+          << ", " << result.device << ", " << result.precision << ")\n";
+    };
   });
 
   add_bench_command(app, action, out, err);

@@ -241,9 +241,18 @@ std::vector<int32_t> CharVocabulary::encode(const std::string& utf8) const {
   std::vector<int32_t> ids(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     ids[i] = rank_of(chars_, text[i]);
-    MIXPREC_CHECK(ids[i] >= 0, "CharVocabulary::encode: character ", code_point_name(text[i]),
-                  " at position ", i, " is not in the vocabulary of ", chars_.size(),
-                  " characters");
+    if (ids[i] >= 0) continue;
+    // The character itself when it prints, so that the user sees which one it is.
+    std::string shown;
+    if (text[i] >= 0x20 && text[i] != 0x7f) {
+      shown = "'";
+      append_utf8(shown, text[i]);
+      shown += "' (" + code_point_name(text[i]) + ")";
+    } else {
+      shown = code_point_name(text[i]);
+    }
+    MIXPREC_FAIL("CharVocabulary::encode: character ", shown, " at position ", i,
+                 " is not in the vocabulary of ", chars_.size(), " characters");
   }
   return ids;
 }
