@@ -99,7 +99,7 @@ TEST_CASE("token choice refuses NaN logits and bad settings", "[apps][sample]") 
                     Contains("top_k must be >= 1"));
 }
 
-TEST_CASE("token uniforms lie in [0, 1) and differ by index", "[apps][sample]") {
+TEST_CASE("token uniforms lie between 0 and 1 and differ by index", "[apps][sample]") {
   double sum = 0.0;
   for (uint64_t i = 0; i < 4000; ++i) {
     const double u = mixprec::token_uniform(7, i);
