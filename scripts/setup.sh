@@ -2,9 +2,11 @@
 # Installs the Debian packages that the main job needs: what mixprec builds against, the
 # Fashion-MNIST data set (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/)
 # that it trains on, and gnuplot-nox, which draws the charts of `mixprec bench` and
-# `mixprec inspect`. Catch2 and Google Benchmark are small header/library packages that the
-# configure step looks for, so they are here too; the test-only packages (PyTorch, clang, the
-# sanitizer and fuzzing runtimes) are installed by scripts/setup_tests.sh.
+# `mixprec inspect`. Open MPI (openmpi-bin for mpirun, libopenmpi-dev to build against) gives
+# the data-parallel runs of dist/ and their tests; without it the build leaves them out. Catch2
+# and Google Benchmark are small header/library packages that the configure step looks for, so
+# they are here too; the test-only packages (PyTorch, clang, the sanitizer and fuzzing
+# runtimes) are installed by scripts/setup_tests.sh.
 #
 # `scripts/setup.sh PACKAGE...` installs those packages instead (setup_tests.sh uses it).
 # Idempotent: when everything is already installed it only asks dpkg (no apt-get update), so
@@ -24,6 +26,8 @@ packages=(
   libcli11-dev
   nlohmann-json3-dev
   zlib1g-dev
+  openmpi-bin
+  libopenmpi-dev
   libbenchmark-dev
   dataset-fashion-mnist
   gnuplot-nox
