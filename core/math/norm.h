@@ -63,9 +63,11 @@ MIXPREC_HD float unbiased_variance(float biased_var, double n) {
   return static_cast<float>(biased_var * (n / (n - 1.0)));
 }
 
-// PyTorch's momentum convention for running statistics.
+// PyTorch's momentum convention for running statistics, with its one fused multiply-add
+// spelt out: the ranks of a data-parallel run replay these updates outside the kernel
+// (apps/train/gradient_sync.h) and must round them as it does, whatever a compiler would fuse.
 MIXPREC_HD float running_stat_update(float running, float batch, float momentum) {
-  return (1.0f - momentum) * running + momentum * batch;
+  return fmaf(momentum, batch, (1.0f - momentum) * running);
 }
 
 // Gradient through a normalisation whose statistics depend on the input:
