@@ -169,8 +169,10 @@ void CudaBackend::arange(Tensor& out, double start, double step) {
   kernels::arange(out.data(), out.dtype(), start, step, out.numel(), stream_);
 }
 
-PhiloxKey CudaBackend::mask_key(PhiloxKey key) const {
-  if (dropout_base_ == nullptr) return key;
+PhiloxKey CudaBackend::mask_key(PhiloxKey key, float p) const {
+  // A mask that drops nothing draws no numbers (the attention softmax without dropout gets
+  // an empty key), so there is nothing for a replay to move.
+  if (dropout_base_ == nullptr || p == 0.0f) return key;
   MIXPREC_CHECK(key.offset >= dropout_host_base_, "cuda: a dropout key at offset ", key.offset,
                 " precedes the base ", dropout_host_base_, " of the step being recorded");
   return PhiloxKey{key.seed, key.offset - dropout_host_base_, dropout_base_};

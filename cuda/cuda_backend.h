@@ -212,8 +212,9 @@ class CudaBackend final : public Backend {
   // read it: through the upload ring, or, while the stream is being captured, from pinned
   // memory that the graph keeps, so that every replay reads the same bytes.
   void upload_table(void* dst, const void* bytes, size_t n);
-  // `key` as the kernels get it: relative to the device base while one is set (above).
-  PhiloxKey mask_key(PhiloxKey key) const;
+  // `key` as the kernels get it: relative to the device base while one is set (above), unless
+  // the drop probability `p` is 0.
+  PhiloxKey mask_key(PhiloxKey key, float p) const;
   // Throws while dropout keys are relative: a random fill's key would be baked into a graph.
   void check_fill_key(const char* op) const;
   // Makes this backend's device current for the calling thread (the CUDA runtime keeps it

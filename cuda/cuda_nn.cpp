@@ -86,7 +86,7 @@ void CudaBackend::attention_softmax(const Tensor& scores, float p, PhiloxKey key
       backend_checks::attention_softmax(device(), scores, p, probs, operand);
   if (scores.numel() == 0) return;
   use_device();
-  kernels::attention_softmax(operand.dtype(), scores.data_as<float>(), p, mask_key(key),
+  kernels::attention_softmax(operand.dtype(), scores.data_as<float>(), p, mask_key(key, p),
                              probs.data_as<float>(), operand.data(), scores.numel() / r.cols,
                              r.rows, r.cols, stream_);
 }
@@ -98,7 +98,7 @@ void CudaBackend::attention_softmax_backward(const Tensor& probs, const Tensor& 
   if (r.rows == 0) return;
   use_device();
   kernels::attention_softmax_backward(ds.dtype(), probs.data_as<float>(),
-                                      dprobs.data_as<float>(), p, mask_key(key), ds.data(),
+                                      dprobs.data_as<float>(), p, mask_key(key, p), ds.data(),
                                       r.rows, r.cols, stream_);
 }
 
@@ -193,7 +193,7 @@ void CudaBackend::dropout(const Tensor& x, float p, PhiloxKey key, Tensor& y) {
   backend_checks::dropout(device(), x, p, y);
   if (x.numel() == 0) return;
   use_device();
-  kernels::dropout(x.dtype(), x.data(), nullptr, p, mask_key(key), y.data(), x.numel(),
+  kernels::dropout(x.dtype(), x.data(), nullptr, p, mask_key(key, p), y.data(), x.numel(),
                    stream_);
 }
 
@@ -202,7 +202,7 @@ void CudaBackend::dropout_add(const Tensor& residual, const Tensor& x, float p, 
   backend_checks::dropout_add(device(), residual, x, p, y);
   if (x.numel() == 0) return;
   use_device();
-  kernels::dropout(x.dtype(), x.data(), residual.data(), p, mask_key(key), y.data(),
+  kernels::dropout(x.dtype(), x.data(), residual.data(), p, mask_key(key, p), y.data(),
                    x.numel(), stream_);
 }
 
