@@ -30,6 +30,16 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   return y;
 }
 
+void BatchNorm2d::set_num_batches_tracked(int64_t count) {
+  num_batches_tracked_->set(0, static_cast<double>(count));
+}
+
+void BatchNorm2d::set_momentum(double momentum) {
+  MIXPREC_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: momentum must be in [0, 1], got ",
+                momentum);
+  momentum_ = momentum;
+}
+
 int64_t BatchNorm2d::num_batches_tracked() const {
   return static_cast<int64_t>(num_batches_tracked_->get(0));
 }

@@ -38,6 +38,10 @@ class BatchNorm2d : public Module {
   const Tensor& running_mean() const { return *running_mean_; }
   const Tensor& running_var() const { return *running_var_; }
   int64_t num_batches_tracked() const;
+  void set_num_batches_tracked(int64_t count);
+  double momentum() const { return momentum_; }
+  // Throws for momentum outside [0, 1].
+  void set_momentum(double momentum);
 
  private:
   int64_t num_features_;
