@@ -27,7 +27,8 @@ constexpr int64_t kMaxInt32 = 2147483647;           // settings the scaler keeps
 
 const std::vector<std::string> kRootKeys = {"name",      "model",      "data",     "precision",
                                             "tf32",      "loss_scale", "optimizer", "schedule",
-                                            "train",     "checkpoint", "device",   "debug"};
+                                            "train",     "checkpoint", "device",   "debug",
+                                            "distributed"};
 const std::vector<std::string> kCnnKeys = {"type", "in_channels", "input_size", "layers"};
 const std::vector<std::string> kGptKeys = {"type",    "vocab_size", "block_size",
                                            "n_layer", "n_head",     "n_embd",
@@ -77,6 +78,7 @@ class ConfigReader : KeyReader {
     read_train(section(root, "", "train"), "train", config.train);
     read_checkpoint(section(root, "", "checkpoint"), "checkpoint", config.checkpoint);
     read_choice(root, "", "device", config.device, {"cpu", "cuda", "auto"});
+    read_distributed(section(root, "", "distributed"), "distributed", config.distributed);
     read_debug(section(root, "", "debug"), "debug", config.debug);
     check_cuda_graph(root, config);
     return config;
@@ -501,6 +503,15 @@ class ConfigReader : KeyReader {
     read_bool(map, path, "save_initial", checkpoint.save_initial);
   }
 
+  void read_distributed(const YAML::Node& map, const std::string& path,
+                        DistributedConfig& distributed) const {
+    check_keys(map, path, {"backend", "timeout_s", "shard_optimizer"},
+               {{{"timeout", "timeout_s"}, {"zero", "shard_optimizer"}}, {}, ""});
+    read_choice(map, path, "backend", distributed.backend, {"auto", "none", "mpi", "nccl"});
+    read_double(map, path, "timeout_s", distributed.timeout_s, DoubleRange::above(0.0));
+    read_bool(map, path, "shard_optimizer", distributed.shard_optimizer);
+  }
+
   void read_debug(const YAML::Node& map, const std::string& path, DebugConfig& debug) const {
     check_keys(map, path, {"detect_anomaly", "inject_nonfinite"},
                {{{"anomaly", "detect_anomaly"}}, {}, ""});
@@ -508,7 +519,7 @@ class ConfigReader : KeyReader {
     const YAML::Node inject = section(map, path, "inject_nonfinite");
     if (inject.size() == 0) return;
     const std::string inject_path = join_key(path, "inject_nonfinite");
-    check_keys(inject, inject_path, {"step", "tensor", "value"});
+    check_keys(inject, inject_path, {"step", "tensor", "value", "rank"});
     for (const char* key : {"step", "tensor"})
       if (!present(inject, key))
         fail(inject, inject_path,
@@ -520,6 +531,7 @@ class ConfigReader : KeyReader {
     if (debug.inject_tensor.empty())
       fail(inject["tensor"], inject_path + ".tensor", inject_path + ".tensor must not be empty");
     read_choice(inject, inject_path, "value", debug.inject_value, {"inf", "nan"});
+    read_int(inject, inject_path, "rank", debug.inject_rank, IntRange::between(-1, kMaxExtent));
   }
 
   fs::path base_dir_;

@@ -191,6 +191,13 @@ std::string to_yaml(const TrainConfig& config) {
 
   emit(out, "device", config.device);
 
+  const DistributedConfig& distributed = config.distributed;
+  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
+  emit(out, "backend", distributed.backend);
+  emit_number(out, "timeout_s", distributed.timeout_s);
+  emit(out, "shard_optimizer", distributed.shard_optimizer);
+  out << YAML::EndMap;
+
   const DebugConfig& debug = config.debug;
   out << YAML::Key << "debug" << YAML::Value << YAML::BeginMap;
   emit(out, "detect_anomaly", debug.detect_anomaly);
@@ -200,6 +207,7 @@ std::string to_yaml(const TrainConfig& config) {
     emit(out, "step", debug.inject_step);
     emit(out, "tensor", debug.inject_tensor);
     emit(out, "value", debug.inject_value);
+    emit(out, "rank", debug.inject_rank);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

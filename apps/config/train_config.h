@@ -112,7 +112,16 @@ struct CheckpointConfig {
   bool save_initial = false;
 };
 
-// `inject_nonfinite: {step, tensor, value}` puts Inf or NaN into one step, to see what the
+// `distributed:` data parallelism over the ranks that `mpirun -np N` starts (dist/). Each
+// rank computes train.batch_size examples per microbatch, so a step sees batch_size x
+// accumulation_steps x N examples.
+struct DistributedConfig {
+  std::string backend = "auto";  // auto | none | mpi | nccl (dist/communicator.h)
+  double timeout_s = 300.0;      // every collective's watchdog limit, > 0
+  bool shard_optimizer = false;  // each rank owns a share of the FP32 masters and their state
+};
+
+// `inject_nonfinite: {step, tensor, value, rank}` puts Inf or NaN into one step, to see what the
 // run does with it. `tensor` is one of:
 // - a parameter name (e.g. 0.weight): the first element of its gradient after backward, as an
 //   overflow in backward would leave it;
@@ -125,6 +134,7 @@ struct DebugConfig {
   int64_t inject_step = -1;    // -1 = off
   std::string inject_tensor;   // a parameter name, `loss` or `input`
   std::string inject_value = "inf";  // inf | nan
+  int64_t inject_rank = -1;          // the rank that injects; -1 = every rank
 };
 
 struct TrainConfig {
@@ -144,6 +154,7 @@ struct TrainConfig {
   TrainLoopConfig train;
   CheckpointConfig checkpoint;
   std::string device = "cpu";  // cpu | cuda | auto
+  DistributedConfig distributed;
   DebugConfig debug;
 };
 
