@@ -19,12 +19,18 @@ std::optional<DType> checked_input_dtype(std::optional<DType> dtype) {
   return dtype;
 }
 
+// Checked before the worker starts: a constructor that throws after would leave it joinable.
+int64_t checked_stride(int64_t stride) {
+  MIXPREC_CHECK(stride >= 1, "Prefetcher: stride must be >= 1, got ", stride);
+  return stride;
+}
+
 }  // namespace
 
 Prefetcher::Prefetcher(const BatchSource& source, int64_t first, Device device,
-                       std::optional<DType> input_dtype)
+                       std::optional<DType> input_dtype, int64_t stride)
     : source_(source), device_(device), input_dtype_(checked_input_dtype(input_dtype)),
-      wanted_(first), worker_([this] { run(); }) {}
+      stride_(checked_stride(stride)), wanted_(first), worker_([this] { run(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -82,7 +88,7 @@ Batch Prefetcher::next() {
   }
   Batch batch = std::move(*ready_);
   ready_.reset();
-  ++wanted_;
+  wanted_ += stride_;
   cv_.notify_all();
   return batch;
 }

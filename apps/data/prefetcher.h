@@ -37,14 +37,15 @@ namespace mixprec {
 class Prefetcher {
  public:
   // Starts building batch `first` at once; its batches are handed out on `device`, their
-  // floating inputs in `input_dtype` when one is given (F32, F16 or BF16).
+  // floating inputs in `input_dtype` when one is given (F32, F16 or BF16). Batches follow
+  // each other `stride` numbers apart: a rank of N takes every N-th batch.
   Prefetcher(const BatchSource& source, int64_t first, Device device = kCPU,
-             std::optional<DType> input_dtype = std::nullopt);
+             std::optional<DType> input_dtype = std::nullopt, int64_t stride = 1);
   ~Prefetcher();  // stops and joins the thread; never throws
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // Returns batch first, first + 1, ... in order (input_scan set, inputs and targets on the
+  // Returns batch first, first + stride, ... in order (input_scan set, inputs and targets on the
   // device), and starts building the following one.
   Batch next();
 
@@ -58,6 +59,7 @@ class Prefetcher {
   const std::optional<DType> input_dtype_;
   std::mutex mutex_;
   std::condition_variable cv_;
+  const int64_t stride_;
   int64_t wanted_ = 0;   // the number the worker builds next
   std::optional<Batch> ready_;
   std::exception_ptr error_;
