@@ -65,6 +65,11 @@ std::unique_ptr<Communicator> make_single_process();
 // True when this process was started by mpirun (Open MPI's environment says so).
 bool launched_by_mpirun();
 
+// Ends every rank of the job with exit code `code` (MPI_Abort) when MPI is running in this
+// process; returns otherwise. For a rank that fails on its own: without it, the other ranks
+// would wait in their next collective until the watchdog's timeout.
+void end_every_rank(int code);
+
 // The communicator of `backend` (distributed.backend): "none" one rank; "mpi" the MPI ranks,
 // for tensors on the host; "nccl" the MPI ranks with NCCL carrying tensors on `device`, a GPU;
 // "auto" nccl when `device` is a GPU and NCCL is built in, mpi under mpirun, else none.

@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #if MIXPREC_WITH_MPI
+#include <mpi.h>
+
 #include "dist/mpi_communicator.h"
 #endif
 
@@ -41,6 +43,17 @@ bool launched_by_mpirun() {
   // Open MPI's mpirun sets OMPI_COMM_WORLD_*; PMIx launchers (also Open MPI's) set PMIX_RANK.
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
          std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+void end_every_rank(int code) {
+#if MIXPREC_WITH_MPI
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
+#endif
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, double timeout_s,
