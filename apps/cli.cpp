@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,10 @@
 #include "apps/explain/topics.h"
 #include "apps/sample/sample_command.h"
 #include "apps/train/interrupt.h"
+#include "apps/train/rank_output.h"
 #include "apps/train/trainer.h"
 #include "apps/train/training_stopped.h"
+#include "dist/communicator.h"
 #include "core/error.h"
 
 #include "core/cpu/bf16_dot_gemm.h"
@@ -133,9 +136,39 @@ std::string one_line(const std::string& message) {
   return line;
 }
 
+// run_cli for one process, or for rank 0 of several.
+int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  int code = 0;
+  if (launcher_rank() == 0) {
+    code = run_command(argc, argv, out, err);
+  } else {
+    // The other ranks of `mpirun -np N`: nothing on stdout, and their errors only, each line
+    // prefixed with the rank (apps/train/rank_output.h).
+    std::ostream silent(nullptr);
+    std::ostringstream errors;
+    code = run_command(argc, argv, silent, errors);
+    if (code != 0 && reports_errors()) {
+      std::istringstream lines(errors.str());
+      for (std::string line; std::getline(lines, line);) err << error_prefix() << line << "\n";
+    }
+  }
+  // A rank that stops on its own after setup takes the others with it. (Before, every rank
+  // meets the same error and exits by itself.) An interrupt, or a run that cannot make
+  // progress, stops every rank at one step.
+  if (code != 0 && code != kExitTrainingStopped && code != 130 && code != 143 && setup_done()) {
+    err.flush();
+    dist::end_every_rank(code);
+  }
+  return code;
+}
+
+namespace {
+
+int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"mixprec: mixed-precision training, benchmarks and lessons", "mixprec"};
   app.set_version_flag("--version", version_text(), "Print the version and exit");
   // At most one command per level. A missing one is reported after parsing rather than by
@@ -289,4 +322,5 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
 }
 
+}  // namespace
 }  // namespace mixprec

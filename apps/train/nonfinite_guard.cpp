@@ -29,29 +29,38 @@ const char* value_name(double value) {
 }  // namespace
 
 NonfiniteGuard::NonfiniteGuard(const TrainConfig& config, const std::vector<Parameter>& params,
-                               const BatchSource& data, int64_t total_steps)
-    : config_(config) {
+                               const BatchSource& data, int64_t total_steps,
+                               dist::Communicator* ranks)
+    : config_(config), ranks_(ranks != nullptr && ranks->size() > 1 ? ranks : nullptr) {
   const DebugConfig& debug = config.debug;
   if (debug.inject_step < 0) return;
   MIXPREC_CHECK(debug.inject_step <= total_steps, "debug.inject_nonfinite.step is ",
                 debug.inject_step, " but the run has only ", total_steps, " steps");
-  if (debug.inject_tensor == kLossName) {
-    target_ = Target::Loss;
-    return;
-  }
+  const int size = ranks != nullptr ? ranks->size() : 1;
+  MIXPREC_CHECK(debug.inject_rank < size, "debug.inject_nonfinite.rank is ", debug.inject_rank,
+                " but the run has ", size, " rank(s), numbered from 0");
+  target_ = injection_target(config, params, data);
+  // Checked on every rank, applied on the one named.
+  const int rank = ranks != nullptr ? ranks->rank() : 0;
+  if (debug.inject_rank >= 0 && debug.inject_rank != rank) target_ = Target::None;
+}
+
+NonfiniteGuard::Target NonfiniteGuard::injection_target(const TrainConfig& config,
+                                                        const std::vector<Parameter>& params,
+                                                        const BatchSource& data) {
+  const DebugConfig& debug = config.debug;
+  if (debug.inject_tensor == kLossName) return Target::Loss;
   if (debug.inject_tensor == kInputName) {
     const DType dtype = data.eval_batch(0).inputs.dtype();
     MIXPREC_CHECK(is_floating(dtype), "debug.inject_nonfinite.tensor: 'input' needs floating "
                   "inputs (images), but this data set's inputs are ", dtype_name(dtype),
                   " token ids, which cannot hold Inf or NaN; inject into 'loss' or a parameter");
-    target_ = Target::Input;
-    return;
+    return Target::Input;
   }
   for (const Parameter& param : params) {
     if (param.name() == debug.inject_tensor) {
-      target_ = Target::Parameter;
       parameter_ = param;
-      return;
+      return Target::Parameter;
     }
   }
   std::string names;
@@ -77,27 +86,48 @@ double NonfiniteGuard::injected_value() const {
 }
 
 bool NonfiniteGuard::input_is_bad(int64_t step, const std::vector<Batch>& batches) {
-  if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty())
-    return true;
   scan_ = scan_step(step, batches);
   return scan_->bad_batch >= 0;
 }
 
 NonfiniteGuard::StepScan NonfiniteGuard::scan_step(int64_t step,
-                                                   const std::vector<Batch>& batches) {
+                                                   const std::vector<Batch>& batches) const {
   StepScan scan;
   scan.step = step;
-  for (size_t i = 0; i < batches.size(); ++i) {
-    // A prefetched batch was scanned on the prefetcher's thread, while still on the host;
-    // one built by hand is scanned now.
-    const Batch& batch = batches[i];
-    const InputScan found = batch.input_scan ? *batch.input_scan : scan_inputs(batch.inputs);
-    if (found.element < 0) continue;
-    scan.bad_batch = static_cast<int64_t>(i);
-    scan.found = found;
-    break;
+  if (target_ == Target::Input && step == config_.debug.inject_step && !batches.empty()) {
+    // Element 0 of the first batch, which begin_step sets, is the first non-finite value.
+    scan.bad_batch = batches.front().number;
+    scan.found = InputScan{0, injected_value()};
+  } else {
+    for (const Batch& batch : batches) {
+      // A prefetched batch was scanned on the prefetcher's thread, while still on the host;
+      // one built by hand is scanned now.
+      const InputScan found = batch.input_scan ? *batch.input_scan : scan_inputs(batch.inputs);
+      if (found.element < 0) continue;
+      scan.bad_batch = batch.number;
+      scan.found = found;
+      break;
+    }
   }
-  return scan;
+  return ranks_ != nullptr ? agree(scan) : scan;
+}
+
+NonfiniteGuard::StepScan NonfiniteGuard::agree(StepScan scan) const {
+  // One process would scan the step's batches in their order, which is that of their numbers,
+  // and name the first bad one: every rank takes the smallest bad number any rank found.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> numbers = ranks_->all_gather_int(scan.bad_batch >= 0 ? scan.bad_batch
+                                                                                   : kNone);
+  const std::vector<int64_t> elements = ranks_->all_gather_int(scan.found.element);
+  const std::vector<int64_t> kinds = ranks_->all_gather_int(
+      std::isnan(scan.found.value) ? 0 : scan.found.value > 0 ? 1 : -1);
+  const auto first = std::min_element(numbers.begin(), numbers.end()) - numbers.begin();
+  if (numbers[static_cast<size_t>(first)] == kNone) return StepScan{scan.step, -1, {}};
+  const double values[] = {-std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity()};
+  const size_t k = static_cast<size_t>(first);
+  return StepScan{scan.step, numbers[k], InputScan{elements[k], values[kinds[k] + 1]}};
 }
 
 std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<Batch>& batches) {
@@ -119,14 +149,13 @@ std::optional<StepResult> NonfiniteGuard::begin_step(int64_t step, std::vector<B
   const StepScan scan = scan_ && scan_->step == step ? *scan_ : scan_step(step, batches);
   scan_.reset();
   if (scan.bad_batch >= 0) {
-    const Batch& batch = batches[static_cast<size_t>(scan.bad_batch)];
     const double value = scan.found.value;
     const int64_t element = scan.found.element;
     input_skip_ = true;
-    bad_batch_ = batch.number;
+    bad_batch_ = scan.bad_batch;
     StepResult result;
     result.outcome = StepResult::Outcome::Skipped;
-    result.reason = "input batch " + std::to_string(batch.number) +
+    result.reason = "input batch " + std::to_string(scan.bad_batch) +
                     " has a non-finite value (" + value_name(value) + ") at element " +
                     std::to_string(element);
     result.nonfinite_tensors = {kInputName};

@@ -36,6 +36,7 @@
 #include "apps/config/train_config.h"
 #include "apps/data/batch.h"
 #include "apps/train/run_directory.h"
+#include "dist/communicator.h"
 #include "layers/module.h"
 
 namespace mixprec {
@@ -46,8 +47,13 @@ class NonfiniteGuard {
   // thrown before the run folder is written) for a tensor that is neither a parameter nor
   // `loss` nor `input`, for `input` with integer inputs (token ids), and for a step beyond
   // `total_steps`.
+  // With `ranks` of more than one rank, debug.inject_nonfinite.rank (-1: every rank) picks
+  // the rank that injects (one beyond the ranks is bad input), and the ranks agree on every
+  // step's input check (input_is_bad and begin_step are then collectives): a bad input on
+  // one rank skips the step on all.
   NonfiniteGuard(const TrainConfig& config, const std::vector<Parameter>& params,
-                 const BatchSource& data, int64_t total_steps);
+                 const BatchSource& data, int64_t total_steps,
+                 dist::Communicator* ranks = nullptr);
 
   // A resumed run continues the count of skipped steps in a row where the checkpoint left it
   // (the scaler's skipped_in_a_row and per-tensor counts); `step` is the checkpoint's step.
@@ -114,13 +120,19 @@ class NonfiniteGuard {
   // The first non-finite input value of a step's batches (bad_batch -1: none).
   struct StepScan {
     int64_t step = 0;
-    int64_t bad_batch = -1;  // index into the batches
+    int64_t bad_batch = -1;  // the number of the first bad batch
     InputScan found;         // that batch's scan
   };
-  static StepScan scan_step(int64_t step, const std::vector<Batch>& batches);
+  // The injection's target (resolving a parameter's name); throws for a name that is none.
+  Target injection_target(const TrainConfig& config, const std::vector<Parameter>& params,
+                          const BatchSource& data);
+  StepScan scan_step(int64_t step, const std::vector<Batch>& batches) const;
+  // The first bad batch over every rank's scan (a collective).
+  StepScan agree(StepScan scan) const;
   double injected_value() const;
 
   const TrainConfig& config_;
+  dist::Communicator* ranks_ = nullptr;  // set only with more than one rank
   Target target_ = Target::None;
   Parameter parameter_;  // Target::Parameter
   // This step.

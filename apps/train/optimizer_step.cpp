@@ -13,15 +13,23 @@ namespace {
 // backward; returns the step's loss (the microbatch losses weighted by their sizes), an F32
 // scalar on the device.
 Tensor forward_backward(Session& s, DeferredSteps& deferred, const std::vector<Batch>& batches,
-                        const StepHooks& hooks) {
+                        const StepHooks& hooks, GradientSync* sync) {
   MIXPREC_CHECK(!batches.empty(), "take_step: a step needs at least one batch");
   int64_t samples_per_step = 0;
   for (const Batch& batch : batches) samples_per_step += batch.inputs.size(0);
+  if (sync != nullptr) samples_per_step *= sync->ranks();
   const DType working = s.precision.working_dtype();
   Tensor step_loss;
   for (size_t micro = 0; micro < batches.size(); ++micro) {
     const Batch& batch = batches[micro];
+    Generator* dropout = s.dropout_gen.get();
+    const uint64_t stream = dropout_stream(batch.number);
+    if (dropout != nullptr) dropout->set_state(dropout->seed(), stream);
     const BatchLoss computed = batch_loss(*s.model, batch, s.device, working);
+    if (sync != nullptr) sync->after_forward();
+    MIXPREC_CHECK(dropout == nullptr || dropout->offset() - stream <= dropout_stream(1),
+                  "internal: training batch ", batch.number, " drew ", dropout->offset() - stream,
+                  " dropout counters, more than its stream holds");
     const Tensor loss =
         hooks.loss ? hooks.loss(static_cast<int64_t>(micro), computed.loss) : computed.loss;
     const double share =
@@ -38,11 +46,18 @@ Tensor forward_backward(Session& s, DeferredSteps& deferred, const std::vector<B
 
 }  // namespace
 
+uint64_t dropout_stream(int64_t number) { return static_cast<uint64_t>(number) << 32; }
+
 Tensor take_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
                  const LrSchedule& schedule, const std::vector<Batch>& batches,
-                 const StepHooks& hooks) {
+                 const StepHooks& hooks, GradientSync* sync) {
   optimizer.zero_grad();
-  const Tensor loss = forward_backward(s, deferred, batches, hooks);
+  if (sync != nullptr) sync->begin_step();
+  Tensor loss = forward_backward(s, deferred, batches, hooks, sync);
+  if (sync != nullptr) {
+    sync->reduce_gradients();
+    loss = sync->reduce_loss(loss);
+  }
   deferred.unscale();
   if (s.config.train.clip_grad_norm > 0.0)
     deferred.clip_grad_norm(s.params, s.config.train.clip_grad_norm);

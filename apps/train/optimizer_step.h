@@ -12,6 +12,7 @@
 
 #include "amp/deferred_steps.h"
 #include "apps/data/batch.h"
+#include "apps/train/gradient_sync.h"
 #include "apps/train/session.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -35,8 +36,21 @@ struct StepHooks {
 // by their sizes; read it only when needed, since on a GPU reading waits for the device. It
 // sets nothing on the optimizer's lr: after resolving, the caller sets
 // lr = schedule.lr_at(steps_taken()) when any step was taken.
+//
+// With `sync` (a data-parallel run), `batches` are this rank's share of the step's
+// microbatches, every rank's of one size: each loss is weighted by its share of every rank's
+// samples, and after backward the gradients and the loss are summed over the ranks
+// (apps/train/gradient_sync.h), before anything reads them.
+//
+// Dropout: each microbatch draws its masks from its own stream of the session's dropout
+// Generator, starting at dropout_stream(batch.number), so the masks of a microbatch depend
+// on its number only, not on which rank or which step position takes it.
 Tensor take_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
                  const LrSchedule& schedule, const std::vector<Batch>& batches,
-                 const StepHooks& hooks = {});
+                 const StepHooks& hooks = {}, GradientSync* sync = nullptr);
+
+// The dropout Generator offset where training batch `number`'s masks start: 2^32 counters a
+// microbatch, more than any model here draws (a check says so if one did).
+uint64_t dropout_stream(int64_t number);
 
 }  // namespace mixprec

@@ -57,6 +57,7 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t keep_until_step)
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
+  if (path_.empty()) return;
   out_ << record.dump() << "\n";
   out_.flush();
   MIXPREC_CHECK(out_.good(), "writing '", path_, "' failed (disk full?)");

@@ -24,6 +24,8 @@ class MetricsLog {
   // Opens <dir>/metrics.jsonl for appending. With `keep_until_step` >= 0 (a resume), first
   // drops the lines of steps after it, which the resumed run writes again.
   MetricsLog(const std::string& dir, int64_t keep_until_step);
+  // A log that writes nothing: the ranks other than 0 of a data-parallel run.
+  MetricsLog() = default;
   void write(const nlohmann::json& record);
 
  private:

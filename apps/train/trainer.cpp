@@ -17,10 +17,12 @@
 #include "apps/config/train_config.h"
 #include "apps/data/prefetcher.h"
 #include "apps/train/batch_loss.h"
+#include "apps/train/gradient_sync.h"
 #include "apps/train/interrupt.h"
 #include "apps/train/nonfinite_guard.h"
 #include "apps/train/optimizer_step.h"
 #include "apps/train/progress.h"
+#include "apps/train/rank_output.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/run_state.h"
 #include "apps/train/recorded_step.h"
@@ -31,6 +33,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/ops/ops.h"
+#include "dist/communicator.h"
 
 #if MIXPREC_WITH_CUDA
 #include "cuda/register.h"
@@ -58,12 +61,15 @@ uint64_t device_host_syncs(Device device) {
   return 0;
 }
 
+// `ranks`: the run's rank count; the state records the run as one process would run it
+// (as_one_process), so that it resumes at any rank count.
 CheckpointData checkpoint_data(const Session& s, RunPosition position, const RunStats& stats,
-                               const Optimizer& optimizer, const GradScaler& scaler) {
+                               const Optimizer& optimizer, const GradScaler& scaler, int ranks) {
   CheckpointData data;
   data.model = s.model->state_dict();
   position.recent_losses = stats.recent_losses();
-  data.state = make_run_state(s.config, position, optimizer, scaler, *s.dropout_gen);
+  data.state = make_run_state(as_one_process(s.config, ranks), position, optimizer, scaler,
+                              *s.dropout_gen);
   return data;
 }
 
@@ -182,14 +188,21 @@ class TrainingRun {
     return step % config_.train.log_every == 0 || step == total_steps_ || step == 1;
   }
   CheckpointData checkpoint_state() const {
-    return checkpoint_data(s_, position_, stats_, *optimizer_, scaler_);
+    return checkpoint_data(s_, position_, stats_, *optimizer_, scaler_, ranks_->size());
   }
+  // Rank 0 writes the run folder; the other ranks of a data-parallel run write nothing.
+  bool writes() const { return ranks_->rank() == 0; }
+  // Saves on rank 0 and returns the checkpoint folder (on every rank).
+  std::string save(int64_t step);
+  // Stops the run when the ranks' weights or scaler state differ (they never should).
+  void check_ranks_agree(int64_t step);
 
   const TrainOptions& options_;
   InterruptGuard interrupts_;  // SIGINT/SIGTERM: finish the step, save, throw (interrupt.h)
   Session s_;
   const TrainConfig& config_;
   const bool resuming_;
+  std::unique_ptr<dist::Communicator> ranks_;
   std::string run_dir_;
   std::string checkpoints_dir_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -210,6 +223,7 @@ class TrainingRun {
   std::optional<Prefetcher> batches_;
   std::optional<DeferredSteps> deferred_;
   std::optional<RecordedStep> recorded_;
+  std::optional<GradientSync> sync_;  // more than one rank
   bool window_of_one_ = true;  // train.host_reads: resolve every step
   std::vector<UnresolvedStep> unresolved_;
   std::vector<Tensor> pending_losses_;  // losses of the steps since they were last read
@@ -230,25 +244,36 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log)
       s_(open_session(options.config_path, options.overrides)),
       config_(s_.config),
       resuming_(!options.resume_dir.empty()),
+      ranks_(dist::make_communicator(config_.distributed.backend, config_.distributed.timeout_s,
+                                     s_.device)),
       optimizer_(make_optimizer(config_, s_.params)),
       scaler_(make_loss_scale_policy(config_)),
       classification_(s_.data->is_classification()),
       tokens_per_sample_(classification_ ? 1 : config_.model.gpt.block_size),
-      samples_per_step_(config_.train.batch_size * config_.train.accumulation_steps),
+      samples_per_step_(config_.train.batch_size * config_.train.accumulation_steps *
+                        ranks_->size()),
       progress_(log, options.progress_bar) {
   MIXPREC_CHECK(!resuming_ || options.out_dir.empty() || options.out_dir == options.resume_dir,
                 "--resume continues the run in its own folder; drop --out or make it equal");
   run_dir_ = resuming_ ? options.resume_dir
              : !options.out_dir.empty() ? options.out_dir
                                         : default_run_dir(config_.name);
+  if (ranks_->size() > 1) {
+    // The default folder's name has the time in it, which ranks may read a second apart.
+    const std::vector<uint8_t> name =
+        ranks_->broadcast_bytes(std::vector<uint8_t>(run_dir_.begin(), run_dir_.end()), 0);
+    run_dir_.assign(name.begin(), name.end());
+    MIXPREC_CHECK(!config_.train.cuda_graph, "train.cuda_graph records one process's step; "
+                  "set it to false for a run of ", ranks_->size(), " ranks");
+  }
   checkpoints_dir_ = (fs::path(run_dir_) / "checkpoints").string();
-  total_steps_ = total_optimizer_steps(config_, *s_.data);
+  total_steps_ = total_optimizer_steps(config_, *s_.data, ranks_->size());
   position_.schedule_steps = total_steps_;
   restore_or_check_fresh();
   stats_.restore_recent_losses(position_.recent_losses);
   schedule_ = make_schedule(config_, position_.schedule_steps);
   optimizer_->set_lr(schedule_->lr_at(optimizer_->steps_taken()));
-  guard_.emplace(config_, s_.params, *s_.data, total_steps_);
+  guard_.emplace(config_, s_.params, *s_.data, total_steps_, ranks_.get());
   if (resuming_) guard_->resume_from(scaler_, position_.step);
   probe_model_and_data(s_, position_.next_batch);
   if (interrupt_signal() != 0) {
@@ -257,7 +282,11 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log)
   // Everything is checked; from here on the run directory is written.
   write_run_folder();
   anomaly_.emplace(config_.debug.detect_anomaly);
-  batches_.emplace(*s_.data, position_.next_batch, s_.device, s_.precision.working_dtype());
+  // Rank r of N takes the step's microbatches r, r + N, ...: those one process would take
+  // as its (r+1)-th, (r+N+1)-th, ... microbatch.
+  batches_.emplace(*s_.data, position_.next_batch + ranks_->rank(), s_.device,
+                   s_.precision.working_dtype(), ranks_->size());
+  if (ranks_->size() > 1) sync_.emplace(*ranks_, s_.params, *s_.model);
   start_step_path();
   syncs_at_start_ = device_host_syncs(s_.device);
   syncs_at_last_log_ = syncs_at_start_;
@@ -268,15 +297,18 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log)
 
 void TrainingRun::restore_or_check_fresh() {
   if (!resuming_) {
-    require_fresh_run_dir(run_dir_);
+    if (writes()) require_fresh_run_dir(run_dir_);
     return;
   }
   require_run_folder(run_dir_);
-  remove_unfinished_saves(checkpoints_dir_);  // what a killed save left, before choosing
+  // What a killed save left, before choosing; by rank 0 alone, while the others wait.
+  if (writes()) remove_unfinished_saves(checkpoints_dir_);
+  ranks_->barrier();
   const LoadedCheckpoint checkpoint = load_checkpoint(run_dir_);
   load_model_weights(s_, checkpoint.model, checkpoint.path);
-  position_ = restore_run_state(checkpoint.state, checkpoint.path + "/state.json", config_,
-                                *optimizer_, scaler_, *s_.dropout_gen);
+  position_ = restore_run_state(checkpoint.state, checkpoint.path + "/state.json",
+                                as_one_process(config_, ranks_->size()), *optimizer_, scaler_,
+                                *s_.dropout_gen);
   MIXPREC_CHECK(position_.step < total_steps_, "--resume ", run_dir_,
                 ": its newest checkpoint is at step ", position_.step, " and this run has ",
                 total_steps_,
@@ -284,6 +316,10 @@ void TrainingRun::restore_or_check_fresh() {
 }
 
 void TrainingRun::write_run_folder() {
+  if (!writes()) {
+    metrics_.emplace();
+    return;
+  }
   std::error_code fs_error;
   fs::create_directories(run_dir_, fs_error);
   MIXPREC_CHECK(!fs_error && fs::is_directory(run_dir_, fs_error),
@@ -293,9 +329,17 @@ void TrainingRun::write_run_folder() {
   write_file_atomic((fs::path(run_dir_) / "config.yaml").string(), config_text.data(),
                     config_text.size());
   metrics_.emplace(run_dir_, resuming_ ? position_.step : -1);
+  std::string where = s_.device.str();
+  if (ranks_->size() > 1) {
+    where += " x " + std::to_string(ranks_->size()) + " ranks (" + ranks_->backend() +
+             "), a step of batch_size " + std::to_string(config_.train.batch_size) + " x " +
+             std::to_string(config_.train.accumulation_steps) + " accumulation x " +
+             std::to_string(ranks_->size()) + " ranks = " + std::to_string(samples_per_step_) +
+             " examples";
+  }
   progress_.message("run " + run_dir_ + ": " + s_.data->describe() + "; " +
-                    std::to_string(s_.model->parameter_count()) + " parameters on " +
-                    s_.device.str() + "; " + s_.precision.describe() + "; loss scale " +
+                    std::to_string(s_.model->parameter_count()) + " parameters on " + where +
+                    "; " + s_.precision.describe() + "; loss scale " +
                     scaler_.policy().kind() + "; " + schedule_->describe());
   if (resuming_) {
     std::string text = "resumed at step " + std::to_string(position_.step) + " of " +
@@ -307,9 +351,7 @@ void TrainingRun::write_run_folder() {
     }
     progress_.message(text);
   }
-  if (!resuming_ && config_.checkpoint.save_initial) {
-    save_checkpoint(checkpoints_dir_, 0, checkpoint_state(), config_.checkpoint.keep);
-  }
+  if (!resuming_ && config_.checkpoint.save_initial) save(0);
 }
 
 void TrainingRun::start_step_path() {
@@ -331,12 +373,14 @@ void TrainingRun::step() {
   const int64_t step = position_.step + 1;
   // Every microbatch of the step is checked on the host before any reaches the model, so a
   // bad one skips the step without a forward pass; the data position advances either way.
+  ranks_->set_step(step);
   std::vector<Batch> step_batches;
   for (int64_t micro = 0; micro < config_.train.accumulation_steps; ++micro)
     step_batches.push_back(batches_->next());
   // Steps still on the device are finished before a step skipped for its input, in order.
   if (guard_->input_is_bad(step, step_batches)) resolve();
-  position_.next_batch += config_.train.accumulation_steps;
+  const int64_t first_batch = position_.next_batch;
+  position_.next_batch += config_.train.accumulation_steps * ranks_->size();
   position_.step = step;
   const std::optional<StepResult> bad_input = guard_->begin_step(step, step_batches);
   const bool last = step == total_steps_;
@@ -348,8 +392,15 @@ void TrainingRun::step() {
   if (bad_input) {
     skip_for_input(*bad_input, current, start);
   } else {
+    // A recorded step replays its dropout masks from the step's first stream on
+    // (optimizer_step.h's dropout_stream).
+    if (s_.dropout_gen) s_.dropout_gen->set_state(s_.dropout_gen->seed(), dropout_stream(first_batch));
     take(step, step_batches, current, start, eval_step || save_step);
   }
+  // The Generator as the next step starts, whichever rank took the last microbatch: a
+  // checkpoint then records the same state at any rank count.
+  if (s_.dropout_gen)
+    s_.dropout_gen->set_state(s_.dropout_gen->seed(), dropout_stream(position_.next_batch));
   if (eval_step) evaluate(step);
   if (save_step) checkpoint(step);
   stop_if_interrupted(step, last);
@@ -367,8 +418,9 @@ void TrainingRun::take(int64_t step, const std::vector<Batch>& batches,
   if (unresolved_.empty()) window_start_ = start;
   std::optional<Tensor> loss;
   if (recorded_) loss = recorded_->take(step, batches, hooks);
-  pending_losses_.push_back(
-      loss ? *loss : take_step(s_, *optimizer_, *deferred_, *schedule_, batches, hooks));
+  pending_losses_.push_back(loss ? *loss
+                                 : take_step(s_, *optimizer_, *deferred_, *schedule_, batches,
+                                             hooks, sync_ ? &*sync_ : nullptr));
   unresolved_.push_back(current);
   // The host reads only where it must: every step with a window of one; otherwise log, eval
   // and checkpoint steps, an interrupt (which saves), a full table of pending steps, and for
@@ -451,6 +503,7 @@ bool TrainingRun::finish_step(const UnresolvedStep& done, StepResult& result,
                     : 0;
   // Skipped steps are log steps, so a skipped step's own loss has been read.
   const bool log = is_log_step(done.step) || result.skipped();
+  if (log) check_ranks_agree(done.step);
   if (log) log_step(done, result, telemetry, throughput);
   if (progress_.bar() || log) show_progress(done, result, telemetry, throughput);
   return stop_run;
@@ -528,24 +581,57 @@ void TrainingRun::evaluate(int64_t step) {
   progress_.message(text);
 }
 
+std::string TrainingRun::save(int64_t step) {
+  if (writes()) return save_checkpoint(checkpoints_dir_, step, checkpoint_state(),
+                                       config_.checkpoint.keep);
+  return checkpoint_folder(checkpoints_dir_, step);
+}
+
 void TrainingRun::checkpoint(int64_t step) {
-  save_checkpoint(checkpoints_dir_, step, checkpoint_state(), config_.checkpoint.keep);
+  check_ranks_agree(step);
+  save(step);
   last_saved_ = step;
+}
+
+void TrainingRun::check_ranks_agree(int64_t step) {
+  if (ranks_->size() == 1) return;
+  // FNV-1a over the masters' bytes and the scaler's state: a cheap fingerprint whose
+  // disagreement means that the ranks' weights parted ways.
+  uint64_t hash = 14695981039346656037ULL;
+  auto mix = [&hash](const uint8_t* bytes, size_t n) {
+    for (size_t i = 0; i < n; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  };
+  for (const Parameter& p : s_.params) {
+    const Tensor master = p.master().to(kCPU);
+    mix(static_cast<const uint8_t*>(master.data()), static_cast<size_t>(master.numel()) * 4);
+  }
+  const std::string scaler = scaler_.state_dict().dump();
+  mix(reinterpret_cast<const uint8_t*>(scaler.data()), scaler.size());
+  const std::vector<int64_t> hashes = ranks_->all_gather_int(static_cast<int64_t>(hash));
+  for (size_t r = 1; r < hashes.size(); ++r) {
+    MIXPREC_CHECK(hashes[r] == hashes[0], "after step ", step, " the weights or loss-scale state "
+                  "of rank ", r, " differ from rank 0's (fingerprints ", hashes[r], " and ",
+                  hashes[0], "); the ranks no longer train one model, so the run stops");
+  }
 }
 
 void TrainingRun::stop_at(int64_t step) {
   progress_.finish();
-  const std::string saved =
-      save_checkpoint(checkpoints_dir_, step, checkpoint_state(), config_.checkpoint.keep);
+  const std::string saved = save(step);
   guard_->stop(step, scaler_, saved, *metrics_);  // writes the "stopped" record, throws
 }
 
 void TrainingRun::stop_if_interrupted(int64_t step, bool last) {
-  if (interrupt_signal() == 0 || last) return;
+  // The ranks stop after the same step: a signal seen by any of them stops all.
+  int signal = interrupt_signal();
+  if (ranks_->size() > 1) {
+    for (int64_t seen : ranks_->all_gather_int(signal)) signal = signal != 0 ? signal : static_cast<int>(seen);
+  }
+  if (signal == 0 || last) return;
   resolve();
   progress_.finish();
   if (last_saved_ != step) checkpoint(step);
-  throw TrainingInterrupted(interrupt_signal(), step, total_steps_, run_dir_,
+  throw TrainingInterrupted(signal, step, total_steps_, run_dir_,
                             checkpoint_folder(checkpoints_dir_, step));
 }
 
@@ -594,9 +680,14 @@ nlohmann::json TrainingRun::finish() {
   } else {
     summary["tokens_per_s"] = per_s * static_cast<double>(tokens_per_sample_);
   }
+  if (ranks_->size() > 1) {
+    summary["ranks"] = ranks_->size();
+    summary["distributed_backend"] = ranks_->backend();
+  }
   const std::string summary_text = summary.dump(2) + "\n";
-  write_file_atomic((fs::path(run_dir_) / "summary.json").string(), summary_text.data(),
-                    summary_text.size());
+  if (writes())
+    write_file_atomic((fs::path(run_dir_) / "summary.json").string(), summary_text.data(),
+                      summary_text.size());
   return summary;
 }
 
@@ -604,6 +695,7 @@ nlohmann::json TrainingRun::finish() {
 
 nlohmann::json run_training(const TrainOptions& options, std::ostream& log) {
   TrainingRun run(options, log);
+  mark_setup_done();
   while (!run.done()) run.step();
   return run.finish();
 }

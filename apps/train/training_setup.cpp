@@ -138,10 +138,25 @@ std::unique_ptr<LossScalePolicy> make_loss_scale_policy(const TrainConfig& confi
   return std::make_unique<DynamicLossScale>(options);
 }
 
-int64_t total_optimizer_steps(const TrainConfig& config, const BatchSource& source) {
+int64_t total_optimizer_steps(const TrainConfig& config, const BatchSource& source, int ranks) {
   if (config.train.steps > 0) return config.train.steps;
   const int64_t batches = config.train.epochs * source.batches_per_epoch();
-  return std::max<int64_t>(1, batches / config.train.accumulation_steps);
+  const int64_t per_step = config.train.accumulation_steps * ranks;
+  // One process drops an epoch's last microbatches that do not fill a step; ranks would each
+  // drop others, so there the division must be exact for the data seen not to depend on N.
+  MIXPREC_CHECK(ranks == 1 || batches % per_step == 0, "train.epochs: ", config.train.epochs,
+                " epoch(s) of ", source.batches_per_epoch(), " batches are ", batches,
+                " microbatches, which ", ranks, " ranks x accumulation_steps ",
+                config.train.accumulation_steps, " do not divide; choose a rank count, "
+                "batch_size or accumulation_steps that does, or set train.steps");
+  return std::max<int64_t>(1, batches / per_step);
+}
+
+TrainConfig as_one_process(const TrainConfig& config, int ranks) {
+  TrainConfig one = config;
+  one.train.accumulation_steps *= ranks;
+  one.distributed = DistributedConfig{};
+  return one;
 }
 
 }  // namespace mixprec

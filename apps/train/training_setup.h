@@ -41,7 +41,14 @@ std::unique_ptr<LrSchedule> make_schedule(const TrainConfig& config, int64_t tot
 std::unique_ptr<LossScalePolicy> make_loss_scale_policy(const TrainConfig& config);
 
 // Optimizer steps of the run: train.steps, or train.epochs * batches_per_epoch /
-// accumulation_steps (at least 1).
-int64_t total_optimizer_steps(const TrainConfig& config, const BatchSource& source);
+// (accumulation_steps * ranks) (at least 1). With more than one rank the division must be
+// exact: mixprec::Error otherwise, naming the numbers.
+int64_t total_optimizer_steps(const TrainConfig& config, const BatchSource& source,
+                              int ranks = 1);
+
+// `config` as one process would run the same steps that `ranks` ranks take: accumulation
+// times the ranks, the distributed section at its defaults. Checkpoints record this, so that
+// they resume at any rank count.
+TrainConfig as_one_process(const TrainConfig& config, int ranks);
 
 }  // namespace mixprec
