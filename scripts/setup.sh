@@ -3,10 +3,11 @@
 # Fashion-MNIST data set (dataset-fashion-mnist, files under /usr/share/datasets/fashion-mnist/)
 # that it trains on, and gnuplot-nox, which draws the charts of `mixprec bench` and
 # `mixprec inspect`. Open MPI (openmpi-bin for mpirun, libopenmpi-dev to build against) gives
-# the data-parallel runs of dist/ and their tests; without it the build leaves them out. Catch2
-# and Google Benchmark are small header/library packages that the configure step looks for, so
-# they are here too; the test-only packages (PyTorch, clang, the sanitizer and fuzzing
-# runtimes) are installed by scripts/setup_tests.sh.
+# the data-parallel runs of dist/ and their tests; without it the build leaves them out.
+# Protocol Buffers (libprotobuf-dev, protobuf-compiler) encode the TensorBoard event files
+# every run writes. Catch2 and Google Benchmark are small header/library packages that the
+# configure step looks for, so they are here too; the test-only packages (PyTorch, clang, the
+# sanitizer and fuzzing runtimes) are installed by scripts/setup_tests.sh.
 #
 # `scripts/setup.sh PACKAGE...` installs those packages instead (setup_tests.sh uses it).
 # Idempotent: when everything is already installed it only asks dpkg (no apt-get update), so
@@ -28,6 +29,8 @@ packages=(
   zlib1g-dev
   openmpi-bin
   libopenmpi-dev
+  libprotobuf-dev
+  protobuf-compiler
   libbenchmark-dev
   dataset-fashion-mnist
   gnuplot-nox
