@@ -27,8 +27,8 @@ constexpr int64_t kMaxInt32 = 2147483647;           // settings the scaler keeps
 
 const std::vector<std::string> kRootKeys = {"name",      "model",      "data",     "precision",
                                             "tf32",      "loss_scale", "optimizer", "schedule",
-                                            "train",     "checkpoint", "device",   "debug",
-                                            "distributed"};
+                                            "train",     "checkpoint", "device",   "log",
+                                            "debug",     "distributed"};
 const std::vector<std::string> kCnnKeys = {"type", "in_channels", "input_size", "layers"};
 const std::vector<std::string> kGptKeys = {"type",    "vocab_size", "block_size",
                                            "n_layer", "n_head",     "n_embd",
@@ -55,7 +55,9 @@ class ConfigReader : KeyReader {
                  {"scaler", "loss_scale"},
                  {"loss_scaling", "loss_scale"},
                  {"amp", "precision"},
-                 {"allow_tf32", "tf32"}},
+                 {"allow_tf32", "tf32"},
+                 {"logging", "log"},
+                 {"tensorboard", "log"}},
                 {},
                 ""});
     config.name = default_name;
@@ -78,6 +80,7 @@ class ConfigReader : KeyReader {
     read_train(section(root, "", "train"), "train", config.train);
     read_checkpoint(section(root, "", "checkpoint"), "checkpoint", config.checkpoint);
     read_choice(root, "", "device", config.device, {"cpu", "cuda", "auto"});
+    read_log(section(root, "", "log"), "log", config.log);
     read_distributed(section(root, "", "distributed"), "distributed", config.distributed);
     read_debug(section(root, "", "debug"), "debug", config.debug);
     check_cuda_graph(root, config);
@@ -510,6 +513,11 @@ class ConfigReader : KeyReader {
     read_choice(map, path, "backend", distributed.backend, {"auto", "none", "mpi", "nccl"});
     read_double(map, path, "timeout_s", distributed.timeout_s, DoubleRange::above(0.0));
     read_bool(map, path, "shard_optimizer", distributed.shard_optimizer);
+  }
+
+  void read_log(const YAML::Node& map, const std::string& path, LogConfig& log) const {
+    check_keys(map, path, {"tensorboard"}, {{{"tb", "tensorboard"}}, {}, ""});
+    read_bool(map, path, "tensorboard", log.tensorboard);
   }
 
   void read_debug(const YAML::Node& map, const std::string& path, DebugConfig& debug) const {

@@ -198,6 +198,10 @@ std::string to_yaml(const TrainConfig& config) {
   emit(out, "shard_optimizer", distributed.shard_optimizer);
   out << YAML::EndMap;
 
+  out << YAML::Key << "log" << YAML::Value << YAML::BeginMap;
+  emit(out, "tensorboard", config.log.tensorboard);
+  out << YAML::EndMap;
+
   const DebugConfig& debug = config.debug;
   out << YAML::Key << "debug" << YAML::Value << YAML::BeginMap;
   emit(out, "detect_anomaly", debug.detect_anomaly);

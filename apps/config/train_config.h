@@ -137,6 +137,14 @@ struct DebugConfig {
   int64_t inject_rank = -1;          // the rank that injects; -1 = every rank
 };
 
+// What a run records beside metrics.jsonl and summary.json.
+struct LogConfig {
+  // A TensorBoard event file in the run folder with the logged scalars, flushed at every log
+  // step (apps/tensorboard/metrics_events.h), and `mixprec inspect`'s gradient histograms in
+  // its report folder.
+  bool tensorboard = true;
+};
+
 struct TrainConfig {
   std::string source_path;  // the file it was loaded from
   std::string name;         // `name:` or the file's stem
@@ -154,6 +162,7 @@ struct TrainConfig {
   TrainLoopConfig train;
   CheckpointConfig checkpoint;
   std::string device = "cpu";  // cpu | cuda | auto
+  LogConfig log;
   DistributedConfig distributed;
   DebugConfig debug;
 };

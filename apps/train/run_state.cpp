@@ -32,6 +32,7 @@ std::string resume_fingerprint(const TrainConfig& config) {
   shared.train.cuda_graph = defaults.train.cuda_graph;  // likewise
   shared.checkpoint = defaults.checkpoint;
   shared.device = defaults.device;
+  shared.log = defaults.log;
   shared.debug = defaults.debug;
   return to_yaml(shared);
 }

@@ -185,3 +185,22 @@ TEST_CASE("run_state: a state.json nested 200000 levels deep is an Error, not a 
   CHECK_THROWS_WITH(restored.restore(state, config),
                     Contains("format an array nested more than 16 levels deep"));
 }
+
+TEST_CASE("run_state: a resume may switch the TensorBoard log, and older checkpoints lack it",
+          "[apps][run_state]") {
+  const TrainConfig config;
+  RunObjects saved(0.25, 11);
+  const nlohmann::json state = saved.state_of(config);
+  TrainConfig without_tensorboard = config;
+  without_tensorboard.log.tensorboard = false;
+  CHECK(RunObjects(0.01, 3).restore(state, without_tensorboard).step == 0);
+  CHECK(fingerprint_differences(state["fingerprint"].get<std::string>(), without_tensorboard)
+            .empty());
+  // A checkpoint written before the log section existed.
+  std::string older = state["fingerprint"].get<std::string>();
+  const std::string section = "log:\n  tensorboard: true\n";
+  const size_t at = older.find(section);
+  REQUIRE(at != std::string::npos);
+  older.erase(at, section.size());
+  CHECK(fingerprint_differences(older, without_tensorboard).empty());
+}

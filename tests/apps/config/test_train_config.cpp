@@ -220,6 +220,7 @@ void check_same(const TrainConfig& a, const TrainConfig& b) {
   CHECK(a.checkpoint.save_initial == b.checkpoint.save_initial);
 
   CHECK(a.device == b.device);
+  CHECK(a.log.tensorboard == b.log.tensorboard);
   CHECK(a.debug.detect_anomaly == b.debug.detect_anomaly);
   CHECK(a.debug.inject_step == b.debug.inject_step);
   CHECK(a.debug.inject_tensor == b.debug.inject_tensor);
@@ -720,6 +721,7 @@ TEST_CASE("config: to_yaml writes the defaults too", "[config]") {
                           "keep:",
                           "save_initial:",
                           "device:",
+                          "tensorboard: true",
                           "detect_anomaly:"}) {
     INFO(key);
     CHECK(yaml.find(key) != std::string::npos);
