@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Reads a folder of TensorBoard event files with TensorBoard's own reader and prints JSON.
+
+    read_tensorboard.py LOGDIR
+
+Needs PyPI's `tensorboard` (scripts/setup_tests.sh installs it into a venv). Prints one JSON
+object:
+
+- "tensorboard": the version of the reader;
+- "files": per event file in name order (the order TensorBoard reads them in): "name",
+  "records" (complete records), "end" ("clean": the last record ends at the end of the file;
+  "truncated": the file ends inside a record; "crc": a length or data checksum is wrong),
+  "file_version", "session_starts" (steps of SessionLog START events) and "scalars"
+  ({tag: [[step, value], ...]} in file order), read with EventFileLoader, which stops at the
+  first record it cannot read and hands scalars over as the scalars plugin's data, as
+  TensorBoard does;
+- "scalars": {tag: [[step, value], ...]} as TensorBoard shows the run, from EventAccumulator
+  over the whole folder (every point kept; a later SessionLog START drops the points earlier
+  files wrote at or after its step);
+- "histograms": {tag: [{"step", "min", "max", "num", "sum", "sum_squares", "bucket_limit",
+  "bucket"}, ...]} from the same accumulator.
+"""
+
+import json
+import os
+import sys
+
+
+def record_integrity(path, errors, reader_class):
+    """Counts the complete records of `path` and says how the file ends."""
+    reader = reader_class(path)
+    records = 0
+    while True:
+        try:
+            reader.GetNext()
+        except errors.OutOfRangeError:
+            return records, "clean"
+        except errors.DataLossError as error:
+            return records, "truncated" if "truncated" in str(error) else "crc"
+        records += 1
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: read_tensorboard.py LOGDIR")
+    logdir = sys.argv[1]
+
+    import tensorboard
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
+    from tensorboard.util import tensor_util
+
+    names = sorted(n for n in os.listdir(logdir) if "tfevents" in n)
+    files = []
+    for name in names:
+        path = os.path.join(logdir, name)
+        records, end = record_integrity(path, errors, PyRecordReader_New)
+        entry = {"name": name, "records": records, "end": end, "file_version": None,
+                 "session_starts": [], "scalars": {}}
+        for event in EventFileLoader(path).Load():
+            if event.HasField("file_version"):
+                entry["file_version"] = event.file_version
+            elif event.HasField("session_log"):
+                if event.session_log.status == event_pb2.SessionLog.START:
+                    entry["session_starts"].append(event.step)
+            elif event.HasField("summary"):
+                for value in event.summary.value:
+                    # EventFileLoader hands scalars over as the scalars plugin's tensors.
+                    if value.metadata.plugin_data.plugin_name == "scalars":
+                        entry["scalars"].setdefault(value.tag, []).append(
+                            [event.step, tensor_util.make_ndarray(value.tensor).item()])
+        files.append(entry)
+
+    accumulator = event_accumulator.EventAccumulator(
+        logdir, size_guidance=event_accumulator.STORE_EVERYTHING_SIZE_GUIDANCE,
+        purge_orphaned_data=True)
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    scalars = {tag: [[e.step, e.value] for e in accumulator.Scalars(tag)]
+               for tag in tags["scalars"]}
+    histograms = {}
+    for tag in tags["histograms"]:
+        histograms[tag] = [
+            {"step": e.step, "min": e.histogram_value.min, "max": e.histogram_value.max,
+             "num": e.histogram_value.num, "sum": e.histogram_value.sum,
+             "sum_squares": e.histogram_value.sum_squares,
+             "bucket_limit": list(e.histogram_value.bucket_limit),
+             "bucket": list(e.histogram_value.bucket)}
+            for e in accumulator.Histograms(tag)]
+
+    json.dump({"tensorboard": tensorboard.__version__, "files": files, "scalars": scalars,
+               "histograms": histograms}, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
