@@ -16,6 +16,7 @@
 #include "apps/checkpoint/checkpoint_dir.h"
 #include "apps/config/train_config.h"
 #include "apps/data/prefetcher.h"
+#include "apps/tensorboard/metrics_events.h"
 #include "apps/train/batch_loss.h"
 #include "apps/train/gradient_sync.h"
 #include "apps/train/interrupt.h"
@@ -177,6 +178,8 @@ class TrainingRun {
   void show_progress(const UnresolvedStep& done, const StepResult& result,
                      const StepTelemetry& telemetry, double throughput);
   void evaluate(int64_t step);
+  // Writes `record` to metrics.jsonl and, with log.tensorboard, to the event file.
+  void write_record(const nlohmann::json& record);
   void checkpoint(int64_t step);
   // Saves the last applied weights (with the data position after the skips) and throws
   // TrainingStopped.
@@ -216,6 +219,7 @@ class TrainingRun {
   std::unique_ptr<LrSchedule> schedule_;
   std::optional<NonfiniteGuard> guard_;
   std::optional<MetricsLog> metrics_;
+  std::optional<tensorboard::MetricsEventLog> tensorboard_;
   Progress progress_;
   std::optional<AnomalyModeGuard> anomaly_;
   // The worker scans each batch's inputs, casts them to the working dtype and uploads them
@@ -329,6 +333,9 @@ void TrainingRun::write_run_folder() {
   write_file_atomic((fs::path(run_dir_) / "config.yaml").string(), config_text.data(),
                     config_text.size());
   metrics_.emplace(run_dir_, resuming_ ? position_.step : -1);
+  // A resumed run adds a file that TensorBoard reads after the earlier ones, from the step
+  // after the checkpoint on.
+  if (config_.log.tensorboard) tensorboard_.emplace(run_dir_, position_.step + 1);
   std::string where = s_.device.str();
   if (ranks_->size() > 1) {
     where += " x " + std::to_string(ranks_->size()) + " ranks (" + ranks_->backend() +
@@ -534,6 +541,7 @@ void TrainingRun::log_step(const UnresolvedStep& done, const StepResult& result,
   const std::optional<double> window_loss = stats_.take_window_loss();
   record["train_loss"] = window_loss ? nlohmann::json(*window_loss) : nlohmann::json(nullptr);
   record["lr"] = done.lr_after;
+  record["skipped_steps"] = position_.skipped_steps;
   record["step_ms"] = done.seconds * 1000.0;
   record["elapsed_s"] = position_.train_seconds;
   record["epoch"] = (done.next_batch - 1) / s_.data->batches_per_epoch();
@@ -546,7 +554,7 @@ void TrainingRun::log_step(const UnresolvedStep& done, const StepResult& result,
     step_at_last_log_ = done.step;
   }
   guard_->annotate(record);
-  metrics_->write(record);
+  write_record(record);
   if (result.skipped()) {
     progress_.message("step " + std::to_string(done.step) + " skipped: " + result.reason);
   }
@@ -571,7 +579,7 @@ void TrainingRun::show_progress(const UnresolvedStep& done, const StepResult& re
 void TrainingRun::evaluate(int64_t step) {
   last_eval_ = mixprec::evaluate(*s_.model, *s_.data, s_.device, s_.precision.working_dtype());
   evaluated_ = true;
-  metrics_->write(eval_record(step, last_eval_, classification_));
+  write_record(eval_record(step, last_eval_, classification_));
   char text[128];
   std::snprintf(text, sizeof text, "eval at step %lld: val_loss %.4f%s",
                 static_cast<long long>(step), last_eval_.loss,
@@ -579,6 +587,11 @@ void TrainingRun::evaluate(int64_t step) {
                     ? (", val_accuracy " + std::to_string(last_eval_.accuracy)).c_str()
                     : "");
   progress_.message(text);
+}
+
+void TrainingRun::write_record(const nlohmann::json& record) {
+  metrics_->write(record);
+  if (tensorboard_) tensorboard_->write(record);
 }
 
 std::string TrainingRun::save(int64_t step) {

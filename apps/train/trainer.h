@@ -2,8 +2,9 @@
 //
 // A run directory holds config.yaml (every setting as given, defaults filled in),
 // metrics.jsonl (one JSON object per logged step, every skipped step and every evaluation),
-// summary.json (written at the end), and checkpoints/step_<N>/{model.safetensors,
-// state.json}. Steps are optimizer steps,
+// with log.tensorboard a TensorBoard event file per session holding the same records' scalars
+// (apps/tensorboard/metrics_events.h), summary.json (written at the end), and
+// checkpoints/step_<N>/{model.safetensors, state.json}. Steps are optimizer steps,
 // counted from 1; a skipped step counts as a step (it consumed its batches) but does not
 // advance the LR schedule.
 //
