@@ -12,6 +12,7 @@
 #include "apps/checkpoint/atomic_file.h"
 #include "apps/inspect/grad_gatherer.h"
 #include "apps/inspect/inspect_report.h"
+#include "apps/inspect/tensorboard_histograms.h"
 #include "apps/train/optimizer_step.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/session.h"
@@ -166,6 +167,10 @@ nlohmann::json run_inspect(const InspectOptions& options, std::ostream& log) {
                     json_text.size());
   for (const ChartResult& chart : inspect::write_inspect_charts(out_dir, findings))
     log << chart.message << "\n";
+  if (s.config.log.tensorboard) {
+    log << "wrote the histograms for TensorBoard to "
+        << inspect::write_tensorboard_histograms(out_dir, findings) << "\n";
+  }
   const std::string summary = inspect::inspect_summary(findings);
   write_file_atomic((fs::path(out_dir) / "summary.txt").string(), summary.data(), summary.size());
   log << summary << "wrote " << out_dir << "\n";

@@ -21,7 +21,9 @@
 //
 // Outputs in out_dir: inspect.json (keys in apps/inspect/inspect_report.h), summary.txt, and
 // activation_gradients.png / weight_gradients.png with their data (.dat) and gnuplot scripts
-// (.gp); without gnuplot the PNGs are missing and `log` says how to draw them later. The
+// (.gp); without gnuplot the PNGs are missing and `log` says how to draw them later. With
+// log.tensorboard (the default) also a TensorBoard event file of the same histograms
+// (apps/inspect/tensorboard_histograms.h). The
 // folder may exist, but not with an earlier report in it. Nothing is written until every
 // measurement is done, so bad input or a failure while training or measuring writes nothing.
 #pragma once
