@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Reads a folder of TensorBoard event files with TensorBoard's own reader and prints JSON.
 
-    read_tensorboard.py LOGDIR
+    read_tensorboard.py LOGDIR            # the JSON below
+    read_tensorboard.py --summary LOGDIR  # a table: per file its records and how it ends,
+                                          # per tag the points TensorBoard shows
 
 Needs PyPI's `tensorboard` (scripts/setup_tests.sh installs it into a venv). Prints one JSON
 object:
@@ -40,10 +42,30 @@ def record_integrity(path, errors, reader_class):
         records += 1
 
 
+def print_summary(read):
+    """The JSON of main() as a few lines of text."""
+    print("tensorboard %s" % read["tensorboard"])
+    for f in read["files"]:
+        print("%s: %d records, %s end, %s, START at %s" % (
+            f["name"], f["records"], f["end"], f["file_version"],
+            ", ".join(str(s) for s in f["session_starts"]) or "-"))
+    for kind in ("scalars", "histograms"):
+        for tag, points in sorted(read[kind].items()):
+            steps = [p[0] if kind == "scalars" else p["step"] for p in points]
+            last = ("last %.6g" % points[-1][1]) if kind == "scalars" else (
+                "%d buckets" % len(points[-1]["bucket"]))
+            print("%-34s %4d points, steps %d..%d, %s" % (
+                tag, len(points), min(steps), max(steps), last))
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: read_tensorboard.py LOGDIR")
-    logdir = sys.argv[1]
+    args = sys.argv[1:]
+    summary = args[:1] == ["--summary"]
+    if summary:
+        args = args[1:]
+    if len(args) != 1:
+        sys.exit("usage: read_tensorboard.py [--summary] LOGDIR")
+    logdir = args[0]
 
     import tensorboard
     from tensorboard.backend.event_processing import event_accumulator
@@ -91,8 +113,12 @@ def main():
              "bucket": list(e.histogram_value.bucket)}
             for e in accumulator.Histograms(tag)]
 
-    json.dump({"tensorboard": tensorboard.__version__, "files": files, "scalars": scalars,
-               "histograms": histograms}, sys.stdout, indent=1, sort_keys=True)
+    read = {"tensorboard": tensorboard.__version__, "files": files, "scalars": scalars,
+            "histograms": histograms}
+    if summary:
+        print_summary(read)
+        return
+    json.dump(read, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 
 
