@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Reads a folder of TensorBoard event files with TensorBoard's own reader and prints JSON.
 
-    read_tensorboard.py LOGDIR            # the JSON below
-    read_tensorboard.py --summary LOGDIR  # a table: per file its records and how it ends,
-                                          # per tag the points TensorBoard shows
+    read_tensorboard.py [--served] LOGDIR            # the JSON below
+    read_tensorboard.py [--served] --summary LOGDIR  # a table: per file its records and how
+                                                     # it ends, per tag the points shown
 
 Needs PyPI's `tensorboard` (scripts/setup_tests.sh installs it into a venv). Prints one JSON
 object:
@@ -20,7 +20,11 @@ object:
   over the whole folder (every point kept; a later SessionLog START drops the points earlier
   files wrote at or after its step);
 - "histograms": {tag: [{"step", "min", "max", "num", "sum", "sum_squares", "bucket_limit",
-  "bucket"}, ...]} from the same accumulator.
+  "bucket"}, ...]} from the same accumulator;
+- with --served, "served": {tag: [[step, value], ...]} as a running `tensorboard --logdir
+  LOGDIR --load_fast=true` serves the scalars over HTTP: the default loader, TensorBoard's
+  Rust data server, which reads the files itself (and ignores SessionLog); null when it
+  could not be started (no data server for this platform).
 """
 
 import json
@@ -42,6 +46,51 @@ def record_integrity(path, errors, reader_class):
         records += 1
 
 
+def http_json(port, path):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as reply:
+        return json.load(reply)
+
+
+def served_scalars(logdir):
+    """The scalars of LOGDIR's single run as TensorBoard's data server serves them, once two
+    polls half a second apart agree; None when the server does not come up in 60 s."""
+    import socket
+    import subprocess
+    import time
+    import urllib.parse
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
+         "--port", str(port), "--load_fast", "true", "--reload_interval", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        previous = None
+        while time.time() < deadline and server.poll() is None:
+            time.sleep(0.5)
+            try:
+                runs = http_json(port, "/data/plugin/scalars/tags")
+                scalars = {}
+                for run, tags in runs.items():
+                    for tag in tags:
+                        query = urllib.parse.urlencode({"run": run, "tag": tag})
+                        points = http_json(port, "/data/plugin/scalars/scalars?" + query)
+                        scalars[tag] = [[step, value] for _, step, value in points]
+            except OSError:
+                continue
+            if scalars and scalars == previous:
+                return scalars
+            previous = scalars
+        return None
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def print_summary(read):
     """The JSON of main() as a few lines of text."""
     print("tensorboard %s" % read["tensorboard"])
@@ -49,10 +98,14 @@ def print_summary(read):
         print("%s: %d records, %s end, %s, START at %s" % (
             f["name"], f["records"], f["end"], f["file_version"],
             ", ".join(str(s) for s in f["session_starts"]) or "-"))
-    for kind in ("scalars", "histograms"):
+    for kind in ("scalars", "histograms", "served"):
+        if read.get(kind) is None:
+            continue
+        if kind == "served":
+            print("served by tensorboard --load_fast=true:")
         for tag, points in sorted(read[kind].items()):
-            steps = [p[0] if kind == "scalars" else p["step"] for p in points]
-            last = ("last %.6g" % points[-1][1]) if kind == "scalars" else (
+            steps = [p["step"] if kind == "histograms" else p[0] for p in points]
+            last = ("last %.6g" % points[-1][1]) if kind != "histograms" else (
                 "%d buckets" % len(points[-1]["bucket"]))
             print("%-34s %4d points, steps %d..%d, %s" % (
                 tag, len(points), min(steps), max(steps), last))
@@ -60,11 +113,11 @@ def print_summary(read):
 
 def main():
     args = sys.argv[1:]
-    summary = args[:1] == ["--summary"]
-    if summary:
-        args = args[1:]
+    served = "--served" in args
+    summary = "--summary" in args
+    args = [a for a in args if a not in ("--served", "--summary")]
     if len(args) != 1:
-        sys.exit("usage: read_tensorboard.py [--summary] LOGDIR")
+        sys.exit("usage: read_tensorboard.py [--served] [--summary] LOGDIR")
     logdir = args[0]
 
     import tensorboard
@@ -115,6 +168,8 @@ def main():
 
     read = {"tensorboard": tensorboard.__version__, "files": files, "scalars": scalars,
             "histograms": histograms}
+    if served:
+        read["served"] = served_scalars(logdir)
     if summary:
         print_summary(read)
         return
