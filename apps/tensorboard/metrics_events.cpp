@@ -1,6 +1,9 @@
 #include "apps/tensorboard/metrics_events.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 
 namespace mixprec::tensorboard {
 
@@ -26,6 +29,12 @@ constexpr TagOf kTags[] = {
     {"eval", "val_accuracy", "accuracy/val"},
 };
 
+std::optional<int64_t> step_of(const nlohmann::json& record) {
+  const auto step = record.find("step");
+  if (step == record.end() || !step->is_number_integer()) return std::nullopt;
+  return step->get<int64_t>();
+}
+
 }  // namespace
 
 std::vector<Scalar> metrics_scalars(const nlohmann::json& record) {
@@ -44,15 +53,34 @@ std::vector<Scalar> metrics_scalars(const nlohmann::json& record) {
   return scalars;
 }
 
-MetricsEventLog::MetricsEventLog(const std::string& run_dir, int64_t first_step)
+MetricsEventLog::MetricsEventLog(const std::string& run_dir) : file_(run_dir) {
+  file_.write_session_start(1);
+}
+
+MetricsEventLog::MetricsEventLog(const std::string& run_dir, int64_t first_step,
+                                 const std::vector<nlohmann::json>& kept)
     : file_(run_dir) {
-  file_.write_session_start(first_step);
+  std::map<std::string, int64_t> last_step;  // of each tag among the kept records
+  for (const nlohmann::json& record : kept) {
+    const std::optional<int64_t> step = step_of(record);
+    if (!step) continue;
+    for (const Scalar& scalar : metrics_scalars(record)) last_step[scalar.tag] = *step;
+  }
+  if (last_step.empty()) {
+    file_.write_session_start(first_step);
+    return;
+  }
+  int64_t from = last_step.begin()->second;
+  for (const auto& [tag, step] : last_step) from = std::min(from, step);
+  file_.write_session_start(from);
+  for (const nlohmann::json& record : kept) {
+    if (step_of(record).value_or(from - 1) >= from) write(record);
+  }
 }
 
 void MetricsEventLog::write(const nlohmann::json& record) {
-  const auto step = record.find("step");
-  if (step == record.end() || !step->is_number_integer()) return;
-  file_.write_scalars(step->get<int64_t>(), metrics_scalars(record));
+  if (const std::optional<int64_t> step = step_of(record))
+    file_.write_scalars(*step, metrics_scalars(record));
 }
 
 }  // namespace mixprec::tensorboard

@@ -27,12 +27,26 @@ std::vector<Scalar> metrics_scalars(const nlohmann::json& record);
 
 class MetricsEventLog {
  public:
-  // A new event file in `run_dir` for a run whose next step is `first_step` (1 for a fresh
-  // run, the checkpoint's step + 1 for a resumed one), starting with a SessionLog START at
-  // `first_step`: TensorBoard then drops what an interrupted earlier session wrote at or
-  // after that step (the steps metrics.jsonl drops too), and the curve goes on from the
-  // checkpoint. A fresh run's START is the run's first, which TensorBoard only notes.
-  MetricsEventLog(const std::string& run_dir, int64_t first_step);
+  // A new event file in `run_dir` for a fresh run: a SessionLog START at step 1, the run's
+  // first (TensorBoard only notes it).
+  explicit MetricsEventLog(const std::string& run_dir);
+
+  // A new event file in `run_dir` for a run resumed from a checkpoint, with `kept`, the
+  // records metrics.jsonl keeps (those up to the checkpoint's step), in file order. The
+  // earlier files may hold points after the checkpoint, which the resumed run writes anew,
+  // and the file's start makes both of TensorBoard's loaders drop them:
+  // - m is the earliest step among the last kept point of each tag (typically the
+  //   checkpoint's own log step);
+  // - a SessionLog START at m: the Python loader (--load_fast=false) drops every earlier
+  //   file's point at steps >= m;
+  // - then every kept record at steps >= m again: the data server (the default loader),
+  //   which ignores SessionLog, drops a tag's points at or after the step of each new point
+  //   of that tag, and both loaders get the kept points back.
+  // A tag none of `kept` has a point of keeps the earlier files' points until the resumed
+  // run writes one at or before their steps. Without a point in `kept`, the START is at
+  // `first_step` (the checkpoint's step + 1) and nothing is written again.
+  MetricsEventLog(const std::string& run_dir, int64_t first_step,
+                  const std::vector<nlohmann::json>& kept);
 
   // Writes metrics_scalars(record) at record["step"]. Throws mixprec::Error when the file
   // cannot be written.

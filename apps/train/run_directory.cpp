@@ -47,6 +47,7 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t keep_until_step)
         continue;
       }
       kept.push_back(line);
+      kept_records_.push_back(record);
     }
     std::string text;
     for (const std::string& line : kept) text += line + "\n";

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,10 +28,13 @@ class MetricsLog {
   // A log that writes nothing: the ranks other than 0 of a data-parallel run.
   MetricsLog() = default;
   void write(const nlohmann::json& record);
+  // On a resume, the records of the lines kept, in file order; empty otherwise.
+  const std::vector<nlohmann::json>& kept_records() const { return kept_records_; }
 
  private:
   std::string path_;
   std::ofstream out_;
+  std::vector<nlohmann::json> kept_records_;
 };
 
 }  // namespace mixprec

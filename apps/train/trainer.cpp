@@ -333,9 +333,13 @@ void TrainingRun::write_run_folder() {
   write_file_atomic((fs::path(run_dir_) / "config.yaml").string(), config_text.data(),
                     config_text.size());
   metrics_.emplace(run_dir_, resuming_ ? position_.step : -1);
-  // A resumed run adds a file that TensorBoard reads after the earlier ones, from the step
-  // after the checkpoint on.
-  if (config_.log.tensorboard) tensorboard_.emplace(run_dir_, position_.step + 1);
+  // A resumed run adds a file that TensorBoard reads after the earlier ones, which drops
+  // their points after the checkpoint as metrics.jsonl dropped its lines.
+  if (config_.log.tensorboard && resuming_) {
+    tensorboard_.emplace(run_dir_, position_.step + 1, metrics_->kept_records());
+  } else if (config_.log.tensorboard) {
+    tensorboard_.emplace(run_dir_);
+  }
   std::string where = s_.device.str();
   if (ranks_->size() > 1) {
     where += " x " + std::to_string(ranks_->size()) + " ranks (" + ranks_->backend() +

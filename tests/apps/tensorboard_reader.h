@@ -45,9 +45,13 @@ inline bool tensorboard_available() {
   return false;
 }
 
-// scripts/read_tensorboard.py's JSON for `logdir` (its output logged into `log_prefix`.*).
-inline nlohmann::json read_tensorboard(const std::string& logdir, const std::string& log_prefix) {
-  const ScriptRun run = run_script(tensorboard_python(), "read_tensorboard.py", {logdir},
+// scripts/read_tensorboard.py's JSON for `logdir` (its output logged into `log_prefix`.*);
+// `served`: with the scalars a running TensorBoard serves (--served).
+inline nlohmann::json read_tensorboard(const std::string& logdir, const std::string& log_prefix,
+                                       bool served = false) {
+  std::vector<std::string> args{logdir};
+  if (served) args.insert(args.begin(), "--served");
+  const ScriptRun run = run_script(tensorboard_python(), "read_tensorboard.py", args,
                                    log_prefix + ".json", log_prefix + ".err");
   INFO("read_tensorboard.py: " << run.err);
   REQUIRE(run.code == 0);

@@ -80,14 +80,14 @@ TEST_CASE("tensorboard: an eval record writes loss/val and accuracy/val", "[tens
   CHECK(metrics_scalars({{"event", "eval"}, {"step", 100}, {"val_loss", 1.5}}).size() == 1);
 }
 
-TEST_CASE("tensorboard: the metrics log starts with START at its first step and writes each "
-          "record at its step", "[tensorboard]") {
+TEST_CASE("tensorboard: a fresh run's log starts with START at step 1 and writes each record "
+          "at its step", "[tensorboard]") {
   ScratchDir dir("tensorboard-metrics");
   std::string path;
   {
-    MetricsEventLog log(dir / "run", 21);
+    MetricsEventLog log(dir / "run");
     path = log.path();
-    log.write({{"event", "step"}, {"step", 21}, {"lr", 0.25}, {"train_loss", 1.5}});
+    log.write({{"event", "step"}, {"step", 1}, {"lr", 0.25}, {"train_loss", 1.5}});
     log.write({{"event", "eval"}, {"step", 30}, {"val_loss", 1.25}});
     log.write({{"event", "stopped"}, {"step", 31}});
   }
@@ -95,11 +95,11 @@ TEST_CASE("tensorboard: the metrics log starts with START at its first step and 
   CHECK(records.crc_ok);
   CHECK(records.clean_end);
   const std::vector<Event> events = parse_events(records);
-  REQUIRE(events.size() == 4);  // version, START, step 21, eval 30; the stopped record writes none
+  REQUIRE(events.size() == 4);  // version, START, step 1, eval 30; the stopped record writes none
   CHECK(events[0].file_version() == "brain.Event:2");
   CHECK(events[1].session_log().status() == SessionLog::START);
-  CHECK(events[1].step() == 21);
-  CHECK(events[2].step() == 21);
+  CHECK(events[1].step() == 1);
+  CHECK(events[2].step() == 1);
   REQUIRE(events[2].summary().value_size() == 2);
   CHECK(events[2].summary().value(0).tag() == "loss/train");
   CHECK(events[2].summary().value(0).simple_value() == 1.5f);
@@ -107,4 +107,46 @@ TEST_CASE("tensorboard: the metrics log starts with START at its first step and 
   CHECK(events[3].step() == 30);
   CHECK(events[3].summary().value(0).tag() == "loss/val");
   CHECK(events[3].summary().value(0).simple_value() == 1.25f);
+}
+
+TEST_CASE("tensorboard: a resumed run's log starts at the earliest last kept point and writes "
+          "the kept records from there again", "[tensorboard]") {
+  ScratchDir dir("tensorboard-resumed");
+  // Resumed from step 20: steps logged every 5 (and a skipped step at 17), evaluated every 8.
+  const std::vector<nlohmann::json> kept = {
+      {{"event", "step"}, {"step", 5}, {"lr", 0.5}},
+      {{"event", "eval"}, {"step", 8}, {"val_loss", 2.0}},
+      {{"event", "step"}, {"step", 10}, {"lr", 0.4}},
+      {{"event", "step"}, {"step", 15}, {"lr", 0.3}},
+      {{"event", "eval"}, {"step", 16}, {"val_loss", 1.75}},
+      {{"event", "step"}, {"step", 17}, {"lr", 0.3}, {"train_loss", nullptr}},
+      {{"event", "step"}, {"step", 20}, {"lr", 0.2}, {"train_loss", 1.5}}};
+  std::string path;
+  {
+    MetricsEventLog log(dir / "run", 21, kept);
+    path = log.path();
+  }
+  const std::vector<Event> events = parse_events(split_records(read_bytes(path)));
+  // loss/val's last kept point is at 16, the earliest of the tags' last points: START at 16,
+  // then the records of steps 16, 17 and 20 again.
+  REQUIRE(events.size() == 5);
+  CHECK(events[1].session_log().status() == SessionLog::START);
+  CHECK(events[1].step() == 16);
+  CHECK(events[2].step() == 16);
+  CHECK(events[2].summary().value(0).tag() == "loss/val");
+  CHECK(events[2].summary().value(0).simple_value() == 1.75f);
+  CHECK(events[3].step() == 17);
+  CHECK(events[3].summary().value_size() == 1);  // lr; the null loss writes nothing
+  CHECK(events[4].step() == 20);
+  CHECK(events[4].summary().value_size() == 2);
+
+  // Nothing kept (resumed from step 0): START at the first step, nothing written again.
+  {
+    MetricsEventLog log(dir / "empty", 1, {});
+    path = log.path();
+  }
+  const std::vector<Event> empty = parse_events(split_records(read_bytes(path)));
+  REQUIRE(empty.size() == 2);
+  CHECK(empty[1].session_log().status() == SessionLog::START);
+  CHECK(empty[1].step() == 1);
 }
