@@ -33,7 +33,9 @@ std::unique_ptr<Communicator> make_mpi(double timeout_s, Device device) {
 
 // NCCL's communicator (tensors on the GPU, MPI for the ranks' start-up) belongs here, built
 // with the CUDA backend; this build has none.
-std::unique_ptr<Communicator> make_nccl(double, Device) {
+std::unique_ptr<Communicator> make_nccl(double, Device device) {
+  MIXPREC_CHECK(!device.is_cpu(), "distributed.backend: nccl carries tensors on a GPU, and this "
+                "run is on ", device.str(), "; use backend mpi (or auto) for the CPU");
   MIXPREC_FAIL("distributed.backend: nccl is not available in this build");
 }
 

@@ -84,6 +84,9 @@ TEST_CASE("make_communicator: one clear error for each backend it cannot give", 
         "distributed.backend: 'gloo' is not one of auto, none, mpi, nccl");
   CHECK(error_message([] { dist::make_communicator("nccl", 300.0, cuda_device(0)); }) ==
         "distributed.backend: nccl is not available in this build");
+  CHECK(error_message([] { dist::make_communicator("nccl", 300.0, kCPU); }) ==
+        "distributed.backend: nccl carries tensors on a GPU, and this run is on cpu; use "
+        "backend mpi (or auto) for the CPU");
   CHECK(error_message([] { dist::make_communicator("mpi", 300.0, cuda_device(0)); }) ==
         "distributed.backend: mpi carries host tensors; a run on cuda:0 needs backend nccl");
   for (double bad : {0.0, -5.0, std::numeric_limits<double>::quiet_NaN()}) {
