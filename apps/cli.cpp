@@ -151,7 +151,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     std::ostream silent(nullptr);
     std::ostringstream errors;
     code = run_command(argc, argv, silent, errors);
-    if (code != 0 && reports_errors()) {
+    // An interrupt stops every rank at one step, and rank 0 says so for all.
+    const bool interrupted = code == 130 || code == 143;
+    if (code != 0 && !interrupted && reports_errors()) {
       std::istringstream lines(errors.str());
       for (std::string line; std::getline(lines, line);) err << error_prefix() << line << "\n";
     }

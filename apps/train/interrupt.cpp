@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "apps/train/rank_output.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -22,6 +23,8 @@ static_assert(std::atomic<int>::is_always_lock_free,
 std::atomic<int> g_first_signal{0};  // the first signal received, 0 before
 std::atomic<int> g_count{0};         // signals received since the guard was installed
 std::atomic<bool> g_installed{false};
+// The ranks other than 0 of `mpirun -np N` keep quiet: rank 0 says it for the job.
+std::atomic<bool> g_quiet{false};
 
 // Fixed texts: the handler cannot format. Each starts with a newline, since a progress bar
 // may be half drawn on the terminal.
@@ -48,7 +51,9 @@ extern "C" void on_interrupt(int signal) {
   const int saved_errno = errno;  // the interrupted code may be about to read errno
   if (g_count.fetch_add(1) == 0) {
     g_first_signal.store(signal);
-    if (signal == SIGINT) {
+    if (g_quiet.load()) {
+      // Nothing to say.
+    } else if (signal == SIGINT) {
       write_all(kFirstInt, sizeof kFirstInt - 1);
     } else {
       write_all(kFirstTerm, sizeof kFirstTerm - 1);
@@ -96,6 +101,7 @@ std::string shell_word(const std::string& word) {
 
 InterruptGuard::InterruptGuard() {
   if (g_installed.exchange(true)) return;
+  g_quiet.store(launcher_rank() != 0);
   g_count.store(0);
   g_first_signal.store(0);
   try {
