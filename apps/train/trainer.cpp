@@ -4,6 +4,9 @@
 #include "apps/train/trainer.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <cmath>
 #include <optional>
 #include <filesystem>
@@ -379,12 +382,22 @@ void TrainingRun::start_step_path() {
   recorded_.emplace(s_, *optimizer_, *deferred_, *schedule_, std::move(graphs));
 }
 
+// Test hook: MIXPREC_TEST_STALL_RANK="R:S" makes rank R stop answering at step S (it sleeps
+// for ten minutes), so that the tests can watch the other ranks' watchdog end the job.
+void stall_if_asked(int rank, int64_t step) {
+  const char* spec = std::getenv("MIXPREC_TEST_STALL_RANK");
+  long long at_rank = -1, at_step = -1;
+  if (spec == nullptr || std::sscanf(spec, "%lld:%lld", &at_rank, &at_step) != 2) return;
+  if (at_rank == rank && at_step == step) std::this_thread::sleep_for(std::chrono::minutes(10));
+}
+
 void TrainingRun::step() {
   const Clock::time_point start = Clock::now();
   const int64_t step = position_.step + 1;
+  ranks_->set_step(step);
+  stall_if_asked(ranks_->rank(), step);
   // Every microbatch of the step is checked on the host before any reaches the model, so a
   // bad one skips the step without a forward pass; the data position advances either way.
-  ranks_->set_step(step);
   std::vector<Batch> step_batches;
   for (int64_t micro = 0; micro < config_.train.accumulation_steps; ++micro)
     step_batches.push_back(batches_->next());
