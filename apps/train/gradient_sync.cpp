@@ -1,5 +1,6 @@
 #include "apps/train/gradient_sync.h"
 
+#include <chrono>
 #include <utility>
 
 #include "core/autograd/grad_mode.h"
@@ -10,6 +11,19 @@
 namespace mixprec {
 
 namespace {
+
+// Adds the wall time of its scope to `total`.
+class Timed {
+ public:
+  explicit Timed(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 void collect_norms(Module& module, std::vector<BatchNorm2d*>& out) {
   if (auto* norm = dynamic_cast<BatchNorm2d*>(&module)) out.push_back(norm);
@@ -82,6 +96,7 @@ void GradientSync::replay_running_statistics() {
 }
 
 void GradientSync::reduce_gradients() {
+  Timed timed(seconds_);
   replay_running_statistics();
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
@@ -106,6 +121,7 @@ void GradientSync::reduce_gradients() {
 }
 
 Tensor GradientSync::reduce_loss(const Tensor& loss) {
+  Timed timed(seconds_);
   NoGradGuard no_grad;
   Tensor total = ops::reshape(loss.detach().to(DType::F32), {1}).clone();
   ranks_.sum_in_rank_order(total);

@@ -44,6 +44,10 @@ class GradientSync {
   // order: the step's loss.
   Tensor reduce_loss(const Tensor& loss);
 
+  // Wall time spent in this rank's exchanges so far (the collectives and the copies around
+  // them), for summary.json.
+  double seconds() const { return seconds_; }
+
  private:
   struct NormLayer {
     BatchNorm2d* layer;
@@ -59,6 +63,7 @@ class GradientSync {
   std::vector<float> recorded_;  // per microbatch, per layer: its batch mean, then variance
   int64_t microbatches_ = 0;     // this rank's, in this step
   Tensor flat_;  // F32 [total gradient elements], reused across steps
+  double seconds_ = 0.0;
 };
 
 }  // namespace mixprec

@@ -713,6 +713,10 @@ nlohmann::json TrainingRun::finish() {
   if (ranks_->size() > 1) {
     summary["ranks"] = ranks_->size();
     summary["distributed_backend"] = ranks_->backend();
+    // Rank 0's wall time in the step's exchanges (gradients, loss, batch-norm statistics).
+    if (position_.step > first_step_)
+      summary["exchange_ms_per_step"] =
+          sync_->seconds() * 1000.0 / static_cast<double>(position_.step - first_step_);
   }
   const std::string summary_text = summary.dump(2) + "\n";
   if (writes())
