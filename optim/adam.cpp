@@ -176,6 +176,11 @@ bool Adam::buffers_ready(size_t index) const {
   return exp_avg_[index].defined() && exp_avg_sq_[index].defined();
 }
 
+void Adam::release_state(size_t index) {
+  exp_avg_.at(index) = Tensor();
+  exp_avg_sq_.at(index) = Tensor();
+}
+
 void Adam::settle_state(int64_t taken) {
   // Gated steps update every trainable parameter, so each advanced by `taken`.
   for (size_t i = 0; i < param_steps_.size(); ++i) {

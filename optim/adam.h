@@ -48,6 +48,7 @@ class Adam : public Optimizer {
   void update_all(const std::vector<size_t>& indices, const StepGate* gate) override;
   void settle_state(int64_t taken) override;
   bool buffers_ready(size_t index) const override;
+  void release_state(size_t index) override;
   void save_state(OptimizerState& state) const override;
   void load_state(const OptimizerState& state) override;
 

@@ -120,7 +120,8 @@ void Optimizer::check_gate(const StepGate& gate) const {
                   "': parameter '", p.name(), "' is on ", p.device(), " but the gated step's "
                   "flag and count are on ", device, "; keep the trainable parameters there");
     // Settling assumes that each unsettled update updated the same parameters.
-    MIXPREC_CHECK(!unsettled_ || p.requires_grad() == gated_trainable_[i], "optimizer '",
+    MIXPREC_CHECK(!unsettled_ || (p.requires_grad() && owned(i)) == gated_trainable_[i],
+                  "optimizer '",
                   name_, "': parameter '", p.name(), "' was ",
                   p.requires_grad() ? "unfrozen" : "frozen", " while gated steps are not yet "
                   "settled; resolve them first");
@@ -135,7 +136,7 @@ void Optimizer::step(const StepGate* gate) {
     check_gradients(false);
     for (size_t i = 0; i < params_.size(); ++i) {
       const Parameter& p = params_[i];
-      if (p.requires_grad() && p.grad().defined()) indices.push_back(i);
+      if (p.requires_grad() && p.grad().defined() && owned(i)) indices.push_back(i);
     }
     update_by_device(indices, nullptr);
     ++steps_taken_;
@@ -144,8 +145,9 @@ void Optimizer::step(const StepGate* gate) {
   check_gate(*gate);
   gated_trainable_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
-    gated_trainable_.push_back(params_[i].requires_grad());
-    if (params_[i].requires_grad()) indices.push_back(i);
+    const bool updated = params_[i].requires_grad() && owned(i);
+    gated_trainable_.push_back(updated);
+    if (updated) indices.push_back(i);
   }
   update_by_device(indices, gate);
   unsettled_ = true;
@@ -153,8 +155,17 @@ void Optimizer::step(const StepGate* gate) {
 
 bool Optimizer::buffers_started() const {
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].requires_grad() && !buffers_ready(i)) return false;
+    if (params_[i].requires_grad() && owned(i) && !buffers_ready(i)) return false;
   return true;
+}
+
+void Optimizer::set_owned(std::vector<bool> owned) {
+  require_settled("set_owned");
+  MIXPREC_CHECK(owned.size() == params_.size(), "optimizer '", name_, "': set_owned needs one "
+                "flag per parameter (", params_.size(), "), got ", owned.size());
+  for (size_t i = 0; i < owned.size(); ++i)
+    if (!owned[i]) release_state(i);
+  owned_ = std::move(owned);
 }
 
 void Optimizer::settle(int64_t taken) {

@@ -76,6 +76,14 @@ class Optimizer {
   // recording that created a buffer would reset it at every replay.
   bool buffers_started() const;
 
+  // A sharded optimizer (ZeRO stage 1): only the parameters with owned[i] true are updated
+  // by step() and keep optimizer state here; every other parameter's state is dropped now
+  // and never started, and its master is left for its owner to update (and the caller to
+  // copy here). Every parameter is owned by default. Throws for a mask of another length or
+  // while gated steps are unsettled.
+  void set_owned(std::vector<bool> owned);
+  bool owned(size_t index) const { return owned_.empty() || owned_.at(index); }
+
   // Drops every gradient (set_to_none) or zero-fills it.
   void zero_grad(bool set_to_none = true);
 
@@ -112,6 +120,8 @@ class Optimizer {
   virtual void settle_state(int64_t taken) = 0;
   // buffers_started()'s part for the concrete optimizer's buffers of params()[index].
   virtual bool buffers_ready(size_t index) const = 0;
+  // Drops the buffers of params()[index] (set_owned's part; scalars such as step counts stay).
+  virtual void release_state(size_t index) = 0;
   bool gated(size_t index) const { return gated_trainable_.at(index); }
   void set_initial_lr(double lr) { set_lr(lr); }
 
@@ -130,6 +140,7 @@ class Optimizer {
   double lr_ = 0.0;
   int64_t steps_taken_ = 0;
   bool unsettled_ = false;
+  std::vector<bool> owned_;  // empty: every parameter
   std::vector<bool> gated_trainable_;  // the parameters the unsettled gated updates update
   // step()'s checks of every gradient that the update will read.
   void check_gradients(bool every_trainable_has_one) const;

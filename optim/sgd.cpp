@@ -120,6 +120,11 @@ bool SGD::buffers_ready(size_t index) const {
   return options_.momentum == 0.0 || (momentum_[index].defined() && !momentum_unsettled_[index]);
 }
 
+void SGD::release_state(size_t index) {
+  momentum_.at(index) = Tensor();
+  momentum_unsettled_.at(index) = false;
+}
+
 void SGD::settle_state(int64_t taken) {
   for (size_t i = 0; i < momentum_.size(); ++i) {
     // Buffers started by gated steps that were all skipped were never written.

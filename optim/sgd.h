@@ -35,6 +35,7 @@ class SGD final : public Optimizer {
   void settle_state(int64_t taken) override;
   // Without momentum there is none; with it, a buffer that an applied update started.
   bool buffers_ready(size_t index) const override;
+  void release_state(size_t index) override;
   SgdHyper base_hyper(double lr) const;
   // The gated rates for each possible count j of applied earlier updates; `unstarted`: the
   // momentum buffer has no applied update yet, so entry 0 (the first taken step) starts it.
