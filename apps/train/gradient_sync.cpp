@@ -120,6 +120,12 @@ void GradientSync::reduce_gradients() {
   }
 }
 
+void GradientSync::after_step() {
+  if (shards_ == nullptr) return;
+  Timed timed(seconds_);
+  shards_->share_masters();
+}
+
 Tensor GradientSync::reduce_loss(const Tensor& loss) {
   Timed timed(seconds_);
   NoGradGuard no_grad;

@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "apps/train/optimizer_shards.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
 #include "layers/batch_norm2d.h"
@@ -35,6 +36,10 @@ class GradientSync {
   // Before a step's first forward, and after each microbatch's forward.
   void begin_step();
   void after_forward();
+  // After the optimizer's step: with a sharded optimizer, every rank takes the masters their
+  // owners updated (OptimizerShards::share_masters).
+  void after_step();
+  void shard(OptimizerShards* shards) { shards_ = shards; }
 
   // Every trainable parameter's F32 .grad becomes the rank-ordered sum over ranks, through
   // one flat buffer (one collective a step). Parameters without a .grad on this rank must
@@ -64,6 +69,7 @@ class GradientSync {
   int64_t microbatches_ = 0;     // this rank's, in this step
   Tensor flat_;  // F32 [total gradient elements], reused across steps
   double seconds_ = 0.0;
+  OptimizerShards* shards_ = nullptr;
 };
 
 }  // namespace mixprec

@@ -62,6 +62,7 @@ Tensor take_step(Session& s, Optimizer& optimizer, DeferredSteps& deferred,
   if (s.config.train.clip_grad_norm > 0.0)
     deferred.clip_grad_norm(s.params, s.config.train.clip_grad_norm);
   deferred.step(&schedule);
+  if (sync != nullptr) sync->after_step();
   return loss;
 }
 

@@ -124,7 +124,12 @@ std::vector<std::string> fingerprint_differences(const std::string& stored,
 nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,
                               const Optimizer& optimizer, const GradScaler& scaler,
                               const Generator& dropout_gen) {
-  const OptimizerState opt = optimizer.state_dict();
+  return make_run_state(config, position, optimizer.state_dict(), scaler, dropout_gen);
+}
+
+nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,
+                              const OptimizerState& opt, const GradScaler& scaler,
+                              const Generator& dropout_gen) {
   nlohmann::json tensors = nlohmann::json::object();
   for (const auto& [name, tensor] : opt.tensors) tensors[name] = tensor_to_json(tensor);
   return nlohmann::json{

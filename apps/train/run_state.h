@@ -42,6 +42,10 @@ struct RunPosition {
 nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,
                               const Optimizer& optimizer, const GradScaler& scaler,
                               const Generator& dropout_gen);
+// The same with the optimizer's state given (a sharded optimizer's, gathered from its ranks).
+nlohmann::json make_run_state(const TrainConfig& config, const RunPosition& position,
+                              const OptimizerState& optimizer, const GradScaler& scaler,
+                              const Generator& dropout_gen);
 
 // Checks `state` (from `path`) against `config` and restores the optimizer, the scaler and
 // the generator; returns the position. Everything is validated before anything changes;

@@ -66,9 +66,11 @@ uint64_t device_host_syncs(Device device) {
 }
 
 // `ranks`: the run's rank count; the state records the run as one process would run it
-// (as_one_process), so that it resumes at any rank count.
+// (as_one_process), so that it resumes at any rank count. `optimizer`: the optimizer's whole
+// state (a sharded optimizer's gathered from its ranks).
 CheckpointData checkpoint_data(const Session& s, RunPosition position, const RunStats& stats,
-                               const Optimizer& optimizer, const GradScaler& scaler, int ranks) {
+                               const OptimizerState& optimizer, const GradScaler& scaler,
+                               int ranks) {
   CheckpointData data;
   data.model = s.model->state_dict();
   position.recent_losses = stats.recent_losses();
@@ -193,8 +195,11 @@ class TrainingRun {
   bool is_log_step(int64_t step) const {
     return step % config_.train.log_every == 0 || step == total_steps_ || step == 1;
   }
+  // A collective with a sharded optimizer (its state is gathered from every rank).
   CheckpointData checkpoint_state() const {
-    return checkpoint_data(s_, position_, stats_, *optimizer_, scaler_, ranks_->size());
+    return checkpoint_data(s_, position_, stats_,
+                           shards_ ? shards_->gather_state() : optimizer_->state_dict(), scaler_,
+                           ranks_->size());
   }
   // Rank 0 writes the run folder; the other ranks of a data-parallel run write nothing.
   bool writes() const { return ranks_->rank() == 0; }
@@ -231,6 +236,7 @@ class TrainingRun {
   std::optional<DeferredSteps> deferred_;
   std::optional<RecordedStep> recorded_;
   std::optional<GradientSync> sync_;  // more than one rank
+  std::optional<OptimizerShards> shards_;  // distributed.shard_optimizer
   bool window_of_one_ = true;  // train.host_reads: resolve every step
   std::vector<UnresolvedStep> unresolved_;
   std::vector<Tensor> pending_losses_;  // losses of the steps since they were last read
@@ -293,7 +299,13 @@ TrainingRun::TrainingRun(const TrainOptions& options, std::ostream& log)
   // as its (r+1)-th, (r+N+1)-th, ... microbatch.
   batches_.emplace(*s_.data, position_.next_batch + ranks_->rank(), s_.device,
                    s_.precision.working_dtype(), ranks_->size());
-  if (ranks_->size() > 1) sync_.emplace(*ranks_, s_.params, *s_.model);
+  if (ranks_->size() > 1) {
+    sync_.emplace(*ranks_, s_.params, *s_.model);
+    if (config_.distributed.shard_optimizer) {
+      shards_.emplace(*ranks_, s_.params, *optimizer_);
+      sync_->shard(&*shards_);
+    }
+  }
   start_step_path();
   syncs_at_start_ = device_host_syncs(s_.device);
   syncs_at_last_log_ = syncs_at_start_;
@@ -614,6 +626,7 @@ void TrainingRun::write_record(const nlohmann::json& record) {
 std::string TrainingRun::save(int64_t step) {
   if (writes()) return save_checkpoint(checkpoints_dir_, step, checkpoint_state(),
                                        config_.checkpoint.keep);
+  if (shards_) checkpoint_state();  // the gather needs every rank
   return checkpoint_folder(checkpoints_dir_, step);
 }
 
@@ -713,6 +726,9 @@ nlohmann::json TrainingRun::finish() {
   if (ranks_->size() > 1) {
     summary["ranks"] = ranks_->size();
     summary["distributed_backend"] = ranks_->backend();
+    summary["shard_optimizer"] = shards_.has_value();
+    // The optimizer state rank 0 holds: all of it replicated, its owners' share sharded.
+    summary["optimizer_state_bytes"] = optimizer_state_bytes(*optimizer_);
     // Rank 0's wall time in the step's exchanges (gradients, loss, batch-norm statistics).
     if (position_.step > first_step_)
       summary["exchange_ms_per_step"] =

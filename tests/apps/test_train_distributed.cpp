@@ -133,6 +133,22 @@ TEST_CASE("mpirun -np 2: a BF16 GPT with dropout has one process's bits with acc
   CHECK(two.err.empty());
   const nlohmann::json summary = read_json(dir / "two/summary.json");
   CHECK(summary["ranks"] == 2);
+
+  // The sharded optimizer gives the replicated one's bits, its state gathered into the same
+  // state.json, and holds about half the optimizer state on rank 0 (AdamW: 8 bytes a
+  // parameter replicated).
+  auto shard_sets = sets;
+  shard_sets.push_back("distributed.shard_optimizer=true");
+  const CliResult sharded = train_ranks(2, config, dir / "sharded", shard_sets);
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.code == 0);
+  check_same_checkpoint(dir / "two", dir / "sharded", 30);
+  const nlohmann::json shard_summary = read_json(dir / "sharded/summary.json");
+  const double parameters = summary["parameters"].get<double>();
+  CHECK(summary["optimizer_state_bytes"].get<double>() == 8 * parameters);
+  const double share = shard_summary["optimizer_state_bytes"].get<double>() / (8 * parameters);
+  CHECK(share > 0.3);
+  CHECK(share < 0.7);
 }
 
 TEST_CASE("mpirun -np 2: cnn_fashion in FP16 skips together when one rank overflows",
