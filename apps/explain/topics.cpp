@@ -7,6 +7,7 @@
 
 #include "apps/explain/accumulation.h"
 #include "apps/explain/clipping.h"
+#include "apps/explain/distributed.h"
 #include "apps/explain/formats.h"
 #include "apps/explain/overflow.h"
 #include "apps/explain/policies.h"
@@ -29,6 +30,8 @@ std::vector<Topic> make_topics() {
        explain_clipping_json},
       {"accumulation", "One loss scale per effective batch; count-weighted microbatches",
        explain_accumulation, explain_accumulation_json},
+      {"distributed", "Two ranks, one overflow: why the ranks must agree to skip a step",
+       explain_distributed, explain_distributed_json},
       {"policies", "How static, dynamic and hysteresis loss-scale policies move S",
        explain_policies, explain_policies_json},
       {kAll, "Every lesson above, in order", explain_all, explain_all_json},

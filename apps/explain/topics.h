@@ -18,7 +18,7 @@ struct Topic {
 };
 
 // The lessons in reading order: formats, underflow, overflow, clipping, accumulation,
-// policies.
+// distributed (which builds on overflow's skip and backoff), policies.
 const std::vector<Topic>& lessons();
 // Every topic the CLI offers: the lessons, then "all".
 const std::vector<Topic>& topics();

@@ -48,8 +48,8 @@ TEST_CASE("mixprec explain formats prints the lesson", "[apps][cli]") {
 }
 
 TEST_CASE("mixprec explain: every topic prints its lesson and exits 0", "[apps][cli]") {
-  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation", "policies",
-                            "all"}) {
+  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation",
+                            "distributed", "policies", "all"}) {
     const CliResult r = run({"explain", topic});
     INFO("mixprec explain " << topic << " -> stderr: " << r.err);
     CHECK(r.code == 0);
@@ -63,12 +63,14 @@ TEST_CASE("mixprec explain: every topic prints its lesson and exits 0", "[apps][
   const size_t overflow = all.find("overflow, a skipped step");
   const size_t clipping = all.find("unscale before clipping");
   const size_t accumulation = all.find("with gradient accumulation");
+  const size_t distributed = all.find("the ranks agree on a skipped step");
   const size_t policies = all.find("Loss-scale policies: how S moves");
   CHECK(formats < underflow);
   CHECK(underflow < overflow);
   CHECK(overflow < clipping);
   CHECK(clipping < accumulation);
-  CHECK(accumulation < policies);
+  CHECK(accumulation < distributed);
+  CHECK(distributed < policies);
   CHECK(policies != std::string::npos);
 }
 
@@ -89,6 +91,9 @@ TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named 
       {"accumulation",
        {"restored_mean", "unequal_restored_mean", "unequal_expected_mean", "naive_mean_of_means",
         "update_inside_window_error", "steps"}},
+      {"distributed",
+       {"rank_grads", "w_init", "lr", "init_scale", "fp16_max", "without_agreement",
+        "with_agreement", "steps"}},
       {"policies",
        {"sequence", "none", "static", "dynamic", "hysteresis_reset_on_growth",
         "hysteresis_consecutive", "floor_and_ceiling", "steps"}},
@@ -116,6 +121,17 @@ TEST_CASE("mixprec explain <topic> --json prints one JSON object with the named 
   CHECK(policies.at("static").at("next_scale") == nlohmann::json(std::vector<double>(13, 1024.0)));
   CHECK(policies.at("dynamic").at("event")[2] == "backed_off");
   CHECK(policies.at("dynamic").at("next_scale")[2].get<double>() == 512.0);
+  // Without agreement rank 1 alone backs off; with it, both ranks do.
+  const nlohmann::json distributed =
+      nlohmann::json::parse(run({"explain", "distributed", "--json"}).out);
+  const nlohmann::json& apart =
+      distributed.at("without_agreement").at("per_step")[0].at("ranks");
+  CHECK(apart[0].at("next_scale").get<double>() == 8192.0);
+  CHECK(apart[1].at("next_scale").get<double>() == 4096.0);
+  const nlohmann::json& together =
+      distributed.at("with_agreement").at("per_step")[0].at("ranks");
+  CHECK(together[0].at("next_scale").get<double>() == 4096.0);
+  CHECK(together[1].at("next_scale").get<double>() == 4096.0);
 }
 
 TEST_CASE("mixprec explain policies prints one table per policy", "[apps][cli]") {
@@ -136,9 +152,9 @@ TEST_CASE("mixprec explain all --json prints one object keyed by topic", "[apps]
   REQUIRE(r.code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out);
   REQUIRE(j.is_object());
-  CHECK(j.size() == 6);
-  for (const char* topic :
-       {"formats", "underflow", "overflow", "clipping", "accumulation", "policies"}) {
+  CHECK(j.size() == 7);
+  for (const char* topic : {"formats", "underflow", "overflow", "clipping", "accumulation",
+                            "distributed", "policies"}) {
     INFO("topic " << topic);
     REQUIRE(j.contains(topic));
     CHECK(j.at(topic).is_object());

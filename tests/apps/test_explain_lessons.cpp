@@ -16,6 +16,7 @@
 
 #include "apps/explain/accumulation.h"
 #include "apps/explain/clipping.h"
+#include "apps/explain/distributed.h"
 #include "apps/explain/formats.h"
 #include "apps/explain/overflow.h"
 #include "apps/explain/policies.h"
@@ -338,6 +339,168 @@ TEST_CASE("explain accumulation: one scale, count-weighted microbatches", "[apps
   CHECK(contains_phrase(text, l.update_inside_window_error));
 }
 
+// ---- distributed ------------------------------------------------------------------------------
+
+TEST_CASE("explain distributed: without agreement the ranks part ways", "[apps][explain]") {
+  const DistributedLesson l = run_distributed_lesson();
+  const DistributedRun& run = l.without_agreement;
+  REQUIRE(run.steps.size() == 3);
+  const float lr = static_cast<float>(0.01);
+
+  // Step 1 at S = 8192: rank 0's 8192 * 0.5 = 4096 fits FP16, rank 1's 8192 * 10 = 81920
+  // rounds to inf; each rank decides from its own gradient.
+  const DistributedStep& first = run.steps[0];
+  REQUIRE(first.ranks.size() == 2);
+  const RankStep& r0 = first.ranks[0];
+  const RankStep& r1 = first.ranks[1];
+  CHECK(float_to_half_bits(8192.0f * 10.0f) == 0x7C00);
+  CHECK(r0.scale == 8192.0);
+  CHECK(r0.own_grad == fp16(8192.0f * 0.5f));
+  CHECK(r0.seen_grad == 4096.0f);
+  CHECK_FALSE(r0.skipped);
+  CHECK(r0.w_after == 1.0f - lr * 0.5f);
+  CHECK(r0.next_scale == 8192.0);
+  CHECK(r0.scale_event == "kept");
+  CHECK(std::isinf(r1.own_grad));
+  CHECK(std::isinf(r1.seen_grad));
+  CHECK(r1.skipped);
+  CHECK_FALSE(r1.reason.empty());
+  CHECK(r1.w_after == 1.0f);
+  CHECK(r1.next_scale == 4096.0);
+  CHECK(r1.scale_event == "backed_off");
+  CHECK_FALSE(first.weights_equal);
+  CHECK_FALSE(first.scales_equal);
+
+  // The same microbatches again: both ranks now step, but from different weights and scales,
+  // and they never meet again.
+  const DistributedStep& second = run.steps[1];
+  CHECK(second.ranks[1].scale == 4096.0);
+  CHECK(second.ranks[1].own_grad == 40960.0f);
+  CHECK_FALSE(second.ranks[0].skipped);
+  CHECK_FALSE(second.ranks[1].skipped);
+  CHECK(second.ranks[0].w_after == r0.w_after - lr * 0.5f);
+  CHECK(second.ranks[1].w_after == 1.0f - lr * 10.0f);
+  for (const DistributedStep& step : run.steps) {
+    CHECK_FALSE(step.weights_equal);
+    CHECK_FALSE(step.scales_equal);
+    CHECK(step.ranks[0].w_after != step.ranks[1].w_after);
+    CHECK(step.ranks[0].next_scale == 8192.0);
+    CHECK(step.ranks[1].next_scale == 4096.0);
+  }
+  CHECK(run.steps[2].ranks[1].w_after == second.ranks[1].w_after - lr * 10.0f);
+}
+
+TEST_CASE("explain distributed: with agreement both ranks skip and halve", "[apps][explain]") {
+  const DistributedLesson l = run_distributed_lesson();
+  const DistributedRun& run = l.with_agreement;
+  REQUIRE(run.steps.size() == 3);
+  const float lr = static_cast<float>(0.01);
+
+  // Step 1: the rank-ordered sum (+0 + 4096) + inf is inf on both ranks, and the MAX of the
+  // flags (4096, inf) is inf: both skip, both halve S, both keep w = 1.
+  const DistributedStep& first = run.steps[0];
+  REQUIRE(first.ranks.size() == 2);
+  CHECK(first.ranks[0].own_grad == 4096.0f);
+  CHECK(std::isinf(first.ranks[1].own_grad));
+  CHECK(first.ranks[0].own_flag == 4096.0f);
+  CHECK(std::isinf(first.ranks[1].own_flag));
+  CHECK(std::isinf(first.agreed_flag));
+  for (const RankStep& rs : first.ranks) {
+    CHECK(std::isinf(rs.seen_grad));
+    CHECK(rs.skipped);
+    CHECK(rs.w_after == 1.0f);
+    CHECK(rs.next_scale == 8192.0 * 0.5);
+    CHECK(rs.scale_event == "backed_off");
+  }
+  CHECK(first.weights_equal);
+  CHECK(first.scales_equal);
+
+  // Step 2 at S = 4096: 2048 + 40960 = 43008 on both ranks, unscaled 10.5.
+  const DistributedStep& second = run.steps[1];
+  CHECK(second.ranks[0].own_grad == 2048.0f);
+  CHECK(second.ranks[1].own_grad == 40960.0f);
+  CHECK(second.agreed_flag == 40960.0f);
+  for (const RankStep& rs : second.ranks) {
+    CHECK(rs.seen_grad == 43008.0f);
+    CHECK_FALSE(rs.skipped);
+    CHECK(rs.w_after == 1.0f - lr * 10.5f);
+    CHECK(rs.next_scale == 4096.0);
+  }
+  for (const DistributedStep& step : run.steps) {
+    CHECK(step.weights_equal);
+    CHECK(step.scales_equal);
+  }
+  CHECK(run.steps[2].ranks[0].w_after == second.ranks[0].w_after - lr * 10.5f);
+}
+
+TEST_CASE("explain distributed: a NaN on one rank wins the flag and the sum", "[apps][explain]") {
+  DistributedSetup setup;
+  setup.rank_grads = {std::numeric_limits<double>::quiet_NaN(), 0.5, 0.25};
+  setup.steps = 1;
+  const DistributedLesson l = run_distributed_lesson(setup);
+  const DistributedStep& with = l.with_agreement.steps[0];
+  CHECK(std::isnan(with.agreed_flag));
+  for (const RankStep& rs : with.ranks) {
+    CHECK(std::isnan(rs.seen_grad));
+    CHECK(rs.skipped);
+    CHECK(rs.next_scale == 4096.0);
+  }
+  const DistributedStep& without = l.without_agreement.steps[0];
+  CHECK(without.ranks[0].skipped);
+  CHECK_FALSE(without.ranks[1].skipped);
+  CHECK_FALSE(without.ranks[2].skipped);
+  CHECK_THROWS_WITH(run_distributed_lesson(DistributedSetup{{1.0}}),
+                    Catch::Contains("at least two ranks"));
+}
+
+TEST_CASE("explain distributed: text and JSON carry both scenarios", "[apps][explain]") {
+  const DistributedLesson l = run_distributed_lesson();
+  const nlohmann::json j = distributed_json(l);
+  CHECK(j.at("rank_grads") == nlohmann::json({0.5, 10.0}));
+  CHECK(j.at("init_scale").get<double>() == 8192.0);
+  CHECK(j.at("fp16_max").get<double>() == 65504.0);
+  const nlohmann::json& without = j.at("without_agreement");
+  const nlohmann::json& with = j.at("with_agreement");
+  CHECK(without.at("agreement") == false);
+  CHECK(with.at("agreement") == true);
+  REQUIRE(without.at("per_step").size() == 3);
+  REQUIRE(with.at("per_step").size() == 3);
+  const nlohmann::json& apart = without.at("per_step")[0];
+  CHECK(apart.at("weights_equal") == false);
+  CHECK(apart.at("scales_equal") == false);
+  CHECK_FALSE(apart.contains("agreed_flag"));
+  CHECK(apart.at("ranks")[0].at("skipped") == false);
+  CHECK(apart.at("ranks")[0].at("w_after").get<double>() ==
+        static_cast<double>(l.without_agreement.steps[0].ranks[0].w_after));
+  CHECK(apart.at("ranks")[1].at("own_grad") == "inf");
+  CHECK(apart.at("ranks")[1].at("skipped") == true);
+  CHECK(apart.at("ranks")[1].at("next_scale").get<double>() == 4096.0);
+  const nlohmann::json& together = with.at("per_step")[0];
+  CHECK(together.at("agreed_flag") == "inf");
+  CHECK(together.at("weights_equal") == true);
+  for (const nlohmann::json& rank : together.at("ranks")) {
+    CHECK(rank.at("seen_grad") == "inf");
+    CHECK(rank.at("skipped") == true);
+    CHECK(rank.at("w_after").get<double>() == 1.0);
+    CHECK(rank.at("next_scale").get<double>() == 4096.0);
+  }
+  CHECK(j.at("steps").size() == 3);
+
+  const std::string text = distributed_text(l);
+  INFO(text);
+  CHECK(contains_phrase(text, "rank 1: 8192 * 10 = 81920 -> inf"));
+  CHECK(contains_phrase(text, "rank 0 stepped (kept, S 8192 -> 8192), rank 1 skipped "
+                              "(backed_off, S 8192 -> 4096)"));
+  CHECK(contains_phrase(text, "w = " + exact_text(l.without_agreement.steps[0].ranks[0].w_after) +
+                                  " on rank 0, 1 on rank 1; S = 8192 on rank 0, 4096 on rank 1"));
+  CHECK(contains_phrase(text, "the agreed flag is max(4096, inf) = inf: rank 0 skipped "
+                              "(backed_off, S 8192 -> 4096), rank 1 skipped"));
+  CHECK(contains_phrase(text, "bit for bit"));
+  // The tables keep their columns: rank 1's skipped row in the first table.
+  CHECK(text.find("\n  1     1     8192    inf       skipped  1                    4096\n") !=
+        std::string::npos);
+}
+
 // ---- policies ---------------------------------------------------------------------------------
 
 namespace {
@@ -478,12 +641,13 @@ TEST_CASE("explain topics: the registry in reading order", "[apps][explain]") {
   std::vector<std::string> names;
   for (const Topic& topic : topics()) names.emplace_back(topic.name);
   CHECK(names == std::vector<std::string>{"formats", "underflow", "overflow", "clipping",
-                                          "accumulation", "policies", "all"});
-  CHECK(lessons().size() == 6);
+                                          "accumulation", "distributed", "policies", "all"});
+  CHECK(lessons().size() == 7);
   CHECK(find_topic("clipping") != nullptr);
   CHECK(find_topic("colours") == nullptr);
   const nlohmann::json all = explain_all_json();
-  CHECK(all.size() == 6);
+  CHECK(all.size() == 7);
+  CHECK(all.at("distributed").at("with_agreement").at("per_step")[0].at("agreed_flag") == "inf");
   CHECK(all.at("underflow").at("fp16_scaled").get<double>() == 0.00016379356384277344);
 }
 
