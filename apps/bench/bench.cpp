@@ -13,6 +13,7 @@
 #include "apps/bench/peak_memory.h"
 #include "apps/checkpoint/atomic_file.h"
 #include "apps/config/train_config.h"
+#include "apps/train/rank_output.h"
 #include "apps/train/run_directory.h"
 #include "apps/train/session.h"
 #include "apps/train/trainer.h"
@@ -106,8 +107,10 @@ Plan plan_runs(const BenchOptions& options) {
         plan.device = s.device.str();
         plan.tf32 = s.config.tf32;
         plan.cuda = s.device.is_cuda();
-        plan.steps = total_optimizer_steps(s.config, *s.data);
-        plan.samples_per_step = s.config.train.batch_size * s.config.train.accumulation_steps;
+        // Under mpirun every run has launcher_size() ranks, each with its own batch_size.
+        plan.steps = total_optimizer_steps(s.config, *s.data, launcher_size());
+        plan.samples_per_step =
+            s.config.train.batch_size * s.config.train.accumulation_steps * launcher_size();
         plan.classification = s.data->is_classification();
         plan.tokens_per_sample = plan.classification ? 1 : s.config.model.gpt.block_size;
       }
@@ -167,7 +170,9 @@ RunResult run_one(const BenchOptions& options, const Plan& plan, const PlannedRu
     MIXPREC_FAIL("bench, precision ", run.precision, ": ", e.what());
   }
   const PeakMemory peak = probe.peak();
-  result.curves.loss = read_loss_points((fs::path(run_dir) / "metrics.jsonl").string());
+  // Rank 0 alone writes metrics.jsonl (and the bench's files).
+  if (launcher_rank() == 0)
+    result.curves.loss = read_loss_points((fs::path(run_dir) / "metrics.jsonl").string());
 
   const StepTimeStats times = step_time_stats(step_seconds, options.warmup);
   std::vector<std::string> notes;
@@ -236,12 +241,15 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& log) {
   const Plan plan = plan_runs(options);
   const std::string out_dir =
       !options.out_dir.empty() ? options.out_dir : default_run_dir(plan.name + "-bench");
-  require_fresh_bench_dir(out_dir, plan);
+  // Under mpirun rank 0 writes the bench folder; the runs take its run folders' names from
+  // rank 0 too (the trainer's), so the other ranks' `out_dir` names nothing they write.
+  const bool writes = launcher_rank() == 0;
+  if (writes) require_fresh_bench_dir(out_dir, plan);
 
   // Everything is checked; from here on the bench folder is written.
   std::error_code fs_error;
-  fs::create_directories(out_dir, fs_error);
-  MIXPREC_CHECK(!fs_error && fs::is_directory(out_dir, fs_error),
+  if (writes) fs::create_directories(out_dir, fs_error);
+  MIXPREC_CHECK(!writes || (!fs_error && fs::is_directory(out_dir, fs_error)),
                 "cannot create the bench folder '", out_dir, "': ",
                 fs_error ? fs_error.message() : "a file of that name exists");
 
@@ -272,6 +280,8 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& log) {
                        {"overrides", options.overrides},
                        {"rows", rows}};
   if (plan.device == "cpu") bench["cpu_bf16_products"] = cpu::bf16_products_path();
+  if (launcher_size() > 1) bench["ranks"] = launcher_size();
+  if (!writes) return bench;
   const std::vector<std::string> charts = draw_bench_charts(out_dir, plan.name, curves, log);
   write_text((fs::path(out_dir) / "bench.json").string(), bench.dump(2) + "\n");
   write_text((fs::path(out_dir) / "bench.md").string(),

@@ -18,6 +18,11 @@ int launcher_rank() {
   return 0;
 }
 
+int launcher_size() {
+  const char* value = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 1;
+}
+
 void mark_setup_done() { set_up = true; }
 
 bool setup_done() { return set_up; }

@@ -11,6 +11,8 @@ namespace mixprec {
 // This process's rank as the launcher's environment gives it (Open MPI's
 // OMPI_COMM_WORLD_RANK, or PMIx's PMIX_RANK); 0 without mpirun.
 int launcher_rank();
+// The job's rank count from the same environment (OMPI_COMM_WORLD_SIZE); 1 without mpirun.
+int launcher_size();
 
 // Called once the ranks have joined and set up; errors after it are this rank's own.
 void mark_setup_done();

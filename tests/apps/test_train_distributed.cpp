@@ -186,6 +186,33 @@ TEST_CASE("mpirun -np 2: cnn_fashion in FP16 skips together when one rank overfl
   CHECK(read_json(dir / "two/summary.json")["final_scale"] == 32768.0);
 }
 
+TEST_CASE("mpirun -np 2 mixprec bench writes one bench from rank 0", "[apps][train][dist]") {
+  if (!mpi_ready()) return;
+  ScratchDir dir("dist-bench");
+  std::string command = mpirun(2) + " bench " + quoted(config_path("gpt_shakespeare.yaml")) +
+                        " --precisions fp32,bf16 --steps 6 --warmup 1 --out " +
+                        quoted(dir / "bench");
+  for (const std::string& s : small_gpt({})) command += " --set " + quoted(s);
+  const CliResult r = shell(command, dir / "bench-log");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json bench = read_json(dir / "bench/bench.json");
+  CHECK(bench["ranks"] == 2);
+  REQUIRE(bench["rows"].size() == 2);
+  for (const char* precision : {"fp32", "bf16"}) {
+    const nlohmann::json summary =
+        read_json((fs::path(dir / "bench") / precision / "summary.json").string());
+    CHECK(summary["ranks"] == 2);
+    CHECK(summary["steps"] == 6);
+  }
+  // Rank 0 alone reports: the line saying it wrote bench.json comes once.
+  size_t reports = 0;
+  for (size_t at = r.out.find("bench.json and bench.md"); at != std::string::npos;
+       at = r.out.find("bench.json and bench.md", at + 1))
+    ++reports;
+  CHECK(reports == 1);
+}
+
 TEST_CASE("a checkpoint of two ranks resumes in one process, and one process's under two ranks",
           "[apps][train][dist]") {
   if (!mpi_ready()) return;
