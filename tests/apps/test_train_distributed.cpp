@@ -151,6 +151,27 @@ TEST_CASE("mpirun -np 2: a BF16 GPT with dropout has one process's bits with acc
   CHECK(share < 0.7);
 }
 
+TEST_CASE("mpirun -np 3 and -np 4: an FP16 GPT has one process's bits with accumulation N",
+          "[apps][train][dist]") {
+  if (!mpi_ready()) return;
+  ScratchDir dir("dist-ranks");
+  const std::string config = config_path("gpt_shakespeare.yaml");
+  const auto sets = small_gpt({"precision=fp16", "train.steps=10", "train.log_every=5"});
+  for (int ranks : {3, 4}) {
+    CAPTURE(ranks);
+    const std::string many = dir / ("ranks" + std::to_string(ranks));
+    const std::string one = dir / ("one" + std::to_string(ranks));
+    const CliResult r = train_ranks(ranks, config, many, sets);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    auto one_sets = sets;
+    one_sets.push_back("train.accumulation_steps=" + std::to_string(ranks));
+    train_one(config, one, one_sets);
+    check_same_checkpoint(one, many, 10);
+    CHECK(outcomes(one) == outcomes(many));
+  }
+}
+
 TEST_CASE("mpirun -np 2: cnn_fashion in FP16 skips together when one rank overflows",
           "[apps][train][dist]") {
   if (!mpi_ready()) return;
