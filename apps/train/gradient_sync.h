@@ -67,7 +67,7 @@ class GradientSync {
   std::vector<NormLayer> norms_;
   std::vector<float> recorded_;  // per microbatch, per layer: its batch mean, then variance
   int64_t microbatches_ = 0;     // this rank's, in this step
-  Tensor flat_;  // F32 [total gradient elements], reused across steps
+  Tensor flat_;  // F32 [total gradient elements]: the last step's gradients, one buffer
   double seconds_ = 0.0;
   OptimizerShards* shards_ = nullptr;
 };
