@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -136,6 +137,10 @@ std::string one_line(const std::string& message) {
   return line;
 }
 
+// The exit codes of a run stopped by SIGINT or SIGTERM (128 + signal), which stops every rank
+// of mpirun at one step.
+bool interrupted_exit(int code) { return code == 128 + SIGINT || code == 128 + SIGTERM; }
+
 // run_cli for one process, or for rank 0 of several.
 int run_command(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
@@ -152,8 +157,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     std::ostringstream errors;
     code = run_command(argc, argv, silent, errors);
     // An interrupt stops every rank at one step, and rank 0 says so for all.
-    const bool interrupted = code == 130 || code == 143;
-    if (code != 0 && !interrupted && reports_errors()) {
+    if (code != 0 && !interrupted_exit(code) && reports_errors()) {
       std::istringstream lines(errors.str());
       for (std::string line; std::getline(lines, line);) err << error_prefix() << line << "\n";
     }
@@ -161,7 +165,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   // A rank that stops on its own after setup takes the others with it. (Before, every rank
   // meets the same error and exits by itself.) An interrupt, or a run that cannot make
   // progress, stops every rank at one step.
-  if (code != 0 && code != kExitTrainingStopped && code != 130 && code != 143 && setup_done()) {
+  if (code != 0 && code != kExitTrainingStopped && !interrupted_exit(code) && setup_done()) {
     err.flush();
     dist::end_every_rank(code);
   }
