@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend_checks.h"
@@ -252,14 +253,19 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
 }
 
 // For batch norm fused with relu: out = dy through relu's derivative at the batch-norm
-// output, recomputed from the block's x values v as the forward computed and stored it.
+// output, recomputed from the block's x values v as the forward computed and stored it. The
+// block is rounded to T and widened back with the bulk converters (the bits of from_float,
+// a vector pass instead of one scalar rounding per element).
 template <class T>
 const float* relu_gated(const float* dy, const float* v, int64_t len, float mean, float invstd,
                         float weight, float bias, float* out) {
-  for (int64_t i = 0; i < len; ++i) {
-    const float y = to_float(from_float<T>(norm_apply(v[i], mean, invstd, weight, bias)));
-    out[i] = unary_grad<UnaryOp::Relu>(y, y, dy[i]);
+  for (int64_t i = 0; i < len; ++i) out[i] = norm_apply(v[i], mean, invstd, weight, bias);
+  if constexpr (!std::is_same_v<T, float>) {
+    T stored[kNormBlock];
+    cpu::store_f32(out, stored, len);
+    cpu::load_f32(stored, out, len);
   }
+  for (int64_t i = 0; i < len; ++i) out[i] = unary_grad<UnaryOp::Relu>(out[i], out[i], dy[i]);
   return out;
 }
 
