@@ -31,6 +31,7 @@ namespace {
 constexpr int kRows = 6;      // rows of a tile
 constexpr int kPanel = 64;    // columns of a B panel: four 16-lane vectors
 constexpr int kVectors = kPanel / 16;
+constexpr int64_t kPackPairs = 16;  // pairs of B per packing task
 // Multiply-adds below which a product stays on the calling thread.
 constexpr int64_t kParallelWork = int64_t{1} << 20;
 
@@ -87,23 +88,34 @@ void pack_a_rows(bool trans_a, int64_t m, int64_t k, const uint16_t* a, int64_t 
 
 // Pairs [p0, p1) of op(b) into the panels: word (p, j) at out[(j / kPanel) * kp * kPanel +
 // p * kPanel + j % kPanel], element 2p in its low half, 2p + 1 (zero past k) in its high
-// half, columns past n zero.
+// half, columns past n zero. Stored b (not transposed) gives a word from two rows' elements
+// at one column, a loop the compiler vectorises; a transposed b holds each pair as one word
+// of a row, so a column's pairs are read in row order.
 void pack_b_pairs(bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t kp,
                   int64_t panels, uint32_t* out, int64_t p0, int64_t p1) {
-  for (int64_t p = p0; p < p1; ++p) {
-    const bool high = 2 * p + 1 < k;
-    for (int64_t panel = 0; panel < panels; ++panel) {
-      uint32_t* words = out + (panel * kp + p) * kPanel;
-      for (int64_t c = 0; c < kPanel; ++c) {
-        const int64_t j = panel * kPanel + c;
-        if (j >= n) {
-          words[c] = 0;
-          continue;
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const int64_t j0 = panel * kPanel, cols = std::min<int64_t>(kPanel, n - j0);
+    uint32_t* block = out + panel * kp * kPanel;
+    for (int64_t p = p0; p < p1; ++p) {
+      uint32_t* words = block + p * kPanel;
+      if (!trans_b) {
+        const uint16_t* lo = b + 2 * p * n + j0;
+        if (2 * p + 1 < k) {
+          const uint16_t* hi = lo + n;
+          for (int64_t c = 0; c < cols; ++c)
+            words[c] = uint32_t{lo[c]} | (uint32_t{hi[c]} << 16);
+        } else {
+          for (int64_t c = 0; c < cols; ++c) words[c] = lo[c];
         }
-        const uint32_t lo = trans_b ? b[j * k + 2 * p] : b[2 * p * n + j];
-        const uint32_t hi = !high ? 0u : trans_b ? b[j * k + 2 * p + 1] : b[(2 * p + 1) * n + j];
-        words[c] = lo | (hi << 16);
       }
+      std::fill(words + cols, words + kPanel, 0u);
+    }
+    if (!trans_b) continue;
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint16_t* row = b + (j0 + c) * k;
+      const int64_t whole = std::min(p1, k / 2);  // pairs with both elements inside k
+      for (int64_t p = p0; p < whole; ++p) std::memcpy(block + p * kPanel + c, row + 2 * p, 4);
+      for (int64_t p = std::max(p0, whole); p < p1; ++p) block[p * kPanel + c] = row[2 * p];
     }
   }
 }
@@ -225,7 +237,8 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
         for (int64_t i = 0; i < m; ++i) pack_a_rows(trans_a, m, k, a16, kp, a_out, i, i + 1);
       }
 #pragma omp for schedule(static)
-      for (int64_t p = 0; p < kp; ++p) pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, p, p + 1);
+      for (int64_t p = 0; p < kp; p += kPackPairs)
+        pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, p, std::min(kp, p + kPackPairs));
 #pragma omp for schedule(static)
       for (int64_t task = 0; task < tasks; ++task) run(task);
     }
