@@ -116,6 +116,38 @@ void BM_Conv2d(benchmark::State& state) {
   set_flops(state, 2.0 * n * o * hw * hw * c * k * k);
 }
 
+// The cnn_fashion config's convolutions at its batch of 128, as arguments (layer, pass):
+// layer 0 is 1 -> 32 channels on 28x28, layer 1 is 32 -> 64 on 14x14 (3x3, padding 1);
+// pass 0 is the forward, 1 the gradient of the input, 2 the filter's (with the bias's).
+void BM_CnnConv(benchmark::State& state, DType dtype) {
+  const bool second = state.range(0) == 1;
+  const int64_t n = 128, c = second ? 32 : 1, o = second ? 64 : 32, hw = second ? 14 : 28;
+  Generator gen(5);
+  const Tensor x = Tensor::uniform({n, c, hw, hw}, gen, -1.f, 1.f, dtype);
+  const Tensor w = Tensor::uniform({o, c, 3, 3}, gen, -0.3f, 0.3f, dtype);
+  const Tensor bias = Tensor::uniform({o}, gen, -0.1f, 0.1f, dtype);
+  const Tensor dy = Tensor::uniform({n, o, hw, hw}, gen, -1.f, 1.f, dtype);
+  Tensor y = Tensor::empty({n, o, hw, hw}, dtype), dx = Tensor::empty({n, c, hw, hw}, dtype);
+  Tensor dw = Tensor::empty({o, c, 3, 3}, dtype), db = Tensor::empty({o}, dtype);
+  Conv2dDesc desc;
+  desc.pad_h = desc.pad_w = 1;
+  Backend& backend = backend_for(kCPU);
+  for (auto _ : state) {
+    switch (state.range(1)) {
+      case 0: backend.conv2d(x, w, &bias, desc, y); break;
+      case 1: backend.conv2d_backward_data(dy, w, desc, dx); break;
+      default: backend.conv2d_backward_filter(x, dy, desc, dw, &db); break;
+    }
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * n * o * hw * hw * c * 9);
+}
+void cnn_conv_passes(benchmark::internal::Benchmark* bench) {
+  for (int layer : {0, 1})
+    for (int pass : {0, 1, 2}) bench->Args({layer, pass});
+  bench->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 // Causal attention's softmax between its GEMMs (attention_softmax_pass.h), forward and
 // backward, on one layer of the CPU GPT config's shape at batch 8 (H 6, T 256, FP16
 // operands, attention dropout 0.2), fused or composed.
@@ -237,5 +269,8 @@ BENCHMARK_CAPTURE(BM_GptGemm, f32, DType::F32)->Apply(gpt_gemm_shapes);
 BENCHMARK_CAPTURE(BM_GptGemm, f16, DType::F16)->Apply(gpt_gemm_shapes);
 BENCHMARK_CAPTURE(BM_GptGemm, bf16, DType::BF16)->Apply(gpt_gemm_shapes);
 BENCHMARK(BM_Conv2d)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CnnConv, f32, DType::F32)->Apply(cnn_conv_passes);
+BENCHMARK_CAPTURE(BM_CnnConv, f16, DType::F16)->Apply(cnn_conv_passes);
+BENCHMARK_CAPTURE(BM_CnnConv, bf16, DType::BF16)->Apply(cnn_conv_passes);
 
 BENCHMARK_MAIN();
