@@ -1,7 +1,8 @@
 // The BF16 dot-product GEMM (core/cpu/bf16_dot_gemm.h): its documented summation order bit
 // for bit, its error against a double reference within the bound that order gives, the
 // instruction's treatment of denormal inputs, and the switch that sends BF16 products back to
-// the widened path. On a CPU without AVX512-BF16 the tests say so and pass.
+// the widened path; the convolution filter gradient that runs on it (core/cpu/conv_bf16_dot.h).
+// On a CPU without AVX512-BF16 the tests say so and pass.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/cpu/bf16_dot_gemm.h"
 #include "core/half.h"
 #include "core/ops/ops.h"
@@ -189,4 +191,132 @@ TEST_CASE("bf16 matmul takes the dot path, and the switch sends it back to the w
   CHECK(dot != widened);
   for (size_t i = 0; i < dot.size(); ++i)
     REQUIRE(dot[i] == static_cast<float>(bfloat16(sums[i])));
+}
+
+namespace {
+
+struct FilterGradCase {
+  int64_t n, c, h, w, o, k, stride, pad;
+};
+
+// dw[o][c][p][q] = sum over n, i, j of dy[n][o][i][j] * x[n][c][i*s - pad + p][j*s - pad + q],
+// and the sum of the products' magnitudes, both in double.
+void reference_filter_grad(const FilterGradCase& g, const std::vector<float>& x,
+                           const std::vector<float>& dy, int64_t oh, int64_t ow,
+                           std::vector<double>& exact, std::vector<double>& magnitude) {
+  exact.assign(static_cast<size_t>(g.o * g.c * g.k * g.k), 0.0);
+  magnitude.assign(exact.size(), 0.0);
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t p = 0; p < g.k; ++p)
+        for (int64_t q = 0; q < g.k; ++q) {
+          const size_t at = static_cast<size_t>(((o * g.c + c) * g.k + p) * g.k + q);
+          for (int64_t n = 0; n < g.n; ++n)
+            for (int64_t i = 0; i < oh; ++i)
+              for (int64_t j = 0; j < ow; ++j) {
+                const int64_t r = i * g.stride - g.pad + p, col = j * g.stride - g.pad + q;
+                if (r < 0 || r >= g.h || col < 0 || col >= g.w) continue;
+                const double product = double{x[((n * g.c + c) * g.h + r) * g.w + col]} *
+                                       dy[((n * g.o + o) * oh + i) * ow + j];
+                exact[at] += product;
+                magnitude[at] += std::fabs(product);
+              }
+        }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 conv filter gradient on the dot path stays within its bound of a double "
+          "reference", "[gemm]") {
+  if (!dot_path_here()) return;
+  const Bf16DotSwitch on(true);
+  // Per image one FP32 sum of oh * ow exact products, then the images' sums added: every
+  // element is a sum of its products with at most oh * ow + n roundings on each path through
+  // it, so |sum - exact| <= gamma(oh * ow + n) * sum |products|; the one rounding to BF16 adds
+  // 2^-8 of the rounded value's magnitude.
+  constexpr double u = 0x1p-24, u_bf16 = 0x1p-8;
+  const auto gamma = [&](int64_t n) { return n * u / (1.0 - n * u); };
+  // Column-matrix rows (c * k * k) of 72 and 50: above the dot path's threshold.
+  for (const FilterGradCase& g : {FilterGradCase{3, 8, 9, 11, 5, 3, 1, 1},
+                                  FilterGradCase{4, 2, 13, 12, 7, 5, 2, 0}}) {
+    const int64_t oh = (g.h + 2 * g.pad - g.k) / g.stride + 1;
+    const int64_t ow = (g.w + 2 * g.pad - g.k) / g.stride + 1;
+    INFO("x " << g.n << "x" << g.c << "x" << g.h << "x" << g.w << ", " << g.o << " filters "
+              << g.k << "x" << g.k << ", stride " << g.stride << ", padding " << g.pad);
+    std::mt19937 rng(static_cast<unsigned>(13 + g.k));
+    const std::vector<bfloat16> x16 = random_dot_bf16(static_cast<size_t>(g.n * g.c * g.h * g.w), rng);
+    const std::vector<bfloat16> dy16 = random_dot_bf16(static_cast<size_t>(g.n * g.o * oh * ow), rng);
+    const auto widen = [](const std::vector<bfloat16>& v) {
+      return std::vector<float>(v.begin(), v.end());
+    };
+    const Tensor x = Tensor::from_vector(widen(x16), {g.n, g.c, g.h, g.w}).to(DType::BF16);
+    const Tensor dy = Tensor::from_vector(widen(dy16), {g.n, g.o, oh, ow}).to(DType::BF16);
+    Conv2dDesc desc;
+    desc.stride_h = desc.stride_w = g.stride;
+    desc.pad_h = desc.pad_w = g.pad;
+    const auto filter_grad = [&](Tensor& db) {
+      Tensor dw = Tensor::empty({g.o, g.c, g.k, g.k}, DType::BF16);
+      db = Tensor::empty({g.o}, DType::BF16);
+      backend_for(kCPU).conv2d_backward_filter(x, dy, desc, dw, &db);
+      return dw;
+    };
+    Tensor db;
+    const std::vector<float> dw = filter_grad(db).to_float_vector();
+    std::vector<double> exact, magnitude;
+    reference_filter_grad(g, widen(x16), widen(dy16), oh, ow, exact, magnitude);
+    for (size_t i = 0; i < exact.size(); ++i) {
+      const double sum_bound = gamma(oh * ow + g.n) * magnitude[i];
+      const double bound = sum_bound + u_bf16 * (std::fabs(exact[i]) + sum_bound);
+      INFO("element " << i << ": " << dw[i] << " against " << exact[i]);
+      REQUIRE(std::fabs(dw[i] - exact[i]) <= bound);
+    }
+    // The bias gradient sums dy per filter.
+    const std::vector<float> dbv = db.to_float_vector();
+    for (int64_t o = 0; o < g.o; ++o) {
+      double sum = 0.0, size = 0.0;
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t p = 0; p < oh * ow; ++p) {
+          const double v = static_cast<float>(dy16[static_cast<size_t>((n * g.o + o) * oh * ow + p)]);
+          sum += v;
+          size += std::fabs(v);
+        }
+      const double sum_bound = gamma(oh * ow + g.n) * size;
+      REQUIRE(std::fabs(dbv[static_cast<size_t>(o)] - sum) <=
+              sum_bound + u_bf16 * (std::fabs(sum) + sum_bound));
+    }
+    // The switch sends it to the widened kernel: the FP32 filter gradient of the same values,
+    // rounded once.
+    const Bf16DotSwitch off(false);
+    const std::vector<float> widened = filter_grad(db).to_float_vector();
+    Tensor dw32 = Tensor::empty({g.o, g.c, g.k, g.k});
+    Tensor db32 = Tensor::empty({g.o});
+    backend_for(kCPU).conv2d_backward_filter(x.to(DType::F32), dy.to(DType::F32), desc, dw32,
+                                             &db32);
+    CHECK(widened == dw32.to(DType::BF16).to_float_vector());
+  }
+}
+
+TEST_CASE("bf16 conv filter gradient takes the dot path, which counts denormal inputs as zero",
+          "[gemm]") {
+  if (!dot_path_here()) return;
+  // One 1x1 image of 4 channels, a 3x3 filter with padding 1 (36 column-matrix rows, above
+  // the threshold): dw[0][c][1][1] = x[c] * dy. A BF16 denormal x (2^-133) times dy = 2^100
+  // is 2^-33, a normal number on the widened path and 0 on the dot path.
+  const Tensor x = Tensor::from_vector({0x1p-133f, 1.0f, 2.0f, -3.0f}, {1, 4, 1, 1}).to(DType::BF16);
+  const Tensor dy = Tensor::from_vector({0x1p100f}, {1, 1, 1, 1}).to(DType::BF16);
+  REQUIRE(static_cast<const bfloat16*>(x.data())[0].bits == 0x0001);
+  Conv2dDesc desc;
+  desc.pad_h = desc.pad_w = 1;
+  const auto centre_taps = [&] {
+    Tensor dw = Tensor::empty({1, 4, 3, 3}, DType::BF16);
+    backend_for(kCPU).conv2d_backward_filter(x, dy, desc, dw, nullptr);
+    const std::vector<float> v = dw.to_float_vector();
+    return std::vector<float>{v[4], v[13], v[22], v[31]};
+  };
+  {
+    const Bf16DotSwitch on(true);
+    CHECK(centre_taps() == std::vector<float>{0.0f, 0x1p100f, 0x1p101f, -0x1.8p101f});
+  }
+  const Bf16DotSwitch off(false);
+  CHECK(centre_taps() == std::vector<float>{0x1p-33f, 0x1p100f, 0x1p101f, -0x1.8p101f});
 }
