@@ -27,57 +27,77 @@ using cpu::kParallelWork;
 // in block order, which fixes the summation order independently of the threads.
 constexpr int64_t kRowBlock = 32;
 
-template <class T>
-float load_or(const T* p, int64_t i, float fallback) {
-  return p ? to_float(p[i]) : fallback;
+// The calling thread's FP32 row buffer `slot` of at least n floats, kept between calls.
+float* row_buffer(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& buffer = buffers[slot];
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
 }
 
+// A layer-norm weight or bias widened once per call, or `fallback` (1 or 0) per column when
+// there is none.
+template <class T>
+std::vector<float> widened_or(const T* p, int64_t cols, float fallback) {
+  if (!p) return std::vector<float>(static_cast<size_t>(cols), fallback);
+  std::vector<float> out(static_cast<size_t>(cols));
+  const float* values = cpu::load_f32(p, out.data(), cols);  // F32: p itself
+  if (values != out.data()) std::copy(values, values + cols, out.data());
+  return out;
+}
+
+// The 16-bit rows are widened into FP32 buffers and the results rounded from one with the bulk
+// converters (core/cpu/blocks.h): the same values as a conversion per element, without the
+// scalar conversions' cost. The sums keep their column order, so every dtype's results are
+// those of the FP32 loops on the widened values.
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float* mean,
                      float* rstd, int64_t rows, int64_t cols) {
+  const std::vector<float> weight = widened_or(w, cols, 1.0f), bias = widened_or(b, cols, 0.0f);
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
+    const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
     float sum = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) sum += to_float(xr[j]);
+    for (int64_t j = 0; j < cols; ++j) sum += xr[j];
     const float n = static_cast<float>(cols);
     const float m = norm_mean(sum, n);
     float sq = 0.0f;
     for (int64_t j = 0; j < cols; ++j) {
-      const float d = to_float(xr[j]) - m;
+      const float d = xr[j] - m;
       sq += d * d;
     }
     const float rs = norm_rstd(norm_variance(sq, n), eps);
     mean[r] = m;
     rstd[r] = rs;
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = from_float<T>(norm_apply(to_float(xr[j]), m, rs, load_or(w, j, 1.0f),
-                                       load_or(b, j, 0.0f)));
+    float* yr = cpu::f32_target(y + r * cols, row_buffer(1, cols));
+    for (int64_t j = 0; j < cols; ++j) yr[j] = norm_apply(xr[j], m, rs, weight[j], bias[j]);
+    cpu::store_f32(yr, y + r * cols, cols);
   }
 }
 
 template <class T>
 void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const float* rstd,
                               const T* dy, T* dx, T* dw, T* db, int64_t rows, int64_t cols) {
+  const std::vector<float> weight = widened_or(w, cols, 1.0f);
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    const T* dyr = dy + r * cols;
-    T* dxr = dx + r * cols;
+    const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
+    const float* dyr = cpu::load_f32(dy + r * cols, row_buffer(1, cols), cols);
     float sum_g = 0.0f, sum_g_xhat = 0.0f;
     for (int64_t j = 0; j < cols; ++j) {
-      const float g = to_float(dyr[j]) * load_or(w, j, 1.0f);
+      const float g = dyr[j] * weight[j];
       sum_g += g;
-      sum_g_xhat += layer_norm_grad_xhat(g, to_float(xr[j]), mean[r], rstd[r]);
+      sum_g_xhat += layer_norm_grad_xhat(g, xr[j], mean[r], rstd[r]);
     }
     const NormBackwardMeans means =
         norm_backward_means(sum_g, sum_g_xhat, static_cast<float>(cols), true);
+    float* dxr = cpu::f32_target(dx + r * cols, row_buffer(2, cols));
     for (int64_t j = 0; j < cols; ++j) {
-      const float g = to_float(dyr[j]) * load_or(w, j, 1.0f);
-      const float xhat = norm_xhat(to_float(xr[j]), mean[r], rstd[r]);
-      dxr[j] = from_float<T>(norm_backward_value(g, xhat, means.g, means.g_xhat, rstd[r]));
+      const float g = dyr[j] * weight[j];
+      const float xhat = norm_xhat(xr[j], mean[r], rstd[r]);
+      dxr[j] = norm_backward_value(g, xhat, means.g, means.g_xhat, rstd[r]);
     }
+    cpu::store_f32(dxr, dx + r * cols, cols);
   }
   if (!dw && !db) return;
 
@@ -89,13 +109,16 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
     float* pw = partial.data() + blk * 2 * cols;
     float* pb = pw + cols;
     const int64_t end = std::min(rows, (blk + 1) * kRowBlock);
-    for (int64_t r = blk * kRowBlock; r < end; ++r)
+    for (int64_t r = blk * kRowBlock; r < end; ++r) {
+      const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
+      const float* dyr = cpu::load_f32(dy + r * cols, row_buffer(1, cols), cols);
       for (int64_t j = 0; j < cols; ++j) {
-        const float d = to_float(dy[r * cols + j]);
-        pw[j] += layer_norm_grad_xhat(d, to_float(x[r * cols + j]), mean[r], rstd[r]);
-        pb[j] += d;
+        pw[j] += layer_norm_grad_xhat(dyr[j], xr[j], mean[r], rstd[r]);
+        pb[j] += dyr[j];
       }
+    }
   }
+  std::vector<float> sums(static_cast<size_t>(2 * cols));
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t j = 0; j < cols; ++j) {
     float sw = 0.0f, sb = 0.0f;
@@ -103,9 +126,11 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
       sw += partial[blk * 2 * cols + j];
       sb += partial[blk * 2 * cols + cols + j];
     }
-    if (dw) dw[j] = from_float<T>(sw);
-    if (db) db[j] = from_float<T>(sb);
+    sums[j] = sw;
+    sums[cols + j] = sb;
   }
+  if (dw) cpu::store_f32(sums.data(), dw, cols);
+  if (db) cpu::store_f32(sums.data() + cols, db, cols);
 }
 
 // Layout of an NCHW tensor seen as [N, C, inner].
