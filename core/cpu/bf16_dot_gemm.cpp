@@ -8,7 +8,6 @@
 // (core/cpu/cpu_tile_gemm.cpp) issues 24 FMAs per k.
 #include "core/cpu/bf16_dot_gemm.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/packed_gemm.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -28,12 +28,11 @@
 namespace mixprec::cpu {
 namespace {
 
-constexpr int kRows = 6;      // rows of a tile
-constexpr int kPanel = 64;    // columns of a B panel: four 16-lane vectors
-constexpr int kVectors = kPanel / 16;
+using packed::Blend;
+using packed::kPanel;
+using packed::kRows;
+using packed::kVectors;
 constexpr int64_t kPackPairs = 16;  // pairs of B per packing task
-// Multiply-adds below which a product stays on the calling thread.
-constexpr int64_t kParallelWork = int64_t{1} << 20;
 
 bool allowed_by_environment() {
   const char* value = std::getenv("MIXPREC_CPU_BF16_DOT");
@@ -57,16 +56,9 @@ bool cpu_has_bf16_dot() {
 #endif
 }
 
-// Per-thread packing buffers, kept between calls (a fresh multi-megabyte allocation per
-// product costs a page fault per 4 KiB).
-std::vector<uint16_t>& packed_a_buffer() {
-  thread_local std::vector<uint16_t> buffer;
-  return buffer;
-}
-std::vector<uint32_t>& packed_b_buffer() {
-  thread_local std::vector<uint32_t> buffer;
-  return buffer;
-}
+// Tags of the per-thread packing buffers (packed::thread_buffer).
+struct PackedA;
+struct PackedB;
 
 // Rows of op(a) as the kernel reads them: row i's pair p is the two elements at
 // rows + i * stride + 2p.
@@ -120,10 +112,6 @@ void pack_b_pairs(bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t
   }
 }
 
-struct Blend {
-  float alpha, beta;
-};
-
 #if MIXPREC_BF16_DOT_X86
 
 // The pair of BF16 values at `at` as one word (element 2p low), read without assuming
@@ -142,10 +130,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, PairRows
                                                             const uint32_t* bp, float* c,
                                                             int64_t ldc, int cols, Blend blend) {
   __m512 acc[kTileRows][kVectors];
-#pragma GCC unroll 8
-  for (int r = 0; r < kTileRows; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
+  packed::zero_tile<kTileRows>(acc);
   for (int64_t p = 0; p < kp; ++p) {
     __m512bh bv[kVectors];
 #pragma GCC unroll 4
@@ -159,21 +144,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, PairRows
       for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
-  const __m512 alpha = _mm512_set1_ps(blend.alpha), beta = _mm512_set1_ps(blend.beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < kTileRows; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVectors; ++v) {
-      const int left = cols - v * 16;
-      if (left <= 0) break;
-      const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      float* out = c + r * ldc + v * 16;
-      __m512 value = blend.alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(alpha, acc[r][v]);
-      if (blend.beta != 0.0f)
-        value = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, out), value);
-      _mm512_mask_storeu_ps(out, mask, value);
-    }
-  }
+  packed::store_tile<kTileRows>(acc, c, ldc, cols, blend);
 }
 
 using TileFn = void (*)(int64_t, PairRows, const uint32_t*, float*, int64_t, int, Blend);
@@ -202,51 +173,28 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 #if MIXPREC_BF16_DOT_X86
   const int64_t kp = (k + 1) / 2;
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  const int64_t row_tiles = (m + kRows - 1) / kRows;
   const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
   // Rows of a with an even k already hold their pairs in place; others are packed.
   const bool pack_a = trans_a || k % 2 != 0;
-  uint16_t* a_out = nullptr;
-  if (pack_a) {
-    std::vector<uint16_t>& buffer = packed_a_buffer();
-    buffer.resize(static_cast<size_t>(m * 2 * kp));
-    a_out = buffer.data();
-  }
+  uint16_t* a_out = pack_a ? packed::thread_buffer<PackedA, uint16_t>(m * 2 * kp) : nullptr;
   const PairRows rows = pack_a ? PairRows{a_out, 2 * kp} : PairRows{a16, k};
-  std::vector<uint32_t>& b_buffer = packed_b_buffer();
-  b_buffer.resize(static_cast<size_t>(panels * kp * kPanel));
-  uint32_t* const bp = b_buffer.data();
+  uint32_t* const bp = packed::thread_buffer<PackedB, uint32_t>(panels * kp * kPanel);
   const Blend blend{alpha, beta};
-  // Panel-major, so that consecutive tasks reuse a panel of B from cache.
-  const auto run = [&](int64_t task) {
-    const int64_t panel = task / row_tiles, tile = task % row_tiles;
-    const int64_t row = tile * kRows, col = panel * kPanel;
-    const int tile_rows = static_cast<int>(std::min<int64_t>(kRows, m - row));
-    const int cols = static_cast<int>(std::min<int64_t>(kPanel, n - col));
-    const PairRows tile_a{rows.rows + row * rows.stride, rows.stride};
-    kTiles[tile_rows](kp, tile_a, bp + panel * kp * kPanel, sums + row * n + col, n, cols,
-                      blend);
-  };
-  const int64_t tasks = panels * row_tiles;
-  if (!omp_in_parallel() && m * n * std::max<int64_t>(k, 1) >= kParallelWork) {
-#pragma omp parallel
-    {
-      if (pack_a) {
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < m; ++i) pack_a_rows(trans_a, m, k, a16, kp, a_out, i, i + 1);
-      }
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < kp; p += kPackPairs)
+  // Packing tasks: the rows of a (when packed), then chunks of kPackPairs pairs of b.
+  const int64_t a_tasks = pack_a ? m : 0, b_tasks = (kp + kPackPairs - 1) / kPackPairs;
+  packed::run(
+      m, n, k, a_tasks + b_tasks,
+      [&](int64_t i) {
+        if (i < a_tasks) return pack_a_rows(trans_a, m, k, a16, kp, a_out, i, i + 1);
+        const int64_t p = (i - a_tasks) * kPackPairs;
         pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, p, std::min(kp, p + kPackPairs));
-#pragma omp for schedule(static)
-      for (int64_t task = 0; task < tasks; ++task) run(task);
-    }
-  } else {
-    if (pack_a) pack_a_rows(trans_a, m, k, a16, kp, a_out, 0, m);
-    pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, 0, kp);
-    for (int64_t task = 0; task < tasks; ++task) run(task);
-  }
+      },
+      [&](int64_t row, int64_t col, int tile_rows, int cols) {
+        const PairRows tile_a{rows.rows + row * rows.stride, rows.stride};
+        kTiles[tile_rows](kp, tile_a, bp + col / kPanel * kp * kPanel, sums + row * n + col, n,
+                          cols, blend);
+      });
 #else
   (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)sums;
 #endif

@@ -1,9 +1,10 @@
-// GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies); FP16
-// operands are widened to FP32 once, multiplied by the same Eigen kernel, and C is rounded once
-// on store — the semantics of a tensor-core GEMM with FP32 accumulation. BF16 operands go to
-// the CPU's BF16 dot products where it has them (core/cpu/bf16_dot_gemm.h), with the same
-// semantics in another summation order, else they are widened as FP16's are. An F32 C for
-// 16-bit operands receives the FP32 result as it is.
+// GEMM of the CPU backend. FP32 tensors are mapped straight into Eigen (no copies). 16-bit
+// products sum in FP32 and round C once on store — the semantics of a tensor-core GEMM with
+// FP32 accumulation: BF16 operands on the CPU's BF16 dot products where it has them
+// (core/cpu/bf16_dot_gemm.h), FP16 ones widened as they are packed where the CPU has AVX-512
+// and F16C (core/cpu/f16_gemm.h); elsewhere, or with those paths switched off, both are widened
+// to FP32 once and multiplied by the same Eigen kernel as FP32. An F32 C for 16-bit operands
+// receives the FP32 result as it is.
 #include "core/cpu/cpu_gemm.h"
 
 // GCC 12 reports Eigen's AVX-512 kernels as reading uninitialised vectors (the
@@ -21,6 +22,7 @@
 
 #include "core/backend_checks.h"
 #include "core/cpu/bf16_dot_gemm.h"
+#include "core/cpu/f16_gemm.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
@@ -222,27 +224,46 @@ void gemm_16bit(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) 
   });
 }
 
-// BF16 on the CPU's dot-product instruction: the operands are read as they are, each product
-// summed in FP32 (into C when it is F32) and a BF16 C rounded once on store.
-void gemm_bf16_native(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
-  const bfloat16* const a16 = static_cast<const bfloat16*>(a.data());
-  const bfloat16* const b16 = static_cast<const bfloat16*>(b.data());
+// The 16-bit products that read their operands as they are, without widened copies: BF16 on
+// the CPU's dot-product instruction (core/cpu/bf16_dot_gemm.h), FP16 widened as it is packed
+// (core/cpu/f16_gemm.h). Each sums in FP32.
+bool packed_16bit_available(DType dtype) {
+  return dtype == DType::BF16 ? cpu::bf16_dot_available() : cpu::f16_packed_available();
+}
+
+template <class T>
+void packed_16bit_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const T* a, const T* b, float beta, float* sums) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    cpu::gemm_bf16_dot(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+  } else {
+    static_assert(std::is_same_v<T, half>, "packed_16bit_product: F16 or BF16");
+    cpu::gemm_f16_packed(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+  }
+}
+
+// A packed 16-bit product: each sum in FP32 (into C when it is F32), a 16-bit C rounded once
+// on store.
+template <class T>
+void gemm_16bit_packed(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+  const T* const a16 = static_cast<const T*>(a.data());
+  const T* const b16 = static_cast<const T*>(b.data());
   const int64_t mn = d.m * d.n;
   const bool single = d.batch == 1;
   const auto multiply = [&](int64_t i) {
-    const bfloat16* ai = a16 + i * d.stride_a;
-    const bfloat16* bi = b16 + i * d.stride_b;
+    const T* ai = a16 + i * d.stride_a;
+    const T* bi = b16 + i * d.stride_b;
     if (c.dtype() == DType::F32) {
-      return cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta,
-                                c.data_as<float>() + i * d.stride_c);
+      return packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta,
+                                  c.data_as<float>() + i * d.stride_c);
     }
-    bfloat16* ci = static_cast<bfloat16*>(c.data()) + i * d.stride_c;
+    T* ci = static_cast<T*>(c.data()) + i * d.stride_c;
     float* c32 = cpu::scratch(2, mn);
     if (d.beta != 0.0f) {
       if (single) cpu::load_f32_parallel(ci, c32, mn);
       else cpu::load_f32(ci, c32, mn);
     }
-    cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta, c32);
+    packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta, c32);
     if (single) cpu::store_f32_parallel(c32, ci, mn);
     else cpu::store_f32(c32, ci, mn);
   };
@@ -289,10 +310,10 @@ void gemm_epilogue_typed(const GemmDesc& d, const Tensor& a, const Tensor& b, co
     // The sums in FP32 (rounded nowhere), in the slot of gemm_16bit's FP32 C: the operands
     // took slots 0 and 1.
     float* sums = cpu::scratch(2, d.m * d.n);
-    if (std::is_same_v<T, bfloat16> && cpu::bf16_dot_available()) {
-      cpu::gemm_bf16_dot(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha,
-                         static_cast<const bfloat16*>(a.data()),
-                         static_cast<const bfloat16*>(b.data()), 0.0f, sums);
+    if (packed_16bit_available(a.dtype())) {
+      packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha,
+                           static_cast<const T*>(a.data()), static_cast<const T*>(b.data()),
+                           0.0f, sums);
       return finish_epilogue(sums, d.m, d.n, bias_data, c_data, pre);
     }
     const WidenedOperands widened = widen_operands<T>(d, a, b);
@@ -324,9 +345,10 @@ void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Te
     case DType::F32:
       return gemm_float(desc, a.data_as<float>(), b.data_as<float>(), c.data_as<float>());
     case DType::F16:
+      if (packed_16bit_available(DType::F16)) return gemm_16bit_packed<half>(desc, a, b, c);
       return gemm_16bit<half>(desc, a, b, c);
     case DType::BF16:
-      if (cpu::bf16_dot_available()) return gemm_bf16_native(desc, a, b, c);
+      if (packed_16bit_available(DType::BF16)) return gemm_16bit_packed<bfloat16>(desc, a, b, c);
       return gemm_16bit<bfloat16>(desc, a, b, c);
     default:
       MIXPREC_FAIL("gemm: unsupported dtype ", a.dtype(), " on the CPU backend");

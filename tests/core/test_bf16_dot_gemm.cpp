@@ -16,24 +16,14 @@
 #include "core/half.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
+#include "packed_gemm_checks.h"
+#include "core/tensor.h"
 
 namespace {
 
 using namespace mixprec;
 
-// Leaves the switch as it found it.
-class Bf16DotSwitch {
- public:
-  explicit Bf16DotSwitch(bool allowed) : before_(cpu::bf16_dot_available()) {
-    cpu::set_bf16_dot_allowed(allowed);
-  }
-  ~Bf16DotSwitch() { cpu::set_bf16_dot_allowed(before_); }
-  Bf16DotSwitch(const Bf16DotSwitch&) = delete;
-  Bf16DotSwitch& operator=(const Bf16DotSwitch&) = delete;
-
- private:
-  bool before_;
-};
+using Bf16DotSwitch = testing::PathSwitch<cpu::bf16_dot_available, cpu::set_bf16_dot_allowed>;
 
 bool dot_path_here() {
   const Bf16DotSwitch on(true);
@@ -42,35 +32,20 @@ bool dot_path_here() {
   return false;
 }
 
-// BF16 values of magnitude in [2^-4, 4), either sign: products and partial sums stay far
-// from FP32's denormals, where the instruction may flush.
+using testing::float_bits;
+using testing::kProductShapes;
+using testing::ProductShape;
+
 std::vector<bfloat16> random_dot_bf16(size_t count, std::mt19937& rng) {
-  std::uniform_real_distribution<float> magnitude(0.0625f, 4.0f);
-  std::vector<bfloat16> out(count);
-  for (bfloat16& v : out) v = bfloat16(rng() % 2 ? magnitude(rng) : -magnitude(rng));
-  return out;
+  return testing::random_operand<bfloat16>(count, rng);
 }
-
-struct DotShape {
-  int64_t m, n, k;
-};
-
-// m, n and k around the kernel's tile (6 rows, 64 columns, pairs of k), odd and even.
-const std::vector<DotShape> kDotShapes = {{1, 1, 1},  {7, 65, 3},    {13, 130, 64},
-                                     {6, 64, 255}, {5, 17, 1000}, {70, 200, 33}};
-
-// Element (i, p) of op(a) and (p, j) of op(b), as gemm_bf16_dot reads them.
-float dot_a_at(const std::vector<bfloat16>& a, bool trans, const DotShape& s, int64_t i, int64_t p) {
-  return static_cast<float>(trans ? a[p * s.m + i] : a[i * s.k + p]);
+float dot_a_at(const std::vector<bfloat16>& a, bool trans, const ProductShape& s, int64_t i,
+               int64_t p) {
+  return testing::op_a_at(a, trans, s, i, p);
 }
-float dot_b_at(const std::vector<bfloat16>& b, bool trans, const DotShape& s, int64_t p, int64_t j) {
-  return static_cast<float>(trans ? b[j * s.k + p] : b[p * s.n + j]);
-}
-
-uint32_t dot_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
+float dot_b_at(const std::vector<bfloat16>& b, bool trans, const ProductShape& s, int64_t p,
+               int64_t j) {
+  return testing::op_b_at(b, trans, s, p, j);
 }
 
 }  // namespace
@@ -79,7 +54,7 @@ TEST_CASE("bf16 dot gemm sums the products in pairs, the odd one first, in FP32"
   if (!dot_path_here()) return;
   const Bf16DotSwitch on(true);
   std::mt19937 rng(11);
-  for (const DotShape& s : kDotShapes) {
+  for (const ProductShape& s : kProductShapes) {
     for (const bool trans_a : {false, true}) {
       for (const bool trans_b : {false, true}) {
         INFO("m " << s.m << ", n " << s.n << ", k " << s.k << ", trans_a " << trans_a
@@ -98,7 +73,7 @@ TEST_CASE("bf16 dot gemm sums the products in pairs, the odd one first, in FP32"
               if (p + 1 < s.k) sum += dot_a_at(a, trans_a, s, i, p + 1) * dot_b_at(b, trans_b, s, p + 1, j);
               sum += dot_a_at(a, trans_a, s, i, p) * dot_b_at(b, trans_b, s, p, j);
             }
-            differ += dot_bits(sum) != dot_bits(c[static_cast<size_t>(i * s.n + j)]);
+            differ += float_bits(sum) != float_bits(c[static_cast<size_t>(i * s.n + j)]);
           }
         }
         CHECK(differ == 0);
@@ -117,7 +92,7 @@ TEST_CASE("bf16 dot gemm stays within the FP32 summation bound of a double refer
   constexpr double u = 0x1p-24;
   const auto gamma = [&](int64_t n) { return n * u / (1.0 - n * u); };
   std::mt19937 rng(12);
-  for (const DotShape& s : kDotShapes) {
+  for (const ProductShape& s : kProductShapes) {
     const float alpha = 0.75f, beta = -1.5f;
     INFO("m " << s.m << ", n " << s.n << ", k " << s.k);
     const std::vector<bfloat16> a = random_dot_bf16(static_cast<size_t>(s.m * s.k), rng);

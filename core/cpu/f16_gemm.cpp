@@ -1,0 +1,170 @@
+// The FP16 packed GEMM (core/cpu/f16_gemm.h), on the tiles of core/cpu/packed_gemm.h. B is
+// widened into panels of 64 FP32 columns (k x 64 each, read as four vectors per step), once
+// per call. A is widened per task: the six rows of a tile, k FP32 values each, into the task
+// thread's buffer, so no FP32 copy of the whole of A exists; that costs one conversion per 64
+// multiply-adds, as a tile's rows are widened again for each panel. The kernel issues 24 FMAs
+// per step of k, as the FP32 tile kernel (core/cpu/cpu_tile_gemm.cpp) does.
+#include "core/cpu/f16_gemm.h"
+
+#include <algorithm>
+
+#include "core/cpu/packed_gemm.h"
+#include "core/cpu/tile_gemm.h"
+#include "core/error.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MIXPREC_F16_GEMM_X86 1
+#include <immintrin.h>
+#else
+#define MIXPREC_F16_GEMM_X86 0
+#endif
+
+// GCC 12 reports the FP16 conversion intrinsics as reading an uninitialised vector (the
+// _mm512_undefined_ps placeholder inside _mm512_cvtph_ps), a known false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace mixprec::cpu {
+namespace {
+
+using packed::Blend;
+using packed::kPanel;
+using packed::kRows;
+using packed::kVectors;
+constexpr int64_t kPackRows = 64;  // rows of B per packing task
+
+bool cpu_has_f16c() {
+#if MIXPREC_F16_GEMM_X86
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+// Tags of the per-thread buffers (packed::thread_buffer).
+struct Panels;
+struct TileRows;
+
+#if MIXPREC_F16_GEMM_X86
+
+// n FP16 values at src widened into dst (exact: every FP16 value is an FP32 one).
+__attribute__((target("avx512f,avx512vl,f16c"))) void widen_run(const uint16_t* src, float* dst,
+                                                                int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(dst + i, mask,
+                          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src + i)));
+  }
+}
+
+// Rows [p0, p1) of op(b) (at most kPackRows) into the panels: element (p, j) at
+// out[(j / kPanel) * k * kPanel + p * kPanel + j % kPanel], columns past n zero.
+__attribute__((target("avx512f,avx512vl,f16c"))) void pack_b_rows(
+    bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t panels, float* out,
+    int64_t p0, int64_t p1, float* row) {  // row: room for p1 - p0 floats
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const int64_t j0 = panel * kPanel, cols = std::min<int64_t>(kPanel, n - j0);
+    float* block = out + panel * k * kPanel;
+    if (!trans_b) {
+      for (int64_t p = p0; p < p1; ++p) {
+        widen_run(b + p * n + j0, block + p * kPanel, cols);
+        std::fill(block + p * kPanel + cols, block + (p + 1) * kPanel, 0.0f);
+      }
+      continue;
+    }
+    // b stored n x k: column j of op(b) is row j of b, widened once and spread down the panel.
+    for (int64_t c = 0; c < cols; ++c) {
+      widen_run(b + (j0 + c) * k + p0, row, p1 - p0);
+      for (int64_t p = p0; p < p1; ++p) block[p * kPanel + c] = row[p - p0];
+    }
+    for (int64_t p = p0; p < p1; ++p)
+      std::fill(block + p * kPanel + cols, block + (p + 1) * kPanel, 0.0f);
+  }
+}
+
+// Rows [i0, i0 + rows) of op(a) widened into out (row r at out + r * k).
+__attribute__((target("avx512f,avx512vl,f16c"))) void widen_a_rows(bool trans_a, int64_t m,
+                                                                   int64_t k, const uint16_t* a,
+                                                                   int64_t i0, int rows,
+                                                                   float* out) {
+  if (!trans_a) {
+    for (int r = 0; r < rows; ++r) widen_run(a + (i0 + r) * k, out + r * k, k);
+    return;
+  }
+  // a stored k x m: the tile's rows are `rows` adjacent values of each of a's k rows.
+  const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+  for (int64_t p = 0; p < k; ++p) {
+    alignas(64) float values[16];
+    _mm512_store_ps(values, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, a + p * m + i0)));
+    for (int r = 0; r < rows; ++r) out[r * k + p] = values[r];
+  }
+}
+
+// One tile of kTileRows x kPanel sums: rows of A at `a` (stride k), the panel at `bp`, into c
+// (leading dimension ldc), its first `cols` columns.
+template <int kTileRows>
+__attribute__((target("avx512f"))) void fma_tile(int64_t k, const float* a, const float* bp,
+                                                 float* c, int64_t ldc, int cols, Blend blend) {
+  __m512 acc[kTileRows][kVectors];
+  packed::zero_tile<kTileRows>(acc);
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 bv[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) bv[v] = _mm512_loadu_ps(bp + p * kPanel + v * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * k + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  packed::store_tile<kTileRows>(acc, c, ldc, cols, blend);
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, Blend);
+constexpr TileFn kTiles[kRows + 1] = {nullptr,     fma_tile<1>, fma_tile<2>, fma_tile<3>,
+                                      fma_tile<4>, fma_tile<5>, fma_tile<6>};
+
+#endif
+
+}  // namespace
+
+bool f16_packed_available() { return cpu_has_f16c() && tile_gemm_vectorised(); }
+
+void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const half* a, const half* b, float beta, float* sums) {
+  MIXPREC_CHECK(f16_packed_available(), "gemm_f16_packed: this CPU lacks AVX-512 or F16C, or "
+                "the path is switched off");
+  if (m == 0 || n == 0) return;
+#if MIXPREC_F16_GEMM_X86
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
+  float* const bp = packed::thread_buffer<Panels, float>(panels * k * kPanel);
+  const Blend blend{alpha, beta};
+  packed::run(
+      m, n, k, (k + kPackRows - 1) / kPackRows,
+      [&](int64_t task) {
+        const int64_t p0 = task * kPackRows;
+        float row[kPackRows];
+        pack_b_rows(trans_b, n, k, b16, panels, bp, p0, std::min(k, p0 + kPackRows), row);
+      },
+      [&](int64_t row, int64_t col, int tile_rows, int cols) {
+        float* rows = packed::thread_buffer<TileRows, float>(kRows * k);
+        widen_a_rows(trans_a, m, k, a16, row, tile_rows, rows);
+        kTiles[tile_rows](k, rows, bp + col / kPanel * k * kPanel, sums + row * n + col, n, cols,
+                          blend);
+      });
+#else
+  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)sums;
+#endif
+}
+
+}  // namespace mixprec::cpu

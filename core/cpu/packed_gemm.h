@@ -1,0 +1,104 @@
+// What the CPU's packed 16-bit GEMMs share (core/cpu/bf16_dot_gemm.cpp, core/cpu/f16_gemm.cpp):
+// the tile of 6 rows by a 64-column panel of B whose sums stay in 24 AVX-512 registers for
+// the whole k loop, the store of a finished tile with alpha and beta, and the order of work:
+// first the packing tasks, then the tiles, panel-major so that consecutive tiles reuse a panel
+// of B from cache; on the OpenMP threads when the product is large and no parallel region is
+// active, else on the calling thread.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MIXPREC_PACKED_GEMM_X86 1
+#include <immintrin.h>
+#else
+#define MIXPREC_PACKED_GEMM_X86 0
+#endif
+
+namespace mixprec::cpu::packed {
+
+inline constexpr int kRows = 6;    // rows of a tile
+inline constexpr int kPanel = 64;  // columns of a B panel: four 16-lane vectors
+inline constexpr int kVectors = kPanel / 16;
+// Multiply-adds below which a product stays on the calling thread.
+inline constexpr int64_t kParallelWork = int64_t{1} << 20;
+
+struct Blend {
+  float alpha, beta;
+};
+
+// The calling thread's buffer `Tag` of at least n elements, kept between calls (a fresh
+// multi-megabyte allocation per product costs a page fault per 4 KiB).
+template <class Tag, class T>
+T* thread_buffer(int64_t n) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+// pack(i) for i in [0, pack_tasks), then tile(t) for t in [0, m / kRows tiles x n / kPanel
+// panels), tile t being row tile t % row_tiles of panel t / row_tiles.
+template <class Pack, class Tile>
+void run(int64_t m, int64_t n, int64_t k, int64_t pack_tasks, const Pack& pack,
+         const Tile& tile) {
+  const int64_t row_tiles = (m + kRows - 1) / kRows, panels = (n + kPanel - 1) / kPanel;
+  const int64_t tasks = row_tiles * panels;
+  const auto run_tile = [&](int64_t task) {
+    const int64_t row = task % row_tiles * kRows, col = task / row_tiles * kPanel;
+    tile(row, col, static_cast<int>(std::min<int64_t>(kRows, m - row)),
+         static_cast<int>(std::min<int64_t>(kPanel, n - col)));
+  };
+  if (!omp_in_parallel() && m * n * std::max<int64_t>(k, 1) >= kParallelWork) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < pack_tasks; ++i) pack(i);
+#pragma omp for schedule(static)
+      for (int64_t task = 0; task < tasks; ++task) run_tile(task);
+    }
+  } else {
+    for (int64_t i = 0; i < pack_tasks; ++i) pack(i);
+    for (int64_t task = 0; task < tasks; ++task) run_tile(task);
+  }
+}
+
+#if MIXPREC_PACKED_GEMM_X86
+
+// A tile's sums, all zero.
+template <int kTileRows>
+__attribute__((target("avx512f"))) inline void zero_tile(__m512 (&acc)[kTileRows][kVectors]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
+}
+
+// Stores a finished tile of sums: c = alpha * acc (+ beta * c), its first `cols` columns.
+template <int kTileRows>
+__attribute__((target("avx512f"))) inline void store_tile(const __m512 (&acc)[kTileRows][kVectors],
+                                                          float* c, int64_t ldc, int cols,
+                                                          Blend blend) {
+  const __m512 alpha = _mm512_set1_ps(blend.alpha), beta = _mm512_set1_ps(blend.beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) {
+      const int left = cols - v * 16;
+      if (left <= 0) break;
+      const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      float* out = c + r * ldc + v * 16;
+      __m512 value = blend.alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(alpha, acc[r][v]);
+      if (blend.beta != 0.0f)
+        value = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, out), value);
+      _mm512_mask_storeu_ps(out, mask, value);
+    }
+  }
+}
+
+#endif
+
+}  // namespace mixprec::cpu::packed

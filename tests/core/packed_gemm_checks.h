@@ -1,0 +1,62 @@
+// Helpers of the tests of the CPU's packed 16-bit GEMMs (core/cpu/bf16_dot_gemm.h,
+// core/cpu/f16_gemm.h): a guard for a path's on/off switch, random operands, the shapes around
+// the kernels' tiles, and the elements of op(a) and op(b) as the products read them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace mixprec::testing {
+
+// Sets a path's switch for a scope and leaves it as it found it: `is_on` reads it, `set` sets
+// it.
+template <bool (*is_on)(), void (*set)(bool)>
+class PathSwitch {
+ public:
+  explicit PathSwitch(bool on) : before_(is_on()) { set(on); }
+  ~PathSwitch() { set(before_); }
+  PathSwitch(const PathSwitch&) = delete;
+  PathSwitch& operator=(const PathSwitch&) = delete;
+
+ private:
+  bool before_;
+};
+
+// Values of magnitude in [2^-4, 4), either sign: products and partial sums stay far from
+// FP32's denormals.
+template <class T>
+std::vector<T> random_operand(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> magnitude(0.0625f, 4.0f);
+  std::vector<T> out(count);
+  for (T& v : out) v = T(rng() % 2 ? magnitude(rng) : -magnitude(rng));
+  return out;
+}
+
+struct ProductShape {
+  int64_t m, n, k;
+};
+
+// m, n and k around the kernels' tile (6 rows, 64 columns, pairs of k) and packing tasks,
+// odd and even.
+inline const std::vector<ProductShape> kProductShapes = {
+    {1, 1, 1}, {7, 65, 3}, {13, 130, 64}, {6, 64, 255}, {5, 17, 1000}, {70, 200, 33}};
+
+// Element (i, p) of op(a) and (p, j) of op(b), as the GEMMs read them.
+template <class T>
+float op_a_at(const std::vector<T>& a, bool trans, const ProductShape& s, int64_t i, int64_t p) {
+  return static_cast<float>(trans ? a[p * s.m + i] : a[i * s.k + p]);
+}
+template <class T>
+float op_b_at(const std::vector<T>& b, bool trans, const ProductShape& s, int64_t p, int64_t j) {
+  return static_cast<float>(trans ? b[j * s.k + p] : b[p * s.n + j]);
+}
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+}  // namespace mixprec::testing
