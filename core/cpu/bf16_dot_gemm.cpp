@@ -33,6 +33,7 @@ using packed::kPanel;
 using packed::kRows;
 using packed::kVectors;
 constexpr int64_t kPackPairs = 16;  // pairs of B per packing task
+constexpr int64_t kPackRows = 16;   // rows of A per packing task
 
 bool allowed_by_environment() {
   const char* value = std::getenv("MIXPREC_CPU_BF16_DOT");
@@ -68,14 +69,23 @@ struct PairRows {
 };
 
 // Rows [i0, i1) of op(a), a stored k x m (trans_a) or m x k with an odd k, into `out`
-// (stride 2 * kp, zero past k).
+// (stride 2 * kp, zero past k). A transposed a is copied in blocks of 64 of its rows, whose
+// cache lines then serve every output row of the task.
 void pack_a_rows(bool trans_a, int64_t m, int64_t k, const uint16_t* a, int64_t kp,
                  uint16_t* out, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
-    uint16_t* row = out + i * 2 * kp;
-    for (int64_t q = 0; q < k; ++q) row[q] = trans_a ? a[q * m + i] : a[i * k + q];
-    if (k % 2 != 0) row[k] = 0;
+  const int64_t stride = 2 * kp;
+  if (trans_a) {
+    constexpr int64_t kBlock = 64;
+    for (int64_t q0 = 0; q0 < k; q0 += kBlock) {
+      const int64_t q1 = std::min(k, q0 + kBlock);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t q = q0; q < q1; ++q) out[i * stride + q] = a[q * m + i];
+    }
+  } else {
+    for (int64_t i = i0; i < i1; ++i) std::copy(a + i * k, a + (i + 1) * k, out + i * stride);
   }
+  if (k % 2 != 0)
+    for (int64_t i = i0; i < i1; ++i) out[i * stride + k] = 0;
 }
 
 // Pairs [p0, p1) of op(b) into the panels: word (p, j) at out[(j / kPanel) * kp * kPanel +
@@ -181,12 +191,17 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   const PairRows rows = pack_a ? PairRows{a_out, 2 * kp} : PairRows{a16, k};
   uint32_t* const bp = packed::thread_buffer<PackedB, uint32_t>(panels * kp * kPanel);
   const Blend blend{alpha, beta};
-  // Packing tasks: the rows of a (when packed), then chunks of kPackPairs pairs of b.
-  const int64_t a_tasks = pack_a ? m : 0, b_tasks = (kp + kPackPairs - 1) / kPackPairs;
+  // Packing tasks: blocks of kPackRows rows of a (when packed), then chunks of kPackPairs
+  // pairs of b.
+  const int64_t a_tasks = pack_a ? (m + kPackRows - 1) / kPackRows : 0;
+  const int64_t b_tasks = (kp + kPackPairs - 1) / kPackPairs;
   packed::run(
       m, n, k, a_tasks + b_tasks,
       [&](int64_t i) {
-        if (i < a_tasks) return pack_a_rows(trans_a, m, k, a16, kp, a_out, i, i + 1);
+        if (i < a_tasks) {
+          return pack_a_rows(trans_a, m, k, a16, kp, a_out, i * kPackRows,
+                             std::min(m, (i + 1) * kPackRows));
+        }
         const int64_t p = (i - a_tasks) * kPackPairs;
         pack_b_pairs(trans_b, n, k, b16, kp, panels, bp, p, std::min(kp, p + kPackPairs));
       },

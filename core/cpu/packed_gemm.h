@@ -55,7 +55,8 @@ void run(int64_t m, int64_t n, int64_t k, int64_t pack_tasks, const Pack& pack,
   if (!omp_in_parallel() && m * n * std::max<int64_t>(k, 1) >= kParallelWork) {
 #pragma omp parallel
     {
-#pragma omp for schedule(static)
+      // Dynamic: packing tasks of different operands differ in cost.
+#pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < pack_tasks; ++i) pack(i);
 #pragma omp for schedule(static)
       for (int64_t task = 0; task < tasks; ++task) run_tile(task);
