@@ -207,14 +207,8 @@ void conv_forward(const T* x, const T* w, const T* bias, T* y, const Conv2dGeome
   const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
   std::vector<float> bias_buf(static_cast<size_t>(bias ? g.o : 0));
   const float* bias32 = bias ? cpu::load_f32(bias, bias_buf.data(), g.o) : nullptr;
-  if (cpu::winograd_applies(g)) {  // core/cpu/cpu_winograd.h: the whole batch at once
-    const int64_t x_size = g.n * g.image(), y_size = g.n * g.o * g.pixels();
-    const float* x32 = cpu::load_f32_parallel(x, f32_scratch<T>(kInputSlot, x_size), x_size);
-    float* y32 = cpu::f32_target(y, f32_scratch<T>(kOutputSlot, y_size));
-    cpu::winograd_conv2d_f32(x32, w32, bias32, y32, g);
-    cpu::store_f32_parallel(y32, y, y_size);
-    return;
-  }
+  // core/cpu/cpu_winograd.h: the whole batch at once, 16-bit images widened a group at a time.
+  if (cpu::winograd_applies(g)) return cpu::winograd_conv2d(x, w32, bias32, y, g);
   const int64_t out_size = g.o * g.pixels();
   const bool implicit = implicit_columns(g);
   const ShiftPlan plan = implicit ? shift_plan(g, false) : ShiftPlan();
@@ -251,14 +245,8 @@ template <class T>
 void conv_backward_data(const T* dy, const T* w, T* dx, const Conv2dGeometry& g) {
   const int64_t w_size = g.o * g.rows();
   const float* w32 = cpu::load_f32_parallel(w, f32_scratch<T>(kFilterSlot, w_size), w_size);
-  if (cpu::winograd_applies(g)) {  // core/cpu/cpu_winograd.h: the whole batch at once
-    const int64_t dy_all = g.n * g.o * g.pixels(), dx_all = g.n * g.image();
-    const float* dy32 = cpu::load_f32_parallel(dy, f32_scratch<T>(kOutputSlot, dy_all), dy_all);
-    float* dx32 = cpu::f32_target(dx, f32_scratch<T>(kInputSlot, dx_all));
-    cpu::winograd_conv2d_backward_data_f32(dy32, w32, dx32, g);
-    cpu::store_f32_parallel(dx32, dx, dx_all);
-    return;
-  }
+  // core/cpu/cpu_winograd.h: the whole batch at once, 16-bit images widened a group at a time.
+  if (cpu::winograd_applies(g)) return cpu::winograd_conv2d_backward_data(dy, w32, dx, g);
   const int64_t dy_size = g.o * g.pixels();
   const bool implicit = implicit_columns(g);
   const ShiftPlan plan = implicit ? shift_plan(g, true) : ShiftPlan();

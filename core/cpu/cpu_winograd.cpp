@@ -19,8 +19,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "core/cpu/blocks.h"
 #include "core/cpu/simd.h"
 #include "core/cpu/tile_gemm.h"
 #include "core/error.h"
@@ -57,6 +59,7 @@ struct Workspace {
   std::vector<float> v, m;        // a block's transformed inputs and products
   std::vector<float> results;     // a block's outputs, [out][rows][cols][lane]
   std::vector<float> transposed;  // one channel's of them, [lane][rows][cols]
+  std::vector<float> group_in, group_out;  // a 16-bit group's images widened, and its results
 };
 
 Workspace& workspace() {
@@ -270,8 +273,11 @@ void check_applies(const Conv2dGeometry& g, const char* op) {
                 ",", g.pw, "), ", g.c, " -> ", g.o, " channels");
 }
 
-void run(const float* src, const float* w, const float* bias, float* dst, const Plan& p,
-         bool flipped) {
+// 16-bit images are widened one group at a time into the thread's workspace, and the group's
+// results rounded from it: conversions of a few hundred KiB that stay in cache, where whole
+// FP32 copies of the batch's input and output would cross memory twice more.
+template <class T>
+void run(const T* src, const float* w, const float* bias, T* dst, const Plan& p, bool flipped) {
   if (p.images == 0 || p.h == 0 || p.w == 0) return;
   Workspace& caller = workspace();
   float* u = at_least(caller.filters, kPoints * p.out * p.in);
@@ -280,7 +286,16 @@ void run(const float* src, const float* w, const float* bias, float* dst, const 
   const int64_t src_image = p.in * p.h * p.w, dst_image = p.out * p.h * p.w;
   const auto group = [&](int64_t gi) {
     const int64_t first = gi * kGroup, lanes = std::min(kGroup, p.images - first);
-    run_group(src + first * src_image, lanes, p, u, bias, dst + first * dst_image);
+    if constexpr (std::is_same_v<T, float>) {
+      run_group(src + first * src_image, lanes, p, u, bias, dst + first * dst_image);
+    } else {
+      Workspace& ws = workspace();
+      float* in = at_least(ws.group_in, lanes * src_image);
+      float* out = at_least(ws.group_out, lanes * dst_image);
+      load_f32(src + first * src_image, in, lanes * src_image);
+      run_group(in, lanes, p, u, bias, out);
+      store_f32(out, dst + first * dst_image, lanes * dst_image);
+    }
   };
   // Inside a parallel region that may not nest another active one a team would have one
   // thread: run there. A single group leaves the threads to the tile GEMM.
@@ -303,16 +318,27 @@ bool winograd_applies(const Conv2dGeometry& g) {
          g.o >= kWinogradMinChannels && tile_gemm_vectorised();
 }
 
-void winograd_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
-                         const Conv2dGeometry& g) {
-  check_applies(g, "winograd_conv2d_f32");
+template <class T>
+void winograd_conv2d(const T* x, const float* w, const float* bias, T* y,
+                     const Conv2dGeometry& g) {
+  check_applies(g, "winograd_conv2d");
   run(x, w, bias, y, make_plan(g.n, g.c, g.o, g.h, g.w), false);
 }
 
-void winograd_conv2d_backward_data_f32(const float* dy, const float* w, float* dx,
-                                       const Conv2dGeometry& g) {
-  check_applies(g, "winograd_conv2d_backward_data_f32");
+template <class T>
+void winograd_conv2d_backward_data(const T* dy, const float* w, T* dx, const Conv2dGeometry& g) {
+  check_applies(g, "winograd_conv2d_backward_data");
   run(dy, w, nullptr, dx, make_plan(g.n, g.o, g.c, g.h, g.w), true);
 }
+
+#define MIXPREC_WINOGRAD_FOR(T)                                                          \
+  template void winograd_conv2d<T>(const T*, const float*, const float*, T*,            \
+                                   const Conv2dGeometry&);                              \
+  template void winograd_conv2d_backward_data<T>(const T*, const float*, T*,            \
+                                                 const Conv2dGeometry&);
+MIXPREC_WINOGRAD_FOR(float)
+MIXPREC_WINOGRAD_FOR(half)
+MIXPREC_WINOGRAD_FOR(bfloat16)
+#undef MIXPREC_WINOGRAD_FOR
 
 }  // namespace mixprec::cpu

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/backend_checks.h"
+#include "core/half.h"
 
 namespace mixprec::cpu {
 
@@ -28,21 +29,24 @@ namespace mixprec::cpu {
 inline constexpr int64_t kWinogradMinChannels = 8;
 bool winograd_applies(const backend_checks::Conv2dGeometry& g);
 
-// y = conv2d(x, w) (+ bias) for a geometry where winograd_applies(g) holds, all in FP32:
-// x [N, C, H, W], w [O, C, 3, 3], bias [O] or null, y [N, O, H, W] (overwritten). Uses no
-// cpu::scratch slot (its buffers are its own, per thread, kept between calls), so the caller
-// may hold any of them. Parallel over groups of up to eight images outside a parallel region;
-// on the calling thread inside one that cannot nest. Throws mixprec::Error when the geometry
-// does not apply.
-void winograd_conv2d_f32(const float* x, const float* w, const float* bias, float* y,
-                         const backend_checks::Conv2dGeometry& g);
+// y = conv2d(x, w) (+ bias) for a geometry where winograd_applies(g) holds: x [N, C, H, W]
+// and y [N, O, H, W] (overwritten) of T (float, half or bfloat16), w [O, C, 3, 3] and bias [O]
+// (or null) in FP32. Every step is FP32: 16-bit images are widened a group at a time and each
+// output is rounded once. Uses no cpu::scratch slot (its buffers are its own, per thread, kept
+// between calls), so the caller may hold any of them. Parallel over groups of up to eight
+// images outside a parallel region; on the calling thread inside one that cannot nest. Throws
+// mixprec::Error when the geometry does not apply.
+template <class T>
+void winograd_conv2d(const T* x, const float* w, const float* bias, T* y,
+                     const backend_checks::Conv2dGeometry& g);
 
 // dx = the gradient of that convolution with respect to x, for dy [N, O, H, W] and
-// w [O, C, 3, 3], dx [N, C, H, W] (overwritten), all FP32. It is itself a 3x3 stride-1 pad-1
+// w [O, C, 3, 3], dx [N, C, H, W] (overwritten). It is itself a 3x3 stride-1 pad-1
 // convolution: dx[c] = sum_o conv(dy[o], rot180(w[o][c])), which runs through the forward's
 // kernels with the filter transform reading w flipped and transposed. Same conditions as
-// winograd_conv2d_f32.
-void winograd_conv2d_backward_data_f32(const float* dy, const float* w, float* dx,
-                                       const backend_checks::Conv2dGeometry& g);
+// winograd_conv2d.
+template <class T>
+void winograd_conv2d_backward_data(const T* dy, const float* w, T* dx,
+                                   const backend_checks::Conv2dGeometry& g);
 
 }  // namespace mixprec::cpu

@@ -197,8 +197,8 @@ TEST_CASE("winograd applies to 3x3 stride-1 pad-1 convolutions of 8 or more chan
 TEST_CASE("winograd kernels refuse a geometry they do not apply to", "[winograd]") {
   const Conv2dGeometry g = geometry(4, 8, 3, 1, 1, 2, 2);  // 4 input channels
   std::vector<float> x(2 * 4 * 4), w(8 * 4 * 9), y(2 * 8 * 4);
-  CHECK_THROWS_AS(cpu::winograd_conv2d_f32(x.data(), w.data(), nullptr, y.data(), g), Error);
-  CHECK_THROWS_AS(cpu::winograd_conv2d_backward_data_f32(y.data(), w.data(), x.data(), g), Error);
+  CHECK_THROWS_AS(cpu::winograd_conv2d(x.data(), w.data(), nullptr, y.data(), g), Error);
+  CHECK_THROWS_AS(cpu::winograd_conv2d_backward_data(y.data(), w.data(), x.data(), g), Error);
 }
 
 TEST_CASE("winograd conv2d matches a direct convolution in every dtype", "[winograd]") {
@@ -242,8 +242,8 @@ TEST_CASE("winograd conv2d gives the same bits on one thread and on two", "[wino
     const int t = omp_get_thread_num();
     std::vector<float> y(static_cast<size_t>(g.n * g.o * g.h * g.w));
     std::vector<float> dx(static_cast<size_t>(g.n * g.c * g.h * g.w));
-    cpu::winograd_conv2d_f32(x.data(), w.data(), bias.data(), y.data(), g.geometry());
-    cpu::winograd_conv2d_backward_data_f32(dy.data(), w.data(), dx.data(), g.geometry());
+    cpu::winograd_conv2d(x.data(), w.data(), bias.data(), y.data(), g.geometry());
+    cpu::winograd_conv2d_backward_data(dy.data(), w.data(), dx.data(), g.geometry());
     y.insert(y.end(), dx.begin(), dx.end());
     if (t < 2) nested[t] = std::move(y);
   }
