@@ -27,6 +27,7 @@
 #include "core/error.h"
 
 #include "core/cpu/bf16_dot_gemm.h"
+#include "core/cpu/f16_gemm.h"
 
 #if MIXPREC_WITH_CUDA
 #include "core/backend.h"
@@ -102,7 +103,8 @@ std::string stray_argument_message(CLI::App& app) {
 // program registers it at start-up when a device is present), so that a run on a GPU machine
 // shows at once whether tensors can go to cuda:0.
 std::string device_text() {
-  const std::string cpu_line = "CPU: BF16 products: " + cpu::bf16_products_path() + "\n";
+  const std::string cpu_line = "CPU: BF16 products: " + cpu::bf16_products_path() +
+                               "; FP16 products: " + cpu::f16_products_path() + "\n";
 #if MIXPREC_WITH_CUDA
   std::string text = cpu_line + cuda_status_line() + "\n";
   if (has_backend(DeviceType::CUDA)) {

@@ -19,6 +19,7 @@
 #include "apps/train/trainer.h"
 #include "apps/train/training_setup.h"
 #include "core/cpu/bf16_dot_gemm.h"
+#include "core/cpu/f16_gemm.h"
 #include "core/error.h"
 
 namespace mixprec {
@@ -279,7 +280,10 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& log) {
                        {"warmup", options.warmup},
                        {"overrides", options.overrides},
                        {"rows", rows}};
-  if (plan.device == "cpu") bench["cpu_bf16_products"] = cpu::bf16_products_path();
+  if (plan.device == "cpu") {
+    bench["cpu_bf16_products"] = cpu::bf16_products_path();
+    bench["cpu_f16_products"] = cpu::f16_products_path();
+  }
   if (launcher_size() > 1) bench["ranks"] = launcher_size();
   if (!writes) return bench;
   const std::vector<std::string> charts = draw_bench_charts(out_dir, plan.name, curves, log);

@@ -167,6 +167,8 @@ std::string heading(const nlohmann::json& bench) {
   // Which instructions a CPU run's BF16 products took (core/cpu/bf16_dot_gemm.h).
   if (bench.contains("cpu_bf16_products") && bench["cpu_bf16_products"].is_string())
     text << "; BF16 products: " << bench["cpu_bf16_products"].get<std::string>();
+  if (bench.contains("cpu_f16_products") && bench["cpu_f16_products"].is_string())
+    text << "; FP16 products: " << bench["cpu_f16_products"].get<std::string>();
   return text.str();
 }
 

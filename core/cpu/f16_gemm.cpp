@@ -138,6 +138,12 @@ constexpr TileFn kTiles[kRows + 1] = {nullptr,     fma_tile<1>, fma_tile<2>, fma
 
 bool f16_packed_available() { return cpu_has_f16c() && tile_gemm_vectorised(); }
 
+std::string f16_products_path() {
+  if (f16_packed_available()) return "widened to FP32 as packed (F16C)";
+  return cpu_has_f16c() ? "widened to FP32 once (AVX-512 kernels switched off)"
+                        : "widened to FP32 once (this CPU lacks AVX-512 or F16C)";
+}
+
 void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const half* a, const half* b, float beta, float* sums) {
   MIXPREC_CHECK(f16_packed_available(), "gemm_f16_packed: this CPU lacks AVX-512 or F16C, or "

@@ -11,13 +11,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/half.h"
 
 namespace mixprec::cpu {
 
-// True when this CPU runs gemm_f16_packed.
+// True when this CPU runs gemm_f16_packed (and the AVX-512 kernels are not switched off,
+// core/cpu/tile_gemm.h).
 bool f16_packed_available();
+
+// The path FP16 products take here, for people: "widened to FP32 as packed (F16C)", or
+// "widened to FP32 once" with the reason.
+std::string f16_products_path();
 
 // sums = alpha * op(a) @ op(b) + beta * sums, with a and b FP16 and sums FP32 (m x n,
 // row-major); the operand conventions of gemm_bf16_dot (core/cpu/bf16_dot_gemm.h). beta == 0

@@ -13,6 +13,7 @@
 #include "apps/plot/gnuplot.h"
 #include "apps/train/run_stats.h"
 #include "core/cpu/bf16_dot_gemm.h"
+#include "core/cpu/f16_gemm.h"
 #include "core/error.h"
 #include "train_test_support.h"
 
@@ -120,9 +121,11 @@ TEST_CASE("bench runs fp32, fp16, bf16 and fp16-noscale side by side and joins t
   CHECK(bench["device"] == "cpu");
   CHECK(bench["tf32"] == false);
   CHECK(log.str().find("tiny_cnn on cpu with TF32 off, 6 steps") != std::string::npos);
-  // A CPU bench says which path its BF16 products took.
+  // A CPU bench says which path its BF16 and FP16 products took.
   CHECK(bench["cpu_bf16_products"] == mixprec::cpu::bf16_products_path());
-  CHECK(log.str().find("; BF16 products: " + mixprec::cpu::bf16_products_path()) !=
+  CHECK(bench["cpu_f16_products"] == mixprec::cpu::f16_products_path());
+  CHECK(log.str().find("; BF16 products: " + mixprec::cpu::bf16_products_path() +
+                       "; FP16 products: " + mixprec::cpu::f16_products_path()) !=
         std::string::npos);
   CHECK(read_json(bench["rows"][0]["run_dir"].get<std::string>() + "/summary.json")["tf32"] ==
         false);

@@ -11,6 +11,7 @@
 #include "apps/cli.h"
 #include "tests/apps/train_test_support.h"
 #include "core/cpu/bf16_dot_gemm.h"
+#include "core/cpu/f16_gemm.h"
 
 #if MIXPREC_WITH_CUDA
 #include "core/backend.h"
@@ -171,8 +172,10 @@ TEST_CASE("mixprec --version prints the version and succeeds", "[apps][cli]") {
 TEST_CASE("mixprec device reports without failing", "[apps][cli]") {
   const CliResult r = run({"device"});
   CHECK(r.code == 0);
-  // The first line names the path of the CPU's BF16 products.
-  CHECK(r.out.rfind("CPU: BF16 products: " + mixprec::cpu::bf16_products_path() + "\n", 0) == 0);
+  // The first line names the paths of the CPU's BF16 and FP16 products.
+  CHECK(r.out.rfind("CPU: BF16 products: " + mixprec::cpu::bf16_products_path() +
+                        "; FP16 products: " + mixprec::cpu::f16_products_path() + "\n",
+                    0) == 0);
 #if MIXPREC_WITH_CUDA
   CHECK(r.out.find("cuDNN") != std::string::npos);
 #else
