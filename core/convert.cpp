@@ -6,6 +6,8 @@
 #define MIXPREC_CONVERT_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+
+#include "core/convert_avx512.h"
 #else
 #define MIXPREC_CONVERT_X86 0
 #endif
@@ -132,50 +134,36 @@ __attribute__((target("avx2,f16c,fma"))) void bf16_to_f32_avx2(const uint16_t* s
 __attribute__((target("avx512f,avx512bw"))) void f32_to_f16_avx512(const float* src, uint16_t* dst,
                                                                    size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        avx512::f32_to_f16(_mm512_loadu_ps(src + i)));
   convert_f32_to_f16_scalar(src + i, dst + i, n - i);
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f16_to_f32_avx512(const uint16_t* src, float* dst,
                                                                    size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, avx512::f16_to_f32(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(src + i))));
   convert_f16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* src, uint16_t* dst,
                                                                     size_t n) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-  const __m512i inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i bias = _mm512_set1_epi32(0x7FFF);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x0040);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(src + i);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(hi, one);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
-    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    r = _mm512_mask_mov_epi32(r, is_nan, _mm512_or_si512(hi, quiet));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        avx512::f32_to_bf16(_mm512_loadu_ps(src + i)));
   convert_f32_to_bf16_scalar(src + i, dst + i, n - i);
 }
 
 __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const uint16_t* src, float* dst,
                                                                     size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, avx512::bf16_to_f32(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(src + i))));
   convert_bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 

@@ -25,6 +25,12 @@
 #define MIXPREC_BF16_DOT_X86 0
 #endif
 
+// GCC 12 reports the _mm512_undefined_*() placeholders inside its own AVX-512 intrinsics (the
+// rounding of a BF16 C) as maybe-uninitialized once inlined here (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace mixprec::cpu {
 namespace {
 
@@ -49,7 +55,8 @@ bool cpu_has_bf16_dot() {
 #if MIXPREC_BF16_DOT_X86
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   }();
   return has;
 #else
@@ -135,10 +142,9 @@ inline uint32_t pair_at(const uint16_t* at) {
 // One tile of kTileRows x kPanel sums: the rows of A at `a`, the panel at `bp`, into c
 // (leading dimension ldc), its first `cols` columns. Constant trip counts, so that the
 // accumulators stay in registers.
-template <int kTileRows>
-__attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, PairRows a,
-                                                            const uint32_t* bp, float* c,
-                                                            int64_t ldc, int cols, Blend blend) {
+template <int kTileRows, class Out>
+__attribute__((target(MIXPREC_PACKED_TARGET ",avx512bf16"))) void dot_tile(
+    int64_t kp, PairRows a, const uint32_t* bp, Out* c, int64_t ldc, int cols, Blend blend) {
   __m512 acc[kTileRows][kVectors];
   packed::zero_tile<kTileRows>(acc);
   for (int64_t p = 0; p < kp; ++p) {
@@ -157,9 +163,12 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_tile(int64_t kp, PairRows
   packed::store_tile<kTileRows>(acc, c, ldc, cols, blend);
 }
 
-using TileFn = void (*)(int64_t, PairRows, const uint32_t*, float*, int64_t, int, Blend);
-constexpr TileFn kTiles[kRows + 1] = {nullptr,     dot_tile<1>, dot_tile<2>, dot_tile<3>,
-                                      dot_tile<4>, dot_tile<5>, dot_tile<6>};
+template <class Out>
+using TileFn = void (*)(int64_t, PairRows, const uint32_t*, Out*, int64_t, int, Blend);
+template <class Out>
+constexpr TileFn<Out> kTiles[kRows + 1] = {nullptr,          dot_tile<1, Out>, dot_tile<2, Out>,
+                                           dot_tile<3, Out>, dot_tile<4, Out>, dot_tile<5, Out>,
+                                           dot_tile<6, Out>};
 
 #endif
 
@@ -175,8 +184,11 @@ std::string bf16_products_path() {
 
 void set_bf16_dot_allowed(bool allowed_now) { allowed().store(allowed_now); }
 
-void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                   const bfloat16* a, const bfloat16* b, float beta, float* sums) {
+namespace {
+
+template <class Out>
+void dot_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const bfloat16* a, const bfloat16* b, float beta, Out* c) {
   MIXPREC_CHECK(bf16_dot_available(), "gemm_bf16_dot: this CPU has no AVX512-BF16, or the path "
                 "is switched off (MIXPREC_CPU_BF16_DOT=0)");
   if (m == 0 || n == 0) return;
@@ -207,12 +219,24 @@ void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
       },
       [&](int64_t row, int64_t col, int tile_rows, int cols) {
         const PairRows tile_a{rows.rows + row * rows.stride, rows.stride};
-        kTiles[tile_rows](kp, tile_a, bp + col / kPanel * kp * kPanel, sums + row * n + col, n,
-                          cols, blend);
+        kTiles<Out>[tile_rows](kp, tile_a, bp + col / kPanel * kp * kPanel, c + row * n + col,
+                               n, cols, blend);
       });
 #else
-  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)sums;
+  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)c;
 #endif
+}
+
+}  // namespace
+
+void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const bfloat16* a, const bfloat16* b, float beta, float* sums) {
+  dot_product(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+}
+
+void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const bfloat16* a, const bfloat16* b, float beta, bfloat16* c) {
+  dot_product(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
 
 }  // namespace mixprec::cpu

@@ -45,4 +45,10 @@ void set_bf16_dot_allowed(bool allowed);
 void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const bfloat16* a, const bfloat16* b, float beta, float* sums);
 
+// The same product into a BF16 C: c = alpha * op(a) @ op(b) + beta * c, each element summed in
+// FP32 (the old value widened when beta != 0) and rounded once on store, with the bits of
+// from_float.
+void gemm_bf16_dot(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const bfloat16* a, const bfloat16* b, float beta, bfloat16* c);
+
 }  // namespace mixprec::cpu

@@ -231,25 +231,24 @@ bool packed_16bit_available(DType dtype) {
   return dtype == DType::BF16 ? cpu::bf16_dot_available() : cpu::f16_packed_available();
 }
 
-template <class T>
+// Out: float (the sums as they are) or T (each rounded once on store).
+template <class T, class Out>
 void packed_16bit_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                          float alpha, const T* a, const T* b, float beta, float* sums) {
+                          float alpha, const T* a, const T* b, float beta, Out* c) {
   if constexpr (std::is_same_v<T, bfloat16>) {
-    cpu::gemm_bf16_dot(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+    cpu::gemm_bf16_dot(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
   } else {
     static_assert(std::is_same_v<T, half>, "packed_16bit_product: F16 or BF16");
-    cpu::gemm_f16_packed(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+    cpu::gemm_f16_packed(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
   }
 }
 
-// A packed 16-bit product: each sum in FP32 (into C when it is F32), a 16-bit C rounded once
-// on store.
+// A packed 16-bit product: each sum in FP32, into an F32 C as it is or into a 16-bit C
+// rounded once as the kernel stores it (no FP32 copy of C).
 template <class T>
 void gemm_16bit_packed(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
   const T* const a16 = static_cast<const T*>(a.data());
   const T* const b16 = static_cast<const T*>(b.data());
-  const int64_t mn = d.m * d.n;
-  const bool single = d.batch == 1;
   const auto multiply = [&](int64_t i) {
     const T* ai = a16 + i * d.stride_a;
     const T* bi = b16 + i * d.stride_b;
@@ -257,17 +256,10 @@ void gemm_16bit_packed(const GemmDesc& d, const Tensor& a, const Tensor& b, Tens
       return packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta,
                                   c.data_as<float>() + i * d.stride_c);
     }
-    T* ci = static_cast<T*>(c.data()) + i * d.stride_c;
-    float* c32 = cpu::scratch(2, mn);
-    if (d.beta != 0.0f) {
-      if (single) cpu::load_f32_parallel(ci, c32, mn);
-      else cpu::load_f32(ci, c32, mn);
-    }
-    packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta, c32);
-    if (single) cpu::store_f32_parallel(c32, ci, mn);
-    else cpu::store_f32(c32, ci, mn);
+    packed_16bit_product(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ai, bi, d.beta,
+                         static_cast<T*>(c.data()) + i * d.stride_c);
   };
-  if (single) return multiply(0);
+  if (d.batch == 1) return multiply(0);
   for_each_batch(d, multiply);
 }
 

@@ -19,9 +19,11 @@
 #define MIXPREC_F16_GEMM_X86 0
 #endif
 
-// GCC 12 reports the FP16 conversion intrinsics as reading an uninitialised vector (the
-// _mm512_undefined_ps placeholder inside _mm512_cvtph_ps), a known false positive.
+// GCC 12 reports the _mm512_undefined_*() placeholders inside its own AVX-512 intrinsics (the
+// FP16 conversions) as maybe-uninitialized once inlined here (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace mixprec::cpu {
 namespace {
@@ -36,7 +38,7 @@ bool cpu_has_f16c() {
 #if MIXPREC_F16_GEMM_X86
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") != 0;
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512bw");
   }();
   return has;
 #else
@@ -51,7 +53,7 @@ struct TileRows;
 #if MIXPREC_F16_GEMM_X86
 
 // n FP16 values at src widened into dst (exact: every FP16 value is an FP32 one).
-__attribute__((target("avx512f,avx512vl,f16c"))) void widen_run(const uint16_t* src, float* dst,
+__attribute__((target(MIXPREC_PACKED_TARGET ",f16c"))) void widen_run(const uint16_t* src, float* dst,
                                                                 int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -66,7 +68,7 @@ __attribute__((target("avx512f,avx512vl,f16c"))) void widen_run(const uint16_t* 
 
 // Rows [p0, p1) of op(b) (at most kPackRows) into the panels: element (p, j) at
 // out[(j / kPanel) * k * kPanel + p * kPanel + j % kPanel], columns past n zero.
-__attribute__((target("avx512f,avx512vl,f16c"))) void pack_b_rows(
+__attribute__((target(MIXPREC_PACKED_TARGET ",f16c"))) void pack_b_rows(
     bool trans_b, int64_t n, int64_t k, const uint16_t* b, int64_t panels, float* out,
     int64_t p0, int64_t p1, float* row) {  // row: room for p1 - p0 floats
   for (int64_t panel = 0; panel < panels; ++panel) {
@@ -90,7 +92,7 @@ __attribute__((target("avx512f,avx512vl,f16c"))) void pack_b_rows(
 }
 
 // Rows [i0, i0 + rows) of op(a) widened into out (row r at out + r * k).
-__attribute__((target("avx512f,avx512vl,f16c"))) void widen_a_rows(bool trans_a, int64_t m,
+__attribute__((target(MIXPREC_PACKED_TARGET ",f16c"))) void widen_a_rows(bool trans_a, int64_t m,
                                                                    int64_t k, const uint16_t* a,
                                                                    int64_t i0, int rows,
                                                                    float* out) {
@@ -109,9 +111,10 @@ __attribute__((target("avx512f,avx512vl,f16c"))) void widen_a_rows(bool trans_a,
 
 // One tile of kTileRows x kPanel sums: rows of A at `a` (stride k), the panel at `bp`, into c
 // (leading dimension ldc), its first `cols` columns.
-template <int kTileRows>
-__attribute__((target("avx512f"))) void fma_tile(int64_t k, const float* a, const float* bp,
-                                                 float* c, int64_t ldc, int cols, Blend blend) {
+template <int kTileRows, class Out>
+__attribute__((target(MIXPREC_PACKED_TARGET))) void fma_tile(int64_t k, const float* a,
+                                                             const float* bp, Out* c, int64_t ldc,
+                                                             int cols, Blend blend) {
   __m512 acc[kTileRows][kVectors];
   packed::zero_tile<kTileRows>(acc);
   for (int64_t p = 0; p < k; ++p) {
@@ -128,9 +131,12 @@ __attribute__((target("avx512f"))) void fma_tile(int64_t k, const float* a, cons
   packed::store_tile<kTileRows>(acc, c, ldc, cols, blend);
 }
 
-using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int, Blend);
-constexpr TileFn kTiles[kRows + 1] = {nullptr,     fma_tile<1>, fma_tile<2>, fma_tile<3>,
-                                      fma_tile<4>, fma_tile<5>, fma_tile<6>};
+template <class Out>
+using TileFn = void (*)(int64_t, const float*, const float*, Out*, int64_t, int, Blend);
+template <class Out>
+constexpr TileFn<Out> kTiles[kRows + 1] = {nullptr,          fma_tile<1, Out>, fma_tile<2, Out>,
+                                           fma_tile<3, Out>, fma_tile<4, Out>, fma_tile<5, Out>,
+                                           fma_tile<6, Out>};
 
 #endif
 
@@ -144,8 +150,11 @@ std::string f16_products_path() {
                         : "widened to FP32 once (this CPU lacks AVX-512 or F16C)";
 }
 
-void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                     const half* a, const half* b, float beta, float* sums) {
+namespace {
+
+template <class Out>
+void packed_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const half* a, const half* b, float beta, Out* c) {
   MIXPREC_CHECK(f16_packed_available(), "gemm_f16_packed: this CPU lacks AVX-512 or F16C, or "
                 "the path is switched off");
   if (m == 0 || n == 0) return;
@@ -165,12 +174,24 @@ void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
       [&](int64_t row, int64_t col, int tile_rows, int cols) {
         float* rows = packed::thread_buffer<TileRows, float>(kRows * k);
         widen_a_rows(trans_a, m, k, a16, row, tile_rows, rows);
-        kTiles[tile_rows](k, rows, bp + col / kPanel * k * kPanel, sums + row * n + col, n, cols,
-                          blend);
+        kTiles<Out>[tile_rows](k, rows, bp + col / kPanel * k * kPanel, c + row * n + col, n,
+                               cols, blend);
       });
 #else
-  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)sums;
+  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b, (void)beta, (void)c;
 #endif
+}
+
+}  // namespace
+
+void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const half* a, const half* b, float beta, float* sums) {
+  packed_product(trans_a, trans_b, m, n, k, alpha, a, b, beta, sums);
+}
+
+void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const half* a, const half* b, float beta, half* c) {
+  packed_product(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
 
 }  // namespace mixprec::cpu

@@ -33,4 +33,10 @@ std::string f16_products_path();
 void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const half* a, const half* b, float beta, float* sums);
 
+// The same product into an FP16 C: c = alpha * op(a) @ op(b) + beta * c, each element summed
+// in FP32 (the old value widened when beta != 0) and rounded once on store, with the bits of
+// from_float.
+void gemm_f16_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const half* a, const half* b, float beta, half* c);
+
 }  // namespace mixprec::cpu

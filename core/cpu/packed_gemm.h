@@ -1,6 +1,7 @@
 // What the CPU's packed 16-bit GEMMs share (core/cpu/bf16_dot_gemm.cpp, core/cpu/f16_gemm.cpp):
 // the tile of 6 rows by a 64-column panel of B whose sums stay in 24 AVX-512 registers for
-// the whole k loop, the store of a finished tile with alpha and beta, and the order of work:
+// the whole k loop, the store of a finished tile with alpha and beta into an FP32 C or,
+// rounded once, a 16-bit one, and the order of work:
 // first the packing tasks, then the tiles, panel-major so that consecutive tiles reuse a panel
 // of B from cache; on the OpenMP threads when the product is large and no parallel region is
 // active, else on the calling thread.
@@ -11,6 +12,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "core/convert_avx512.h"
+#include "core/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MIXPREC_PACKED_GEMM_X86 1
@@ -78,11 +82,42 @@ __attribute__((target("avx512f"))) inline void zero_tile(__m512 (&acc)[kTileRows
     for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
 }
 
-// Stores a finished tile of sums: c = alpha * acc (+ beta * c), its first `cols` columns.
-template <int kTileRows>
-__attribute__((target("avx512f"))) inline void store_tile(const __m512 (&acc)[kTileRows][kVectors],
-                                                          float* c, int64_t ldc, int cols,
-                                                          Blend blend) {
+// The kernels' target: AVX-512 F for the arithmetic, BW and VL for the masked 16-bit loads
+// and stores of a 16-bit C.
+#define MIXPREC_PACKED_TARGET "avx512f,avx512bw,avx512vl"
+
+// The old values of C under mask, widened, and a tile row's rounded store: FP32 as it is,
+// FP16 and BF16 with the bits of the scalar conversions (core/convert_avx512.h).
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline __m512 load_widened(__mmask16 mask,
+                                                                         const float* p) {
+  return _mm512_maskz_loadu_ps(mask, p);
+}
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline __m512 load_widened(__mmask16 mask,
+                                                                         const bfloat16* p) {
+  return avx512::bf16_to_f32(_mm256_maskz_loadu_epi16(mask, p));
+}
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline __m512 load_widened(__mmask16 mask,
+                                                                         const half* p) {
+  return avx512::f16_to_f32(_mm256_maskz_loadu_epi16(mask, p));
+}
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline void store_rounded(float* p, __mmask16 mask,
+                                                                        __m512 v) {
+  _mm512_mask_storeu_ps(p, mask, v);
+}
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline void store_rounded(bfloat16* p,
+                                                                        __mmask16 mask, __m512 v) {
+  _mm256_mask_storeu_epi16(p, mask, avx512::f32_to_bf16(v));
+}
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline void store_rounded(half* p, __mmask16 mask,
+                                                                        __m512 v) {
+  _mm256_mask_storeu_epi16(p, mask, avx512::f32_to_f16(v));
+}
+
+// Stores a finished tile of sums: c = alpha * acc (+ beta * c), its first `cols` columns,
+// each value rounded once to Out (float, half or bfloat16).
+template <int kTileRows, class Out>
+__attribute__((target(MIXPREC_PACKED_TARGET))) inline void store_tile(
+    const __m512 (&acc)[kTileRows][kVectors], Out* c, int64_t ldc, int cols, Blend blend) {
   const __m512 alpha = _mm512_set1_ps(blend.alpha), beta = _mm512_set1_ps(blend.beta);
 #pragma GCC unroll 8
   for (int r = 0; r < kTileRows; ++r) {
@@ -91,11 +126,10 @@ __attribute__((target("avx512f"))) inline void store_tile(const __m512 (&acc)[kT
       const int left = cols - v * 16;
       if (left <= 0) break;
       const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      float* out = c + r * ldc + v * 16;
+      Out* out = c + r * ldc + v * 16;
       __m512 value = blend.alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(alpha, acc[r][v]);
-      if (blend.beta != 0.0f)
-        value = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, out), value);
-      _mm512_mask_storeu_ps(out, mask, value);
+      if (blend.beta != 0.0f) value = _mm512_fmadd_ps(beta, load_widened(mask, out), value);
+      store_rounded(out, mask, value);
     }
   }
 }

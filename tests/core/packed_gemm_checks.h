@@ -53,6 +53,27 @@ float op_b_at(const std::vector<T>& b, bool trans, const ProductShape& s, int64_
   return static_cast<float>(trans ? b[j * s.k + p] : b[p * s.n + j]);
 }
 
+// `gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c)` into a 16-bit C (T) must store
+// what it gives into an FP32 C holding the same old values, rounded once: for beta 0 and for
+// beta != 0, where the old 16-bit values are widened. Returns the number of elements that
+// differ in their bits.
+template <class T, class Gemm>
+int64_t rounded_store_mismatches(const Gemm& gemm, std::mt19937& rng) {
+  int64_t differ = 0;
+  for (const ProductShape& s : kProductShapes) {
+    for (const float beta : {0.0f, -1.5f}) {
+      const std::vector<T> a = random_operand<T>(static_cast<size_t>(s.m * s.k), rng);
+      const std::vector<T> b = random_operand<T>(static_cast<size_t>(s.k * s.n), rng);
+      std::vector<T> c = random_operand<T>(static_cast<size_t>(s.m * s.n), rng);
+      std::vector<float> sums(c.begin(), c.end());
+      gemm(false, true, s.m, s.n, s.k, 0.75f, a.data(), b.data(), beta, sums.data());
+      gemm(false, true, s.m, s.n, s.k, 0.75f, a.data(), b.data(), beta, c.data());
+      for (size_t i = 0; i < c.size(); ++i) differ += c[i].bits != T(sums[i]).bits;
+    }
+  }
+  return differ;
+}
+
 inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);

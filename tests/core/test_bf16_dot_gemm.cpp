@@ -124,6 +124,14 @@ TEST_CASE("bf16 dot gemm stays within the FP32 summation bound of a double refer
   }
 }
 
+TEST_CASE("bf16 dot gemm into a BF16 C rounds the FP32 result once", "[gemm]") {
+  if (!dot_path_here()) return;
+  const Bf16DotSwitch on(true);
+  std::mt19937 rng(14);
+  CHECK(testing::rounded_store_mismatches<bfloat16>(
+            [](auto... args) { cpu::gemm_bf16_dot(args...); }, rng) == 0);
+}
+
 TEST_CASE("bf16 dot gemm counts denormal BF16 inputs as zero, as the instruction does",
           "[gemm]") {
   if (!dot_path_here()) return;

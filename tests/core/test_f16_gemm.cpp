@@ -140,3 +140,11 @@ TEST_CASE("f16 matmul takes the packed path, and the switch sends it back to the
   for (size_t i = 0; i < packed.size(); ++i)
     REQUIRE(packed[i] == static_cast<float>(half(sums[i])));
 }
+
+TEST_CASE("f16 packed gemm into an FP16 C rounds the FP32 result once", "[gemm]") {
+  if (!packed_path_here()) return;
+  const VectorKernels on(true);
+  std::mt19937 rng(23);
+  CHECK(testing::rounded_store_mismatches<half>(
+            [](auto... args) { cpu::gemm_f16_packed(args...); }, rng) == 0);
+}
