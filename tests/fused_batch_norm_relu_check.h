@@ -82,12 +82,17 @@ inline void check_fused_batch_norm_relu(Device device) {
 
   // Eval with mean 0, variance 1 and eps 0, so that y = x * weight + bias exactly: weight
   // 2^-20 takes x = 2^-6 to 2^-26, which F16 stores as 0 (so relu's gradient is 0 there) while
-  // F32 and BF16 keep it positive; the rest are exact zeros, signed zeros, a NaN (kept by relu
-  // with its gradient) and ordinary values.
-  const std::vector<float> special = {0.015625f, -0.015625f, 0.0f, -0.0f, NAN, 3.0f, -3.0f, 0.5f};
-  const Shape small{2, 1, 2, 2};
+  // F32 and BF16 keep it positive; then exact zeros, signed zeros, a NaN (kept by relu with
+  // its gradient) and ordinary values; last, the outputs at each 16-bit format's last value
+  // that rounds to zero (a tie, to the even zero) and half as much again above it: 2^-25 and
+  // 1.5 * 2^-25 for F16, 2^-134 and 1.5 * 2^-134 for BF16 (x = 2^-114, which F16 stores as 0).
+  const std::vector<float> special = {0.015625f,  -0.015625f, 0.0f,      -0.0f,
+                                      NAN,        3.0f,       -3.0f,     0.5f,
+                                      0x1p-5f,    0x1.8p-5f,  0x1p-114f, 0x1.8p-114f};
+  const Shape small{2, 1, 2, 3};
   const Tensor xs = Tensor::from_vector(special, small, DType::F32);
-  const Tensor dys = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8}, small, DType::F32);
+  const Tensor dys =
+      Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, small, DType::F32);
   const Tensor ws = Tensor::from_vector({0x1p-20f}, {1}, DType::F32);
   const Tensor bs = Tensor::from_vector({0.0f}, {1}, DType::F32);
   const Tensor zero = Tensor::from_vector({0.0f}, {1}, DType::F32);
@@ -105,6 +110,11 @@ inline void check_fused_batch_norm_relu(Device device) {
     CHECK(dx[1] == 0.0f);
     CHECK(std::isnan(fused.y.to_float_vector()[4]));
     CHECK(dx[5] != 0.0f);
+    // At each format's threshold: the tie stores 0, just above it a positive value.
+    CHECK((dx[8] == 0.0f) == (dtype == DType::F16));
+    CHECK(dx[9] != 0.0f);
+    CHECK((dx[10] == 0.0f) == (dtype != DType::F32));
+    CHECK((dx[11] == 0.0f) == (dtype == DType::F16));
   }
 }
 

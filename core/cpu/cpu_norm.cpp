@@ -277,20 +277,30 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
   });
 }
 
+// The largest FP32 value that rounds to zero in T (round to nearest even): half the smallest
+// positive subnormal, a tie that goes to the even zero. Above it a value rounds to a positive
+// one; at or below it (or negative) to a zero or a negative value.
+template <class T>
+constexpr float rounds_to_zero_up_to() {
+  if constexpr (std::is_same_v<T, half>) return 0x1p-25f;
+  else if constexpr (std::is_same_v<T, bfloat16>) return 0x1p-134f;
+  else return 0.0f;
+}
+
 // For batch norm fused with relu: out = dy through relu's derivative at the batch-norm
-// output, recomputed from the block's x values v as the forward computed and stored it. The
-// block is rounded to T and widened back with the bulk converters (the bits of from_float,
-// a vector pass instead of one scalar rounding per element).
+// output, recomputed from the block's x values v as the forward computed and stored it. relu
+// passes dy where the stored output is positive or NaN, and the stored output is positive
+// exactly where the FP32 one is above rounds_to_zero_up_to<T>(), so the rounding itself is
+// never done. (Under denormals-are-zero, which mixprec never sets, BF16's threshold would
+// read as zero.)
 template <class T>
 const float* relu_gated(const float* dy, const float* v, int64_t len, float mean, float invstd,
                         float weight, float bias, float* out) {
-  for (int64_t i = 0; i < len; ++i) out[i] = norm_apply(v[i], mean, invstd, weight, bias);
-  if constexpr (!std::is_same_v<T, float>) {
-    T stored[kNormBlock];
-    cpu::store_f32(out, stored, len);
-    cpu::load_f32(stored, out, len);
+  constexpr float kZeroUpTo = rounds_to_zero_up_to<T>();
+  for (int64_t i = 0; i < len; ++i) {
+    const float y = norm_apply(v[i], mean, invstd, weight, bias);
+    out[i] = y > kZeroUpTo || y != y ? dy[i] : 0.0f;
   }
-  for (int64_t i = 0; i < len; ++i) out[i] = unary_grad<UnaryOp::Relu>(out[i], out[i], dy[i]);
   return out;
 }
 
