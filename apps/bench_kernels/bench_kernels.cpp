@@ -58,16 +58,20 @@ void BM_EigenGemm(benchmark::State& state) {
   set_flops(state, 2.0 * n * n * n);
 }
 
-// C (m x n) = A (m x k) @ B (k x n) in `dtype` through the CPU backend's GEMM.
-void run_gemm(benchmark::State& state, DType dtype, int64_t m, int64_t n, int64_t k) {
+// C (m x n) = op(A) @ op(B) in `dtype` through the CPU backend's GEMM, A stored k x m when
+// trans_a and B stored n x k when trans_b.
+void run_gemm(benchmark::State& state, DType dtype, int64_t m, int64_t n, int64_t k,
+              bool trans_a = false, bool trans_b = false) {
   Generator gen(1);
-  const Tensor a = Tensor::uniform({m, k}, gen, -1.f, 1.f, dtype);
-  const Tensor b = Tensor::uniform({k, n}, gen, -1.f, 1.f, dtype);
+  const Tensor a = Tensor::uniform(trans_a ? Shape{k, m} : Shape{m, k}, gen, -1.f, 1.f, dtype);
+  const Tensor b = Tensor::uniform(trans_b ? Shape{n, k} : Shape{k, n}, gen, -1.f, 1.f, dtype);
   Tensor c = Tensor::empty({m, n}, dtype);
   GemmDesc desc;
   desc.m = m;
   desc.n = n;
   desc.k = k;
+  desc.trans_a = trans_a;
+  desc.trans_b = trans_b;
   Backend& backend = backend_for(kCPU);
   for (auto _ : state) {
     backend.gemm(desc, a, b, c);
@@ -95,6 +99,20 @@ void BM_GptGemm(benchmark::State& state, DType dtype) {
 void gpt_gemm_shapes(benchmark::internal::Benchmark* bench) {
   bench->Args({4096, 512, 128})->Args({4096, 128, 512})->Args({512, 128, 4096});
   bench->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// The cnn_fashion config's first linear layer (3136 -> 128) at its batch of 128, as argument
+// 0, 1 or 2: the forward x @ W^T (128, 128, 3136), the input gradient dy @ W (128, 3136, 128)
+// and the weight gradient dy^T @ x (128, 3136, 128).
+void BM_CnnLinear(benchmark::State& state, DType dtype) {
+  switch (state.range(0)) {
+    case 0: return run_gemm(state, dtype, 128, 128, 3136, false, true);
+    case 1: return run_gemm(state, dtype, 128, 3136, 128);
+    default: return run_gemm(state, dtype, 128, 3136, 128, true, false);
+  }
+}
+void cnn_linear_passes(benchmark::internal::Benchmark* bench) {
+  bench->Arg(0)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 // N=32, C=32, 28x28, O=64, 3x3, padding 1: the second layer of a small MNIST-sized CNN.
@@ -269,6 +287,9 @@ BENCHMARK_CAPTURE(BM_GptGemm, f32, DType::F32)->Apply(gpt_gemm_shapes);
 BENCHMARK_CAPTURE(BM_GptGemm, f16, DType::F16)->Apply(gpt_gemm_shapes);
 BENCHMARK_CAPTURE(BM_GptGemm, bf16, DType::BF16)->Apply(gpt_gemm_shapes);
 BENCHMARK(BM_Conv2d)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CnnLinear, f32, DType::F32)->Apply(cnn_linear_passes);
+BENCHMARK_CAPTURE(BM_CnnLinear, f16, DType::F16)->Apply(cnn_linear_passes);
+BENCHMARK_CAPTURE(BM_CnnLinear, bf16, DType::BF16)->Apply(cnn_linear_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, f32, DType::F32)->Apply(cnn_conv_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, f16, DType::F16)->Apply(cnn_conv_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, bf16, DType::BF16)->Apply(cnn_conv_passes);
