@@ -2,9 +2,9 @@
 // (core/cpu/bf16_dot_gemm.h): the per-image products of an im2col convolution with the column
 // matrix built in BF16 (a copy, no widening) and summed by gemm_bf16_dot. The CPU backend's
 // BF16 filter gradients take it when bf16_dot_available() and the column matrix has enough
-// rows (core/cpu/cpu_conv.cpp); the forward and the input gradient stay on the widened FP32
-// kernels, whose Winograd transform does fewer multiplications than direct dot products and
-// measured as fast.
+// rows (core/cpu/cpu_conv.cpp). The forward and the input gradient are not direct dot
+// products: where Winograd applies, its transformed products take the dot products
+// (core/cpu/cpu_winograd.h), which measured faster; elsewhere the widened FP32 kernels run.
 //
 // Numerics: per image, each element is one FP32 sum over the pixels of exact BF16 products in
 // the dot-product order of bf16_dot_gemm.h; the images' sums are added in the order of the

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/bf16_dot_gemm.h"
 #include "core/cpu/blocks.h"
 #include "core/cpu/simd.h"
 #include "core/cpu/tile_gemm.h"
@@ -60,6 +61,8 @@ struct Workspace {
   std::vector<float> results;     // a block's outputs, [out][rows][cols][lane]
   std::vector<float> transposed;  // one channel's of them, [lane][rows][cols]
   std::vector<float> group_in, group_out;  // a 16-bit group's images widened, and its results
+  std::vector<bfloat16> filters16;         // U rounded to BF16, the calling thread only
+  std::vector<bfloat16> v16;               // one coordinate's V rounded to BF16
 };
 
 Workspace& workspace() {
@@ -227,11 +230,34 @@ void transform_outputs(const float* m, const float* bias, int64_t ty0,
   }
 }
 
+// The 16 products M[xi] = U[xi] @ V[xi] of a block: on the FP32 tile GEMM, or with u16 (U
+// rounded to BF16) not null on the BF16 dot products, each V[xi] rounded to BF16 first.
+void multiply_points(const Plan& p, const float* u, const bfloat16* u16, const float* v,
+                     int64_t cols, float* m, Workspace& ws) {
+  const int64_t v_point = coordinate_stride(p.in, cols);
+  const int64_t m_point = coordinate_stride(p.out, cols);
+  if (u16 == nullptr) {
+    for (int xi = 0; xi < kPoints; ++xi) {
+      tile_gemm_f32(p.out, cols, p.in, {u + xi * p.out * p.in, p.in, 1}, v + xi * v_point,
+                    m + xi * m_point, false);
+    }
+    return;
+  }
+  if (static_cast<int64_t>(ws.v16.size()) < p.in * cols)
+    ws.v16.resize(static_cast<size_t>(p.in * cols));
+  for (int xi = 0; xi < kPoints; ++xi) {
+    store_f32(v + xi * v_point, ws.v16.data(), p.in * cols);
+    gemm_bf16_dot(false, false, p.out, cols, p.in, 1.0f, u16 + xi * p.out * p.in,
+                  ws.v16.data(), 0.0f, m + xi * m_point);
+  }
+}
+
 // The convolution of kUsed (1 .. kLanes) images from src (p.in planes each) into dst (p.out
 // planes each), on the calling thread unless the products are large enough for the tile GEMM
-// to spread them (outside a parallel region).
+// to spread them (outside a parallel region). u16: see multiply_points.
 template <int kUsed>
-void run_group(const float* src, const Plan& p, const float* u, const float* bias, float* dst) {
+void run_group(const float* src, const Plan& p, const float* u, const bfloat16* u16,
+               const float* bias, float* dst) {
   Workspace& ws = workspace();
   float* images = at_least(ws.images, p.in * p.h * p.w * kLanes);
   transpose_group(src, kUsed, p, images);
@@ -239,30 +265,26 @@ void run_group(const float* src, const Plan& p, const float* u, const float* bia
   for (int64_t ty0 = 0; ty0 < p.tile_rows; ty0 += block_rows) {
     const int64_t rows = std::min(block_rows, p.tile_rows - ty0);
     const int64_t cols = rows * p.tile_cols * kUsed;
-    const int64_t v_point = coordinate_stride(p.in, cols);
-    const int64_t m_point = coordinate_stride(p.out, cols);
-    float* v = at_least(ws.v, kPoints * v_point);
-    float* m = at_least(ws.m, kPoints * m_point + kLanes);  // see transform_outputs
+    float* v = at_least(ws.v, kPoints * coordinate_stride(p.in, cols));
+    // see transform_outputs for the slack
+    float* m = at_least(ws.m, kPoints * coordinate_stride(p.out, cols) + kLanes);
     transform_inputs<kUsed>(images, ty0, rows, p, cols, v);
-    for (int xi = 0; xi < kPoints; ++xi) {
-      tile_gemm_f32(p.out, cols, p.in, {u + xi * p.out * p.in, p.in, 1}, v + xi * v_point,
-                    m + xi * m_point, false);
-    }
+    multiply_points(p, u, u16, v, cols, m, ws);
     transform_outputs<kUsed>(m, bias, ty0, rows, p, cols, dst, ws);
   }
 }
 
-void run_group(const float* src, int64_t lanes, const Plan& p, const float* u, const float* bias,
-               float* dst) {
+void run_group(const float* src, int64_t lanes, const Plan& p, const float* u,
+               const bfloat16* u16, const float* bias, float* dst) {
   switch (lanes) {
-    case 8: return run_group<8>(src, p, u, bias, dst);
-    case 7: return run_group<7>(src, p, u, bias, dst);
-    case 6: return run_group<6>(src, p, u, bias, dst);
-    case 5: return run_group<5>(src, p, u, bias, dst);
-    case 4: return run_group<4>(src, p, u, bias, dst);
-    case 3: return run_group<3>(src, p, u, bias, dst);
-    case 2: return run_group<2>(src, p, u, bias, dst);
-    default: return run_group<1>(src, p, u, bias, dst);
+    case 8: return run_group<8>(src, p, u, u16, bias, dst);
+    case 7: return run_group<7>(src, p, u, u16, bias, dst);
+    case 6: return run_group<6>(src, p, u, u16, bias, dst);
+    case 5: return run_group<5>(src, p, u, u16, bias, dst);
+    case 4: return run_group<4>(src, p, u, u16, bias, dst);
+    case 3: return run_group<3>(src, p, u, u16, bias, dst);
+    case 2: return run_group<2>(src, p, u, u16, bias, dst);
+    default: return run_group<1>(src, p, u, u16, bias, dst);
   }
 }
 
@@ -282,18 +304,27 @@ void run(const T* src, const float* w, const float* bias, T* dst, const Plan& p,
   Workspace& caller = workspace();
   float* u = at_least(caller.filters, kPoints * p.out * p.in);
   transform_filters(w, p, flipped, u);
+  // BF16 products on the CPU's dot-product instruction take U and V rounded to BF16.
+  const bfloat16* u16 = nullptr;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (bf16_dot_available()) {
+      caller.filters16.resize(static_cast<size_t>(kPoints * p.out * p.in));
+      store_f32(u, caller.filters16.data(), kPoints * p.out * p.in);
+      u16 = caller.filters16.data();
+    }
+  }
   const int64_t groups = (p.images + kGroup - 1) / kGroup;
   const int64_t src_image = p.in * p.h * p.w, dst_image = p.out * p.h * p.w;
   const auto group = [&](int64_t gi) {
     const int64_t first = gi * kGroup, lanes = std::min(kGroup, p.images - first);
     if constexpr (std::is_same_v<T, float>) {
-      run_group(src + first * src_image, lanes, p, u, bias, dst + first * dst_image);
+      run_group(src + first * src_image, lanes, p, u, u16, bias, dst + first * dst_image);
     } else {
       Workspace& ws = workspace();
       float* in = at_least(ws.group_in, lanes * src_image);
       float* out = at_least(ws.group_out, lanes * dst_image);
       load_f32(src + first * src_image, in, lanes * src_image);
-      run_group(in, lanes, p, u, bias, out);
+      run_group(in, lanes, p, u, u16, bias, out);
       store_f32(out, dst + first * dst_image, lanes * dst_image);
     }
   };

@@ -12,6 +12,12 @@
 // Every step is in FP32 with a fixed order of operations, so the results do not depend on the
 // number of OpenMP threads. They differ from the direct convolution's by rounding only: the
 // transforms add and subtract inputs (and halve filter sums) before the products.
+//
+// BF16 convolutions on a CPU with AVX512-BF16 (bf16_dot_available()) take the 16 products on
+// the dot-product instruction instead: U and V, computed in FP32, are rounded to BF16 first,
+// and each M is an FP32 dot-product sum over the input channels. The extra rounding of the
+// transforms is the price of that speed: about twice the error of the output's own BF16
+// rounding (docs/numerics.md).
 #pragma once
 
 #include <cstdint>

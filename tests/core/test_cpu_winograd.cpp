@@ -1,8 +1,8 @@
 // The Winograd F(2x2, 3x3) convolution of the CPU backend (core/cpu/cpu_winograd.h): which
 // geometries take it, forward and backward data through the Backend against a direct
 // double-precision convolution in F32, F16 and BF16 (whole and partial edge tiles, with and
-// without bias, several groups of images), and the independence of its bits from the thread
-// count.
+// without bias, several groups of images; BF16 also on the dot products, within the bound of
+// its rounded transforms), and the independence of its bits from the thread count.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/backend_checks.h"
+#include "core/cpu/bf16_dot_gemm.h"
 #include "core/cpu/cpu_winograd.h"
 #include "core/cpu/tile_gemm.h"
 #include "core/error.h"
@@ -107,6 +108,76 @@ Reference direct_backward_data(const SameConv& g, const std::vector<float>& dy,
   return ref;
 }
 
+// The magnitudes that bound the BF16 dot-product path's errors: per output, |A^T| M |A| with
+// M = sum over input channels of (|G| |g| |G|^T) * (|B|^T |d| |B|), the transforms' matrices
+// taken entry by entry in absolute value, d the 4x4 input patch of the output's tile (zero
+// outside the image) and g the 3x3 filter. `in` holds planes [n][cin][h][w] and `filters`
+// [cout][cin][3][3]; out is [n][cout][h][w].
+std::vector<double> winograd_magnitude(int64_t n, int64_t cin, int64_t cout, int64_t h,
+                                       int64_t w, const std::vector<float>& in,
+                                       const std::vector<float>& filters) {
+  constexpr double bt[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};
+  constexpr double g_abs[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, .5, .5}, {0, 0, 1}};
+  constexpr double at[2][4] = {{1, 1, 1, 0}, {0, 1, 1, 1}};
+  std::vector<double> out(static_cast<size_t>(n * cout * h * w), 0.0);
+  for (int64_t img = 0; img < n; ++img)
+    for (int64_t ty = 0; 2 * ty < h; ++ty)
+      for (int64_t tx = 0; 2 * tx < w; ++tx)
+        for (int64_t o = 0; o < cout; ++o) {
+          double m[4][4] = {};
+          for (int64_t c = 0; c < cin; ++c) {
+            double d[4][4], v[4][4] = {}, u[4][4] = {};
+            for (int a = 0; a < 4; ++a)
+              for (int b = 0; b < 4; ++b) {
+                const int64_t r = 2 * ty - 1 + a, q = 2 * tx - 1 + b;
+                const bool inside = r >= 0 && r < h && q >= 0 && q < w;
+                d[a][b] = inside ? std::abs(in[((img * cin + c) * h + r) * w + q]) : 0.0;
+              }
+            for (int i = 0; i < 4; ++i)
+              for (int j = 0; j < 4; ++j)
+                for (int a = 0; a < 4; ++a)
+                  for (int b = 0; b < 4; ++b) v[i][j] += bt[i][a] * d[a][b] * bt[j][b];
+            const float* f = filters.data() + (o * cin + c) * 9;
+            for (int i = 0; i < 4; ++i)
+              for (int j = 0; j < 4; ++j)
+                for (int a = 0; a < 3; ++a)
+                  for (int b = 0; b < 3; ++b)
+                    u[i][j] += g_abs[i][a] * std::abs(f[a * 3 + b]) * g_abs[j][b];
+            for (int i = 0; i < 4; ++i)
+              for (int j = 0; j < 4; ++j) m[i][j] += u[i][j] * v[i][j];
+          }
+          for (int r = 0; r < 2 && 2 * ty + r < h; ++r)
+            for (int q = 0; q < 2 && 2 * tx + q < w; ++q) {
+              double y = 0.0;
+              for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 4; ++j) y += at[r][i] * m[i][j] * at[q][j];
+              out[static_cast<size_t>(((img * cout + o) * h + 2 * ty + r) * w + 2 * tx + q)] = y;
+            }
+        }
+  return out;
+}
+
+// The filters of backward data as a forward convolution: w'[c][o] = rot180(w[o][c]).
+std::vector<float> flipped_transposed(const SameConv& g, const std::vector<float>& w) {
+  std::vector<float> out(w.size());
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int t = 0; t < 9; ++t) out[(c * g.o + o) * 9 + t] = w[(o * g.c + c) * 9 + 8 - t];
+  return out;
+}
+
+// The BF16 dot-product path rounds U and V to BF16 (unit roundoff u_b = 2^-8) after computing
+// them in FP32 (a few roundings of 2^-24 each, relative to the magnitudes), multiplies them
+// exactly and sums over the input channels in FP32: with e = u_b + 8 * 2^-24 for each rounded
+// operand, |M' - M| <= (2e + e^2 + gamma(C) (1 + e)^2) * sum |U| |V|, and the output
+// transform carries that through |A^T| . |A| plus a few FP32 roundings of its own. The one
+// rounding of the stored output is the check's u * |value|.
+double dot_path_rel(int64_t channels) {
+  const double u32 = std::ldexp(1.0, -24), e = std::ldexp(1.0, -8) + 8 * u32;
+  const double gamma = channels * u32 / (1.0 - channels * u32);
+  return 2 * e + e * e + gamma * (1 + e) * (1 + e) + 16 * u32;
+}
+
 // got within u * |value| + rel_sum * abs_sum of the reference, element by element.
 void check_against(const std::vector<float>& got, const Reference& ref, double u,
                    double rel_sum, const std::string& what) {
@@ -125,7 +196,9 @@ Conv2dDesc same_padding() {
 // a few more roundings than the direct sum's C * 9; 2e-6 is about 33 units of FP32 roundoff.
 constexpr double kRelSum = 2e-6;
 
-void check_case(const SameConv& g, DType dtype, uint64_t seed) {
+// dot_path: BF16 on the dot-product path, held to the bound of dot_path_rel over the Winograd
+// magnitudes; otherwise to kRelSum of the direct sum's magnitudes.
+void check_case(const SameConv& g, DType dtype, uint64_t seed, bool dot_path = false) {
   if (cpu::tile_gemm_vectorised()) REQUIRE(cpu::winograd_applies(g.geometry()));
   Backend& backend = backend_for(kCPU);
   const Shape xs{g.n, g.c, g.h, g.w}, ws{g.o, g.c, 3, 3}, ys{g.n, g.o, g.h, g.w};
@@ -134,20 +207,35 @@ void check_case(const SameConv& g, DType dtype, uint64_t seed) {
   const std::vector<float> vx = x.to_float_vector(), vw = w.to_float_vector();
   const std::vector<float> vb = bias.to_float_vector(), vdy = dy.to_float_vector();
   const double u = unit_roundoff(dtype);
-  const std::string where = g.describe() + " " + std::string(dtype_name(dtype));
+  const std::string where = g.describe() + " " + std::string(dtype_name(dtype)) +
+                            (dot_path ? " (dot products)" : "");
+  // The reference's magnitudes and the share of them the path may be off by.
+  const auto check = [&](const std::vector<float>& got, Reference ref,
+                         const std::vector<double>& winograd_mag, const std::string& what) {
+    if (dot_path) ref.abs_sum = winograd_mag;
+    check_against(got, ref, u, dot_path ? dot_path_rel(g.c > g.o ? g.c : g.o) : kRelSum,
+                  what + ", " + where);
+  };
+  const std::vector<double> forward_mag =
+      dot_path ? winograd_magnitude(g.n, g.c, g.o, g.h, g.w, vx, vw) : std::vector<double>();
+  const std::vector<double> backward_mag =
+      dot_path ? winograd_magnitude(g.n, g.o, g.c, g.h, g.w, vdy, flipped_transposed(g, vw))
+               : std::vector<double>();
 
   Tensor y = Tensor::full(ys, 99.0, dtype);  // overwritten
   backend.conv2d(x, w, nullptr, same_padding(), y);
-  check_against(y.to_float_vector(), direct_forward(g, vx, vw, nullptr), u, kRelSum,
-                "winograd forward, " + where);
+  check(y.to_float_vector(), direct_forward(g, vx, vw, nullptr), forward_mag, "winograd forward");
   backend.conv2d(x, w, &bias, same_padding(), y);
-  check_against(y.to_float_vector(), direct_forward(g, vx, vw, &vb), u, kRelSum,
-                "winograd forward with bias, " + where);
+  std::vector<double> with_bias = forward_mag;
+  for (size_t i = 0; i < with_bias.size(); ++i)
+    with_bias[i] += std::abs(vb[(i / static_cast<size_t>(g.h * g.w)) % static_cast<size_t>(g.o)]);
+  check(y.to_float_vector(), direct_forward(g, vx, vw, &vb), with_bias,
+        "winograd forward with bias");
 
   Tensor dx = Tensor::full(xs, 99.0, dtype);  // overwritten, never accumulated into
   backend.conv2d_backward_data(dy, w, same_padding(), dx);
-  check_against(dx.to_float_vector(), direct_backward_data(g, vdy, vw), u, kRelSum,
-                "winograd backward data, " + where);
+  check(dx.to_float_vector(), direct_backward_data(g, vdy, vw), backward_mag,
+        "winograd backward data");
 }
 
 // Forward with bias and backward data of a case in F32, as raw bits.
@@ -214,8 +302,51 @@ TEST_CASE("winograd conv2d matches a direct convolution in every dtype", "[winog
       {9, 8, 8, 33, 31},   // blocks of tile rows, the last one a single row; a lone image
   };
   uint64_t seed = 9000;
-  for (const SameConv& g : cases)
+  // BF16 on the widened path first (the tight bound), then on the dot products where the CPU
+  // has them.
+  const bool dot = cpu::bf16_dot_available();
+  for (const SameConv& g : cases) {
+    cpu::set_bf16_dot_allowed(false);
     for (DType dtype : {DType::F32, DType::F16, DType::BF16}) check_case(g, dtype, seed += 10);
+    cpu::set_bf16_dot_allowed(dot);
+    if (dot) check_case(g, DType::BF16, seed += 10, true);
+  }
+}
+
+TEST_CASE("bf16 winograd takes the dot products, which round U and V to BF16", "[winograd]") {
+  // The CNN's second layer on two images: the dot path's products of rounded transforms part
+  // from the widened path's FP32 ones somewhere, so equal outputs would mean it was not taken.
+  const SameConv g{2, 32, 64, 14, 14};
+  if (!cpu::tile_gemm_vectorised() || !cpu::bf16_dot_available()) {
+    WARN("skipped: no AVX-512 tile GEMM or AVX512-BF16 here");
+    return;
+  }
+  const Tensor x = random_of({g.n, g.c, g.h, g.w}, 77, DType::BF16);
+  const Tensor w = random_of({g.o, g.c, 3, 3}, 78, DType::BF16);
+  const auto forward = [&] {
+    Tensor y = Tensor::empty({g.n, g.o, g.h, g.w}, DType::BF16);
+    backend_for(kCPU).conv2d(x, w, nullptr, same_padding(), y);
+    return y.to_float_vector();
+  };
+  const std::vector<float> dot = forward();
+  cpu::set_bf16_dot_allowed(false);
+  const std::vector<float> widened = forward();
+  cpu::set_bf16_dot_allowed(true);
+  CHECK(dot != widened);
+  // The bound above is a worst case. Typically the rounded transforms add about twice the
+  // error of the output's own BF16 rounding: the dot path's RMS error against the exact result
+  // measured 2.6 times the widened path's (0.023 against 0.0088 for outputs of RMS about 5),
+  // held here to 4 times; a 1% error in the transforms would make it about 7.
+  const Reference exact =
+      direct_forward(g, x.to_float_vector(), w.to_float_vector(), nullptr);
+  const auto rms_error = [&](const std::vector<float>& got) {
+    double sum = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) sum += std::pow(got[i] - exact.value[i], 2);
+    return std::sqrt(sum / static_cast<double>(got.size()));
+  };
+  const double rms_dot = rms_error(dot), rms_widened = rms_error(widened);
+  INFO("RMS error: dot products " << rms_dot << ", widened " << rms_widened);
+  CHECK(rms_dot <= 4 * rms_widened);
 }
 
 TEST_CASE("winograd conv2d gives the same bits on one thread and on two", "[winograd]") {
