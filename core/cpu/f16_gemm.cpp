@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "core/convert.h"
 #include "core/cpu/packed_gemm.h"
 #include "core/cpu/tile_gemm.h"
 #include "core/error.h"
@@ -34,11 +35,14 @@ using packed::kRows;
 using packed::kVectors;
 constexpr int64_t kPackRows = 64;  // rows of B per packing task
 
+// F16C (which clang's __builtin_cpu_supports does not name: the converters' check, with AVX2
+// and FMA) and AVX-512 BW for the kernels' 16-bit loads and stores.
 bool cpu_has_f16c() {
 #if MIXPREC_F16_GEMM_X86
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512bw");
+    return detail::vector_isa_supported(detail::VectorIsa::kAvx2) &&
+           __builtin_cpu_supports("avx512bw");
   }();
   return has;
 #else
