@@ -37,8 +37,9 @@ void set_bf16_dot_allowed(bool allowed);
 // sums = alpha * op(a) @ op(b) + beta * sums, with a and b BF16 and sums FP32 (m x n,
 // row-major): op(a) is m x k (a stored k x m when trans_a), op(b) is k x n (b stored n x k
 // when trans_b), all with natural leading dimensions. beta == 0 never reads sums; otherwise
-// the result is fma(beta, old, alpha * sum). Packs its operands into the calling thread's
-// scratch slots 0 and 1 (core/cpu/cpu_gemm.h), so those must not hold the caller's data.
+// the result is fma(beta, old, alpha * sum). Packs its operands into buffers of its own, kept
+// per thread between calls, so it leaves the caller's scratch slots (core/cpu/cpu_gemm.h)
+// alone.
 // Outside an OpenMP parallel region a large product spreads over the threads; inside one it
 // runs on the calling thread. Requires bf16_dot_available() (throws mixprec::Error
 // otherwise).

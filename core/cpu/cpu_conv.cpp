@@ -286,8 +286,9 @@ template <class T>
 void conv_backward_filter(const T* x, const T* dy, T* dw, T* dbias, const Conv2dGeometry& g) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     // The dot products' tiles are K rows of the column matrix: with few (a first layer's
-    // 1 x 3 x 3) most of each tile is idle, and the widened kernel is faster (measured 0.77 ms
-    // against 1.3 at K = 9; 3.3 against 5.0 at K = 288).
+    // 1 x 3 x 3) most of each tile is idle. Measured for cnn_fashion's layers at batch 128:
+    // at K = 9 the widened kernel 0.77 ms, the dot products 1.3; at K = 288 the widened
+    // kernel 5.0 ms, the dot products 3.3.
     if (cpu::bf16_dot_available() && g.rows() >= kDotFilterMinRows)
       return cpu::conv2d_backward_filter_bf16_dot(x, dy, dw, dbias, g);
   }

@@ -35,13 +35,14 @@ using packed::kRows;
 using packed::kVectors;
 constexpr int64_t kPackRows = 64;  // rows of B per packing task
 
-// F16C (which clang's __builtin_cpu_supports does not name: the converters' check, with AVX2
-// and FMA) and AVX-512 BW for the kernels' 16-bit loads and stores.
-bool cpu_has_f16c() {
+// What the kernels use: AVX-512 F, VL and BW, and F16C (which clang's __builtin_cpu_supports
+// does not name: the converters' check, with AVX2 and FMA).
+bool cpu_has_f16_kernels() {
 #if MIXPREC_F16_GEMM_X86
   static const bool has = [] {
     __builtin_cpu_init();
     return detail::vector_isa_supported(detail::VectorIsa::kAvx2) &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bw");
   }();
   return has;
@@ -146,12 +147,12 @@ constexpr TileFn<Out> kTiles[kRows + 1] = {nullptr,          fma_tile<1, Out>, f
 
 }  // namespace
 
-bool f16_packed_available() { return cpu_has_f16c() && tile_gemm_vectorised(); }
+bool f16_packed_available() { return cpu_has_f16_kernels() && tile_gemm_vectorised(); }
 
 std::string f16_products_path() {
   if (f16_packed_available()) return "widened to FP32 as packed (F16C)";
-  return cpu_has_f16c() ? "widened to FP32 once (AVX-512 kernels switched off)"
-                        : "widened to FP32 once (this CPU lacks AVX-512 or F16C)";
+  if (!cpu_has_f16_kernels()) return "widened to FP32 once (this CPU lacks AVX-512 or F16C)";
+  return "widened to FP32 once (AVX-512 kernels switched off)";
 }
 
 namespace {

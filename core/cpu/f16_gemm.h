@@ -1,6 +1,7 @@
 // FP16 matrix products on the CPU without whole-tensor conversion passes: the operands are
 // widened to FP32 (F16C) as the product packs them, and the FP32 sums are kept in registers.
-// CPUs with AVX-512 (F and VL) and F16C take this path; others widen the operands and use
+// CPUs with AVX-512 (F, VL and BW), AVX2, FMA and F16C take this path, unless the AVX-512
+// kernels are switched off (core/cpu/tile_gemm.h); others widen the operands and use
 // Eigen's product (core/cpu/cpu_gemm.cpp). No CPU's native FP16 arithmetic is used: it would
 // accumulate in FP16, where mixed precision promises FP32 sums.
 //

@@ -3,6 +3,7 @@
 // the kernels' tiles, and the elements of op(a) and op(b) as the products read them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -39,9 +40,11 @@ struct ProductShape {
 };
 
 // m, n and k around the kernels' tile (6 rows, 64 columns, pairs of k) and packing tasks,
-// odd and even.
+// odd and even; the last two have more than 2^20 multiply-adds, so they run on the OpenMP
+// threads (packing tasks, then tiles) where the others stay on the calling thread.
 inline const std::vector<ProductShape> kProductShapes = {
-    {1, 1, 1}, {7, 65, 3}, {13, 130, 64}, {6, 64, 255}, {5, 17, 1000}, {70, 200, 33}};
+    {1, 1, 1},     {7, 65, 3},     {13, 130, 64}, {6, 64, 255},
+    {5, 17, 1000}, {70, 200, 33}, {130, 150, 71}, {64, 300, 64}};
 
 // Element (i, p) of op(a) and (p, j) of op(b), as the GEMMs read them.
 template <class T>
@@ -71,6 +74,23 @@ int64_t rounded_store_mismatches(const Gemm& gemm, std::mt19937& rng) {
       for (size_t i = 0; i < c.size(); ++i) differ += c[i].bits != T(sums[i]).bits;
     }
   }
+  // Results at the edges of the 16-bit formats: C = [[2^-10, 0], [2^10, 0]] @ op(b) scales
+  // each b value by 2^-10 (into FP16's and BF16's subnormals, where the store must round off
+  // bits) and by 2^10 (past their largest values, where it must give infinity), beside zeros,
+  // infinities and a NaN. b's values are T's own, so the FP32 sums are exact.
+  const std::vector<float> edges = {0x1.8p-5f,   0x1.4p-13f,  0x1.ffcp-14f, 0x1p-14f,
+                                    0x1.8p-120f, 0x1.4p-126f, 0x1.ecp-117f, 64.0f,
+                                    63.97f,      0x1.fep127f, -0x1.8p-5f,   NAN,
+                                    INFINITY,    0.0f,        3.0f,         -0x1.7p-118f};
+  const int64_t n = static_cast<int64_t>(edges.size());
+  const std::vector<T> a = {T(0x1p-10f), T(0.0f), T(0x1p10f), T(0.0f)};
+  std::vector<T> b;
+  for (const float e : edges) b.insert(b.end(), {T(e), T(0.0f)});
+  std::vector<float> sums(static_cast<size_t>(2 * n), 0.0f);
+  std::vector<T> c(static_cast<size_t>(2 * n), T(0.0f));
+  gemm(false, true, 2, n, 2, 1.0f, a.data(), b.data(), 0.0f, sums.data());
+  gemm(false, true, 2, n, 2, 1.0f, a.data(), b.data(), 0.0f, c.data());
+  for (size_t i = 0; i < c.size(); ++i) differ += c[i].bits != T(sums[i]).bits;
   return differ;
 }
 

@@ -23,6 +23,7 @@
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "tests/core/cpu_test_util.h"
+#include "tests/core/packed_gemm_checks.h"
 
 namespace {
 
@@ -31,6 +32,7 @@ using mixprec::testing::check_close;
 using mixprec::testing::random_of;
 using mixprec::testing::unit_roundoff;
 using backend_checks::Conv2dGeometry;
+using Bf16DotSwitch = testing::PathSwitch<cpu::bf16_dot_available, cpu::set_bf16_dot_allowed>;
 
 // A 3x3 stride-1 pad-1 convolution of x [n, c, h, w] by w [o, c, 3, 3].
 struct SameConv {
@@ -238,14 +240,16 @@ void check_case(const SameConv& g, DType dtype, uint64_t seed, bool dot_path = f
         "winograd backward data");
 }
 
-// Forward with bias and backward data of a case in F32, as raw bits.
-std::vector<float> run_both(const SameConv& g, uint64_t seed) {
+// Forward with bias and backward data of a case in `dtype`, as raw bits (16-bit values
+// widened exactly).
+std::vector<float> run_both(const SameConv& g, uint64_t seed, DType dtype = DType::F32) {
   Backend& backend = backend_for(kCPU);
-  const Tensor x = random_of({g.n, g.c, g.h, g.w}, seed, DType::F32);
-  const Tensor w = random_of({g.o, g.c, 3, 3}, seed + 1, DType::F32);
-  const Tensor bias = random_of({g.o}, seed + 2, DType::F32);
-  const Tensor dy = random_of({g.n, g.o, g.h, g.w}, seed + 3, DType::F32);
-  Tensor y = Tensor::empty({g.n, g.o, g.h, g.w}), dx = Tensor::empty({g.n, g.c, g.h, g.w});
+  const Tensor x = random_of({g.n, g.c, g.h, g.w}, seed, dtype);
+  const Tensor w = random_of({g.o, g.c, 3, 3}, seed + 1, dtype);
+  const Tensor bias = random_of({g.o}, seed + 2, dtype);
+  const Tensor dy = random_of({g.n, g.o, g.h, g.w}, seed + 3, dtype);
+  Tensor y = Tensor::empty({g.n, g.o, g.h, g.w}, dtype);
+  Tensor dx = Tensor::empty({g.n, g.c, g.h, g.w}, dtype);
   backend.conv2d(x, w, &bias, same_padding(), y);
   backend.conv2d_backward_data(dy, w, same_padding(), dx);
   std::vector<float> out = y.to_float_vector();
@@ -306,9 +310,10 @@ TEST_CASE("winograd conv2d matches a direct convolution in every dtype", "[winog
   // has them.
   const bool dot = cpu::bf16_dot_available();
   for (const SameConv& g : cases) {
-    cpu::set_bf16_dot_allowed(false);
-    for (DType dtype : {DType::F32, DType::F16, DType::BF16}) check_case(g, dtype, seed += 10);
-    cpu::set_bf16_dot_allowed(dot);
+    {
+      const Bf16DotSwitch widened(false);
+      for (DType dtype : {DType::F32, DType::F16, DType::BF16}) check_case(g, dtype, seed += 10);
+    }
     if (dot) check_case(g, DType::BF16, seed += 10, true);
   }
 }
@@ -329,9 +334,11 @@ TEST_CASE("bf16 winograd takes the dot products, which round U and V to BF16", "
     return y.to_float_vector();
   };
   const std::vector<float> dot = forward();
-  cpu::set_bf16_dot_allowed(false);
-  const std::vector<float> widened = forward();
-  cpu::set_bf16_dot_allowed(true);
+  std::vector<float> widened;
+  {
+    const Bf16DotSwitch off(false);
+    widened = forward();
+  }
   CHECK(dot != widened);
   // The bound above is a worst case. Typically the rounded transforms add about twice the
   // error of the output's own BF16 rounding: the dot path's RMS error against the exact result
@@ -355,6 +362,17 @@ TEST_CASE("winograd conv2d gives the same bits on one thread and on two", "[wino
   if (!cpu::tile_gemm_vectorised()) return;  // the kernels need the AVX-512 tile GEMM
   REQUIRE(cpu::winograd_applies(g.geometry()));
   const int threads = omp_get_max_threads();
+  // FP16 and BF16 widen their groups in the workers' own buffers; BF16 also takes the dot
+  // products where the CPU has them.
+  for (const DType dtype : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    omp_set_num_threads(1);
+    const std::vector<float> one16 = run_both(g, 321, dtype);
+    omp_set_num_threads(2);
+    const std::vector<float> two16 = run_both(g, 321, dtype);
+    REQUIRE(one16.size() == two16.size());
+    CHECK(std::memcmp(one16.data(), two16.data(), one16.size() * sizeof(float)) == 0);
+  }
   omp_set_num_threads(1);
   const std::vector<float> one = run_both(g, 321);
   omp_set_num_threads(2);

@@ -15,7 +15,7 @@
 #include "core/half.h"
 #include "core/ops/ops.h"
 #include "core/tensor.h"
-#include "packed_gemm_checks.h"
+#include "tests/core/packed_gemm_checks.h"
 
 namespace {
 
