@@ -58,16 +58,15 @@ struct TileRows;
 #if MIXPREC_F16_GEMM_X86
 
 // n FP16 values at src widened into dst (exact: every FP16 value is an FP32 one).
-__attribute__((target(MIXPREC_PACKED_TARGET ",f16c"))) void widen_run(const uint16_t* src, float* dst,
-                                                                int64_t n) {
+__attribute__((target(MIXPREC_PACKED_TARGET ",f16c"))) void widen_run(const uint16_t* src,
+                                                                      float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(dst + i, packed::load_widened(0xFFFF, reinterpret_cast<const half*>(src + i)));
   if (i < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
     _mm512_mask_storeu_ps(dst + i, mask,
-                          _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src + i)));
+                          packed::load_widened(mask, reinterpret_cast<const half*>(src + i)));
   }
 }
 

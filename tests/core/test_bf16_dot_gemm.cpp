@@ -36,17 +36,9 @@ using testing::float_bits;
 using testing::kProductShapes;
 using testing::ProductShape;
 
-std::vector<bfloat16> random_dot_bf16(size_t count, std::mt19937& rng) {
-  return testing::random_operand<bfloat16>(count, rng);
-}
-float dot_a_at(const std::vector<bfloat16>& a, bool trans, const ProductShape& s, int64_t i,
-               int64_t p) {
-  return testing::op_a_at(a, trans, s, i, p);
-}
-float dot_b_at(const std::vector<bfloat16>& b, bool trans, const ProductShape& s, int64_t p,
-               int64_t j) {
-  return testing::op_b_at(b, trans, s, p, j);
-}
+using testing::op_a_at;
+using testing::op_b_at;
+using testing::random_operand;
 
 }  // namespace
 
@@ -59,8 +51,8 @@ TEST_CASE("bf16 dot gemm sums the products in pairs, the odd one first, in FP32"
       for (const bool trans_b : {false, true}) {
         INFO("m " << s.m << ", n " << s.n << ", k " << s.k << ", trans_a " << trans_a
                   << ", trans_b " << trans_b);
-        const std::vector<bfloat16> a = random_dot_bf16(static_cast<size_t>(s.m * s.k), rng);
-        const std::vector<bfloat16> b = random_dot_bf16(static_cast<size_t>(s.k * s.n), rng);
+        const std::vector<bfloat16> a = random_operand<bfloat16>(static_cast<size_t>(s.m * s.k), rng);
+        const std::vector<bfloat16> b = random_operand<bfloat16>(static_cast<size_t>(s.k * s.n), rng);
         std::vector<float> c(static_cast<size_t>(s.m * s.n), NAN);
         cpu::gemm_bf16_dot(trans_a, trans_b, s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f,
                            c.data());
@@ -70,8 +62,8 @@ TEST_CASE("bf16 dot gemm sums the products in pairs, the odd one first, in FP32"
             // A BF16 product is exact in FP32, so each addition is the one rounding.
             float sum = 0.0f;
             for (int64_t p = 0; p < s.k; p += 2) {
-              if (p + 1 < s.k) sum += dot_a_at(a, trans_a, s, i, p + 1) * dot_b_at(b, trans_b, s, p + 1, j);
-              sum += dot_a_at(a, trans_a, s, i, p) * dot_b_at(b, trans_b, s, p, j);
+              if (p + 1 < s.k) sum += op_a_at(a, trans_a, s, i, p + 1) * op_b_at(b, trans_b, s, p + 1, j);
+              sum += op_a_at(a, trans_a, s, i, p) * op_b_at(b, trans_b, s, p, j);
             }
             differ += float_bits(sum) != float_bits(c[static_cast<size_t>(i * s.n + j)]);
           }
@@ -95,8 +87,8 @@ TEST_CASE("bf16 dot gemm stays within the FP32 summation bound of a double refer
   for (const ProductShape& s : kProductShapes) {
     const float alpha = 0.75f, beta = -1.5f;
     INFO("m " << s.m << ", n " << s.n << ", k " << s.k);
-    const std::vector<bfloat16> a = random_dot_bf16(static_cast<size_t>(s.m * s.k), rng);
-    const std::vector<bfloat16> b = random_dot_bf16(static_cast<size_t>(s.k * s.n), rng);
+    const std::vector<bfloat16> a = random_operand<bfloat16>(static_cast<size_t>(s.m * s.k), rng);
+    const std::vector<bfloat16> b = random_operand<bfloat16>(static_cast<size_t>(s.k * s.n), rng);
     std::vector<float> c(static_cast<size_t>(s.m * s.n));
     for (float& v : c) v = static_cast<float>(rng() % 7) - 3.0f;
     const std::vector<float> before = c;
@@ -106,7 +98,7 @@ TEST_CASE("bf16 dot gemm stays within the FP32 summation bound of a double refer
       for (int64_t j = 0; j < s.n; ++j) {
         double exact = 0.0, magnitude = 0.0;
         for (int64_t p = 0; p < s.k; ++p) {
-          const double product = double{dot_a_at(a, false, s, i, p)} * dot_b_at(b, true, s, p, j);
+          const double product = double{op_a_at(a, false, s, i, p)} * op_b_at(b, true, s, p, j);
           exact += product;
           magnitude += std::fabs(product);
         }
@@ -227,8 +219,8 @@ TEST_CASE("bf16 conv filter gradient on the dot path stays within its bound of a
     INFO("x " << g.n << "x" << g.c << "x" << g.h << "x" << g.w << ", " << g.o << " filters "
               << g.k << "x" << g.k << ", stride " << g.stride << ", padding " << g.pad);
     std::mt19937 rng(static_cast<unsigned>(13 + g.k));
-    const std::vector<bfloat16> x16 = random_dot_bf16(static_cast<size_t>(g.n * g.c * g.h * g.w), rng);
-    const std::vector<bfloat16> dy16 = random_dot_bf16(static_cast<size_t>(g.n * g.o * oh * ow), rng);
+    const std::vector<bfloat16> x16 = random_operand<bfloat16>(static_cast<size_t>(g.n * g.c * g.h * g.w), rng);
+    const std::vector<bfloat16> dy16 = random_operand<bfloat16>(static_cast<size_t>(g.n * g.o * oh * ow), rng);
     const auto widen = [](const std::vector<bfloat16>& v) {
       return std::vector<float>(v.begin(), v.end());
     };
