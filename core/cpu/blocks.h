@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/convert.h"
 #include "core/half.h"
@@ -36,6 +37,15 @@ template <class T>
 float* f32_target(T* dst, float* buf) {
   if constexpr (std::is_same_v<T, float>) return dst;
   else return buf;
+}
+
+// The calling thread's FP32 row buffer `slot` (0, 1 or 2) of at least n floats, kept between
+// calls: row kernels widen 16-bit rows and keep per-row terms in them.
+inline float* row_buffer(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& buffer = buffers[slot];
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
 }
 
 // Rounds n floats into dst. For F32 a copy, and nothing at all when src is dst (results

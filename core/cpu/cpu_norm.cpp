@@ -27,14 +27,6 @@ using cpu::kParallelWork;
 // in block order, which fixes the summation order independently of the threads.
 constexpr int64_t kRowBlock = 32;
 
-// The calling thread's FP32 row buffer `slot` of at least n floats, kept between calls.
-float* row_buffer(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[3];
-  std::vector<float>& buffer = buffers[slot];
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
-
 // A layer-norm weight or bias widened once per call, or `fallback` (1 or 0) per column when
 // there is none.
 template <class T>
@@ -56,7 +48,7 @@ void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float*
   const std::vector<float> weight = widened_or(w, cols, 1.0f), bias = widened_or(b, cols, 0.0f);
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
+    const float* xr = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
     float sum = 0.0f;
     for (int64_t j = 0; j < cols; ++j) sum += xr[j];
     const float n = static_cast<float>(cols);
@@ -69,7 +61,7 @@ void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float*
     const float rs = norm_rstd(norm_variance(sq, n), eps);
     mean[r] = m;
     rstd[r] = rs;
-    float* yr = cpu::f32_target(y + r * cols, row_buffer(1, cols));
+    float* yr = cpu::f32_target(y + r * cols, cpu::row_buffer(1, cols));
     for (int64_t j = 0; j < cols; ++j) yr[j] = norm_apply(xr[j], m, rs, weight[j], bias[j]);
     cpu::store_f32(yr, y + r * cols, cols);
   }
@@ -81,8 +73,8 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
   const std::vector<float> weight = widened_or(w, cols, 1.0f);
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
-    const float* dyr = cpu::load_f32(dy + r * cols, row_buffer(1, cols), cols);
+    const float* xr = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
+    const float* dyr = cpu::load_f32(dy + r * cols, cpu::row_buffer(1, cols), cols);
     float sum_g = 0.0f, sum_g_xhat = 0.0f;
     for (int64_t j = 0; j < cols; ++j) {
       const float g = dyr[j] * weight[j];
@@ -91,7 +83,7 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
     }
     const NormBackwardMeans means =
         norm_backward_means(sum_g, sum_g_xhat, static_cast<float>(cols), true);
-    float* dxr = cpu::f32_target(dx + r * cols, row_buffer(2, cols));
+    float* dxr = cpu::f32_target(dx + r * cols, cpu::row_buffer(2, cols));
     for (int64_t j = 0; j < cols; ++j) {
       const float g = dyr[j] * weight[j];
       const float xhat = norm_xhat(xr[j], mean[r], rstd[r]);
@@ -110,8 +102,8 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
     float* pb = pw + cols;
     const int64_t end = std::min(rows, (blk + 1) * kRowBlock);
     for (int64_t r = blk * kRowBlock; r < end; ++r) {
-      const float* xr = cpu::load_f32(x + r * cols, row_buffer(0, cols), cols);
-      const float* dyr = cpu::load_f32(dy + r * cols, row_buffer(1, cols), cols);
+      const float* xr = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
+      const float* dyr = cpu::load_f32(dy + r * cols, cpu::row_buffer(1, cols), cols);
       for (int64_t j = 0; j < cols; ++j) {
         pw[j] += layer_norm_grad_xhat(dyr[j], xr[j], mean[r], rstd[r]);
         pb[j] += dyr[j];
@@ -153,7 +145,6 @@ struct ChannelLayout : backend_checks::Channels {
 // order at the end. The order of every sum is fixed by the shape alone, whatever the thread
 // count.
 using cpu::Doubles8;
-using cpu::kLanes;
 // Values per FP32 block when 16-bit planes are widened on the fly (a multiple of kLanes, so
 // that the blocks of a plane keep its lanes).
 constexpr int64_t kNormBlock = 1024;
@@ -192,25 +183,6 @@ void for_each_channel_block(const T* x, const ChannelLayout& l, int64_t c0, int6
                            [&](const float* v, int64_t offset, int64_t len) { f(c, v, offset, len); });
 }
 
-// acc lane k mod kLanes += term(k) for k in [0, len), len values from the start of a plane
-// or of a kNormBlock block in it: term8(k, acc) adds the terms of k .. k + kLanes - 1 as one
-// vector, term(k) returns a single one for the tail.
-template <class Term8, class Term>
-void add_to_lanes(Doubles8& acc, int64_t len, const Term8& term8, const Term& term) {
-  int64_t k = 0;
-  for (; k + kLanes <= len; k += kLanes) term8(k, acc);
-  for (; k < len; ++k) acc[k % kLanes] += term(k);
-}
-
-// acc += the eight values at p, widened to double.
-inline void add_widened(const float* p, Doubles8& acc) {
-  cpu::Floats8 f;
-  cpu::load8(p, f);
-  Doubles8 d;
-  cpu::widen8(f, d);
-  acc += d;
-}
-
 template <class T>
 void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean,
                          float* running_var, bool training, float momentum, float eps, bool relu,
@@ -228,7 +200,7 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
       for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t, int64_t len) {
         const double s = shift[c - c0];
         Doubles8& acc_sq = sq[c - c0];
-        add_to_lanes(
+        cpu::add_to_lanes(
             sum[c - c0], len,
             [v, s, &acc_sq](int64_t k, Doubles8& acc) {
               cpu::Floats8 f;
@@ -241,7 +213,7 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
             },
             [v, s, &acc_sq](int64_t k) {
               const double d = v[k] - s;
-              acc_sq[k % kLanes] += d * d;
+              acc_sq[k % cpu::kLanes] += d * d;
               return d;
             });
       });
@@ -323,11 +295,11 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
         d = relu_gated<T>(d, v, len, m, invstd, to_float(w[c]), to_float(relu_bias[c]),
                           gated_buf);
       }
-      add_to_lanes(
-          sums[c - c0], len, [d](int64_t k, Doubles8& acc) { add_widened(d + k, acc); },
+      cpu::add_to_lanes(
+          sums[c - c0], len, [d](int64_t k, Doubles8& acc) { cpu::add_widened(d + k, acc); },
           [d](int64_t k) { return static_cast<double>(d[k]); });
       // d * xhat in double, xhat = (x - mean) * invstd in float as norm_xhat computes it.
-      add_to_lanes(
+      cpu::add_to_lanes(
           sums_xhat[c - c0], len,
           [=](int64_t k, Doubles8& acc) {
             cpu::Floats8 xv, dv;

@@ -24,6 +24,25 @@ inline void load8(const float* p, Floats8& v) { std::memcpy(&v, p, sizeof v); }
 // d = f widened to double, lane by lane.
 inline void widen8(const Floats8& f, Doubles8& d) { d = __builtin_convertvector(f, Doubles8); }
 
+// acc lane k mod kLanes += term(k) for k in [0, len), len values from the start of a run (or
+// of a block of it that starts at a multiple of kLanes): term8(k, acc) adds the terms of
+// k .. k + kLanes - 1 as one vector, term(k) returns a single one for the tail.
+template <class Term8, class Term>
+void add_to_lanes(Doubles8& acc, int64_t len, const Term8& term8, const Term& term) {
+  int64_t k = 0;
+  for (; k + kLanes <= len; k += kLanes) term8(k, acc);
+  for (; k < len; ++k) acc[k % kLanes] += term(k);
+}
+
+// acc += the eight values at p, widened to double.
+inline void add_widened(const float* p, Doubles8& acc) {
+  Floats8 f;
+  load8(p, f);
+  Doubles8 d;
+  widen8(f, d);
+  acc += d;
+}
+
 // The lanes added in lane order.
 template <class Vec>
 auto lane_total(const Vec& v) {
