@@ -10,6 +10,7 @@
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/cpu/simd.h"
 #include "core/math/dropout.h"
 #include "core/math/softmax.h"
 #include "core/tensor.h"
@@ -25,33 +26,70 @@ struct RowMaxSum {
   float sum;
 };
 
-// The sums of a row accumulate in double: a float running sum over a 50k-entry vocabulary
-// loses digits in proportion to the row length, which the result would carry.
-template <class T>
-RowMaxSum reduce_row(const T* x, int64_t cols) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < cols; ++j) m = softmax_max_step(m, to_float(x[j]));
-  double s = 0.0;
-  for (int64_t j = 0; j < cols; ++j) s += softmax_exp(to_float(x[j]), m);
-  return {m, static_cast<float>(s)};
+// The row loops below are whole-vector loops: exp is exp_vectorisable (core/math/exp.h), and
+// a row's maximum and sums are kept in cpu::kLanes lanes (core/cpu/simd.h), whose order is
+// fixed by the row length alone. 16-bit rows are widened once into a row buffer first.
+
+// The maximum of v[0, n), NaN skipped as fmaxf skips it (softmax_max_step); -inf for none.
+// The sign of a zero maximum cannot change exp(x - max), so which zero wins does not matter.
+float row_max(const float* v, int64_t n) {
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  cpu::Floats8 lanes = {kNone, kNone, kNone, kNone, kNone, kNone, kNone, kNone};
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= n; k += cpu::kLanes) {
+    cpu::Floats8 f;
+    cpu::load8(v + k, f);
+    lanes = f > lanes ? f : lanes;
+  }
+  float m = kNone;
+  for (int j = 0; j < cpu::kLanes; ++j) m = lanes[j] > m ? lanes[j] : m;
+  for (; k < n; ++k) m = v[k] > m ? v[k] : m;
+  return m;
+}
+
+// The sum of v[0, n) in double lanes. A float running sum over a 50k-entry vocabulary would
+// lose digits in proportion to the row length, which the result would carry.
+double lane_sum(const float* v, int64_t n) {
+  cpu::Doubles8 acc{};
+  cpu::add_to_lanes(
+      acc, n, [v](int64_t k, cpu::Doubles8& a) { cpu::add_widened(v + k, a); },
+      [v](int64_t k) { return static_cast<double>(v[k]); });
+  return cpu::lane_total(acc);
+}
+
+// e[j] = softmax_exp(v[j], max) for the row v[0, n) and its maximum and sum. e may be v.
+RowMaxSum exp_row(const float* v, int64_t n, float* e) {
+  const float m = row_max(v, n);
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) e[j] = softmax_exp(v[j], m);
+  return {m, static_cast<float>(lane_sum(e, n))};
+}
+
+// out[j] = e[j] * inv_sum: softmax_value's product of the row's exp terms. A NaN term stays
+// itself, as softmax_value's scalar product (the term its first operand) keeps it; the
+// vectorised product may take its operands in the other order and give inv_sum's NaN
+// instead. out may be e.
+void scale_row(const float* e, int64_t n, float inv_sum, float* out) {
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) out[j] = e[j] != e[j] ? e[j] : e[j] * inv_sum;
 }
 
 template <class T>
 void softmax_rows(const T* x, T* y, int64_t rows, int64_t cols, bool log) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
-    const RowMaxSum st = reduce_row(xr, cols);
+    const float* v = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
+    float* e = cpu::row_buffer(1, cols);
+    const RowMaxSum st = exp_row(v, cols, e);
+    float* out = cpu::f32_target(y + r * cols, e);
     if (log) {
       const float log_sum = std::log(st.sum);
-      for (int64_t j = 0; j < cols; ++j)
-        yr[j] = from_float<T>(log_softmax_value(to_float(xr[j]), st.max, log_sum));
+#pragma GCC ivdep
+      for (int64_t j = 0; j < cols; ++j) out[j] = log_softmax_value(v[j], st.max, log_sum);
     } else {
-      const float inv_sum = 1.0f / st.sum;
-      for (int64_t j = 0; j < cols; ++j)
-        yr[j] = from_float<T>(softmax_value(to_float(xr[j]), st.max, inv_sum));
+      scale_row(e, cols, 1.0f / st.sum, out);
     }
+    cpu::store_f32(out, y + r * cols, cols);
   }
 }
 
@@ -60,15 +98,23 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, int64_t rows, int64_t
                            bool log) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* yr = y + r * cols;
-    const T* dyr = dy + r * cols;
-    T* dxr = dx + r * cols;
-    double dot = 0.0;
-    for (int64_t j = 0; j < cols; ++j)
-      dot += softmax_backward_term(to_float(yr[j]), to_float(dyr[j]), log);
-    const float row_dot = static_cast<float>(dot);
-    for (int64_t j = 0; j < cols; ++j)
-      dxr[j] = from_float<T>(softmax_backward_value(to_float(yr[j]), to_float(dyr[j]), row_dot, log));
+    const float* yv = cpu::load_f32(y + r * cols, cpu::row_buffer(0, cols), cols);
+    const float* dv = cpu::load_f32(dy + r * cols, cpu::row_buffer(1, cols), cols);
+    float* terms = cpu::row_buffer(2, cols);
+    for (int64_t j = 0; j < cols; ++j) terms[j] = softmax_backward_term(yv[j], dv[j], log);
+    const float row_dot = static_cast<float>(lane_sum(terms, cols));
+    float* out = cpu::f32_target(dx + r * cols, terms);
+    // One loop per form: with `log` inside, the loop does not vectorise.
+    if (log) {
+#pragma GCC ivdep
+      for (int64_t j = 0; j < cols; ++j)
+        out[j] = softmax_backward_value(yv[j], dv[j], row_dot, true);
+    } else {
+#pragma GCC ivdep
+      for (int64_t j = 0; j < cols; ++j)
+        out[j] = softmax_backward_value(yv[j], dv[j], row_dot, false);
+    }
+    cpu::store_f32(out, dx + r * cols, cols);
   }
 }
 
@@ -94,23 +140,11 @@ void attention_softmax_rows(const float* scores, float p, PhiloxKey key, float* 
       const float* sr = scores + r * cols;
       float* yr = probs + r * cols;
       const int64_t live = std::min(r % matrix_rows + 1, cols);
-      // reduce_row and softmax_value with one exp per element instead of two: the sum's terms
-      // are kept in the output row and scaled there, the same expf and product as
-      // softmax_value's, so the same bits. A NaN term stays itself, as softmax_value's scalar
-      // product (the term its first operand) keeps it; the vectorised product may take its
-      // operands in the other order and give inv_sum's NaN instead.
-      // softmax_max_step's maximum without its call to fmaxf: a NaN score is skipped as fmaxf
-      // skips it, and the sign of a zero maximum cannot change exp(x - max).
-      float row_max = masked;
-      for (int64_t j = 0; j < live; ++j) row_max = sr[j] > row_max ? sr[j] : row_max;
-      double sum = 0.0;
-      for (int64_t j = 0; j < live; ++j) {
-        yr[j] = softmax_exp(sr[j], row_max);
-        sum += yr[j];
-      }
-      const float inv_sum = 1.0f / static_cast<float>(sum);
-      const float masked_y = softmax_value(masked, row_max, inv_sum);
-      for (int64_t j = 0; j < live; ++j) yr[j] = std::isnan(yr[j]) ? yr[j] : yr[j] * inv_sum;
+      // The exp terms are kept in the output row and scaled there: one exp per element.
+      const RowMaxSum st = exp_row(sr, live, yr);
+      const float inv_sum = 1.0f / st.sum;
+      const float masked_y = softmax_value(masked, st.max, inv_sum);
+      scale_row(yr, live, inv_sum, yr);
       std::fill(yr + live, yr + cols, masked_y);
       const float* out = yr;
       if (p > 0.0f) {
@@ -151,9 +185,9 @@ void attention_softmax_backward_rows(const float* probs, const float* dprobs, fl
       } else {
         std::copy(gr, gr + cols, dy.begin());
       }
-      double dot = 0.0;
-      for (int64_t j = 0; j < cols; ++j) dot += softmax_backward_term(yr[j], dy[j], false);
-      const float row_dot = static_cast<float>(dot);
+      float* terms = cpu::row_buffer(0, cols);
+      for (int64_t j = 0; j < cols; ++j) terms[j] = softmax_backward_term(yr[j], dy[j], false);
+      const float row_dot = static_cast<float>(lane_sum(terms, cols));
       // The row's results replace dy element by element, then round in one bulk conversion.
       for (int64_t j = 0; j < cols; ++j)
         dy[j] = softmax_backward_value(yr[j], dy[j], row_dot, false);
@@ -169,7 +203,8 @@ float cross_entropy_rows(const T* logits, const int32_t* labels, float* row_stat
                          int64_t rows, int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const RowMaxSum st = reduce_row(logits + r * cols, cols);
+    const float* v = cpu::load_f32(logits + r * cols, cpu::row_buffer(0, cols), cols);
+    const RowMaxSum st = exp_row(v, cols, cpu::row_buffer(1, cols));
     row_stats[2 * r] = st.max;
     row_stats[2 * r + 1] = std::log(st.sum);
   }
@@ -186,12 +221,14 @@ void cross_entropy_backward_rows(const T* logits, const int32_t* labels,
                                  int64_t cols) {
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = logits + r * cols;
-    T* dr = dlogits + r * cols;
+    const float* v = cpu::load_f32(logits + r * cols, cpu::row_buffer(0, cols), cols);
+    float* out = cpu::f32_target(dlogits + r * cols, cpu::row_buffer(1, cols));
     const float row_max = row_stats[2 * r], log_sum = row_stats[2 * r + 1];
+    const int64_t label = labels[r];
+#pragma GCC ivdep
     for (int64_t j = 0; j < cols; ++j)
-      dr[j] = from_float<T>(
-          cross_entropy_grad_value(to_float(xr[j]), row_max, log_sum, j == labels[r], scale));
+      out[j] = cross_entropy_grad_value(v[j], row_max, log_sum, j == label, scale);
+    cpu::store_f32(out, dlogits + r * cols, cols);
   }
 }
 

@@ -3,12 +3,15 @@
 // calls these functions per element. Subtracting the row maximum keeps every exponent <= 0,
 // so exp never overflows and the largest term is exactly 1 (s >= 1, log(s) is finite);
 // log-softmax is formed as x - m - log(s) and never takes the log of a tiny probability.
+// Every exp is exp_vectorisable (core/math/exp.h): the CPU's row loops vectorise, and both
+// backends compute the same bits.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/hd.h"
+#include "core/math/exp.h"
 
 namespace mixprec {
 
@@ -17,11 +20,11 @@ namespace mixprec {
 MIXPREC_HD float softmax_max_step(float running_max, float x) { return fmaxf(running_max, x); }
 
 // exp(x - row_max): the unnormalised probability of one element.
-MIXPREC_HD float softmax_exp(float x, float row_max) { return expf(x - row_max); }
+MIXPREC_HD float softmax_exp(float x, float row_max) { return exp_vectorisable(x - row_max); }
 
 // softmax_j = exp(x_j - m) / s, given inv_sum = 1 / s.
 MIXPREC_HD float softmax_value(float x, float row_max, float inv_sum) {
-  return expf(x - row_max) * inv_sum;
+  return exp_vectorisable(x - row_max) * inv_sum;
 }
 
 // log_softmax_j = x_j - m - log(s), given log_sum = log(s).
@@ -37,7 +40,7 @@ MIXPREC_HD float softmax_backward_term(float y, float dy, bool log) { return log
 //   softmax:      dx_j = y_j (dy_j - sum_k y_k dy_k)
 //   log-softmax:  dx_j = dy_j - exp(y_j) sum_k dy_k
 MIXPREC_HD float softmax_backward_value(float y, float dy, float dot, bool log) {
-  return log ? dy - expf(y) * dot : y * (dy - dot);
+  return log ? dy - exp_vectorisable(y) * dot : y * (dy - dot);
 }
 
 // Cross-entropy of one row, -log softmax_label = (m - logit_label) + log(s), in double. The
@@ -64,7 +67,7 @@ MIXPREC_HD float cross_entropy_grad_scale(float dloss, int64_t rows) {
 // and scale = dloss / N.
 MIXPREC_HD float cross_entropy_grad_value(float logit, float row_max, float log_sum,
                                           bool is_label, float scale) {
-  return scale * (expf((logit - row_max) - log_sum) - (is_label ? 1.0f : 0.0f));
+  return scale * (exp_vectorisable((logit - row_max) - log_sum) - (is_label ? 1.0f : 0.0f));
 }
 
 }  // namespace mixprec

@@ -3,7 +3,10 @@
 // expand and causal_mask kernels (including their parallel and fast paths), each against a
 // double-precision reference; their gradients and F16/BF16 results are the op table's
 // (tests/ops/op_table.h), save the edge cases below.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/backend.h"
 #include "core/math/elementwise.h"
+#include "core/math/exp.h"
 #include "gradcheck.h"
 
 namespace mixprec {
@@ -87,6 +91,56 @@ TEST_CASE("elementwise math: tanh_rational is within 3e-7 of tanh and bounded by
   CHECK(tanh_rational(-INFINITY) == -1.0f);
   CHECK(std::isnan(tanh_rational(NAN)));
   CHECK(std::isnan(gelu_tanh(NAN)));
+}
+
+// exp_vectorisable over a stride of every float whose exp is neither 0 nor infinite, against
+// double exp: error in units in the last place of the exact value, or in units of the
+// smallest subnormal where the exact value is below FP32's normals.
+TEST_CASE("elementwise math: exp_vectorisable is within 1.5 ulp of exp", "[elementwise]") {
+  double worst = 0, worst_subnormal = 0;
+  float worst_at = 0;
+  int64_t checked = 0;
+  const auto check = [&](float x) {
+    const double exact = std::exp(static_cast<double>(x));
+    const double err = std::abs(static_cast<double>(exp_vectorisable(x)) - exact);
+    ++checked;
+    if (exact < 0x1p-126) {
+      worst_subnormal = std::max(worst_subnormal, err / 0x1p-149);
+      return;
+    }
+    int e = 0;
+    std::frexp(exact, &e);
+    const double ulps = err / std::ldexp(1.0, e - 24);
+    if (ulps > worst) {
+      worst = ulps;
+      worst_at = x;
+    }
+  };
+  // Positive floats up to 88.7 (exp below FP32's largest value), negative ones down to -103.
+  for (const float end : {88.7f, -103.0f}) {
+    uint32_t last = 0;
+    std::memcpy(&last, &end, sizeof last);
+    for (uint32_t u = last & 0x80000000u; u <= last; u += 251) {
+      float x = 0;
+      std::memcpy(&x, &u, sizeof x);
+      check(x);
+    }
+  }
+  INFO("worst " << worst << " ulp at " << worst_at << "; subnormal results within "
+                << worst_subnormal << " of 2^-149; " << checked << " values");
+  CHECK(checked > 8000000);
+  CHECK(worst <= 1.5);
+  CHECK(worst_subnormal <= 1.0);
+  // The largest softmax term, exp(0), is exactly 1; the ends are exact.
+  CHECK(exp_vectorisable(0.0f) == 1.0f);
+  CHECK(exp_vectorisable(-0.0f) == 1.0f);
+  CHECK(exp_vectorisable(-104.5f) == 0.0f);
+  CHECK(exp_vectorisable(-INFINITY) == 0.0f);
+  CHECK(exp_vectorisable(88.73f) == INFINITY);
+  CHECK(exp_vectorisable(1000.0f) == INFINITY);
+  CHECK(exp_vectorisable(INFINITY) == INFINITY);
+  CHECK(std::isnan(exp_vectorisable(NAN)));
+  CHECK(exp_vectorisable(88.72f) < INFINITY);
 }
 
 TEST_CASE("elementwise math: derivatives match finite differences of the forward",
