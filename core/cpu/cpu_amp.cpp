@@ -48,7 +48,7 @@ int64_t unscale_elements(T* p, int64_t n, double inv_scale, bool write) {
   int64_t bad = 0;
   if (!write) {
 #pragma omp parallel for schedule(static) reduction(+ : bad) if (n > kParallelWorkCheap)
-    for (int64_t i = 0; i < n; ++i) bad += is_finite_value(to_float(p[i])) ? 0 : 1;
+    for (int64_t i = 0; i < n; ++i) bad += is_finite_element(p[i]) ? 0 : 1;
     return bad;
   }
 #pragma omp parallel for schedule(static) reduction(+ : bad) if (n > kParallelWork)

@@ -14,6 +14,7 @@
 #include "core/cpu/common.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/dispatch.h"
+#include "core/math/amp.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 
@@ -137,7 +138,7 @@ template <class T>
 bool all_finite_elements(const T* p, int64_t n) {
   int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) if (n > cpu::kParallelWorkCheap)
-  for (int64_t i = 0; i < n; ++i) bad += std::isfinite(to_float(p[i])) ? 0 : 1;
+  for (int64_t i = 0; i < n; ++i) bad += is_finite_element(p[i]) ? 0 : 1;
   return bad == 0;
 }
 

@@ -26,6 +26,13 @@ MIXPREC_HD double unscale_value(float scaled_grad, double inv_scale) {
 
 MIXPREC_HD bool is_finite_value(float value) { return isfinite(value) != 0; }
 
+// is_finite_value of a stored element, read from its bits where it is 16-bit (an all-ones
+// exponent is an infinity or a NaN): no conversion, so a check of F16 or BF16 data is a
+// vectorised loop of masks.
+MIXPREC_HD bool is_finite_element(float value) { return is_finite_value(value); }
+MIXPREC_HD bool is_finite_element(half value) { return (value.bits & 0x7C00u) != 0x7C00u; }
+MIXPREC_HD bool is_finite_element(bfloat16 value) { return (value.bits & 0x7F80u) != 0x7F80u; }
+
 // The narrowing of a double to float that keeps one later rounding exact: round to odd
 // (truncate toward zero, then set the last bit when inexact). double -> float -> F16/BF16
 // with round-to-nearest in both steps could round twice (a float landing exactly on a

@@ -184,6 +184,34 @@ TEST_CASE("unscale_and_check flags exactly the tensors holding Inf, -Inf or NaN"
   CHECK(f.tensor_flags.get(0) == 0.0);
 }
 
+// The bit test of 16-bit elements against the float test of their widened values, for every
+// bit pattern; and the CPU's all_finite, which runs on it, on each kind of non-finite value.
+TEST_CASE("is_finite_element of every F16 and BF16 bit pattern is the widened value's test",
+          "[amp_primitives]") {
+  int64_t differ = 0, finite16 = 0, finite_bf16 = 0;
+  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const half h = half::from_bits(static_cast<uint16_t>(bits));
+    const bfloat16 b = bfloat16::from_bits(static_cast<uint16_t>(bits));
+    differ += is_finite_element(h) != is_finite_value(to_float(h));
+    differ += is_finite_element(b) != is_finite_value(to_float(b));
+    finite16 += is_finite_element(h);
+    finite_bf16 += is_finite_element(b);
+  }
+  CHECK(differ == 0);
+  // All but the 2 * 2^10 patterns with an all-ones exponent; 2 * 2^7 for BF16.
+  CHECK(finite16 == 65536 - 2048);
+  CHECK(finite_bf16 == 65536 - 256);
+  for (const DType dtype : {DType::F16, DType::BF16}) {
+    for (const double bad : {kInf, -kInf, std::numeric_limits<double>::quiet_NaN()}) {
+      CAPTURE(dtype, bad);
+      Tensor x = Tensor::from_vector(std::vector<float>(37, 1.5f), {37}, dtype);
+      CHECK(cpu_backend().all_finite(x));
+      x.set(33, bad);
+      CHECK_FALSE(cpu_backend().all_finite(x));
+    }
+  }
+}
+
 TEST_CASE("unscale_and_check with inv_scale 1 only checks and leaves every bit as it was",
           "[amp_primitives]") {
   Tensor f32 = Tensor::from_vector({1.f, -0.f, 0x1p-140f, 3.5f}, {4});
