@@ -131,13 +131,38 @@ __attribute__((target("avx2,f16c,fma"))) void bf16_to_f32_avx2(const uint16_t* s
   convert_bf16_to_f32_scalar(src + i, dst + i, n - i);
 }
 
+// The last n % 16 elements of an AVX-512 conversion, as one masked vector instead of the
+// scalar loop: masked loads read nothing past the end, and the 16-bit side goes through a
+// 512-bit register so that AVX-512 BW suffices (the 256-bit masked forms need VL as well).
+struct TailMasks {
+  __mmask16 floats;
+  __mmask32 halves;
+};
+
+inline TailMasks tail_masks(size_t rest) {
+  const uint32_t bits = (uint32_t{1} << rest) - 1u;  // rest < 16
+  return {static_cast<__mmask16>(bits), static_cast<__mmask32>(bits)};
+}
+
+__attribute__((target("avx512f,avx512bw"))) inline __m256i load_halves(TailMasks tail,
+                                                                      const uint16_t* src) {
+  return _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(tail.halves, src));
+}
+
+__attribute__((target("avx512f,avx512bw"))) inline void store_halves(TailMasks tail,
+                                                                    uint16_t* dst, __m256i v) {
+  _mm512_mask_storeu_epi16(dst, tail.halves, _mm512_castsi256_si512(v));
+}
+
 __attribute__((target("avx512f,avx512bw"))) void f32_to_f16_avx512(const float* src, uint16_t* dst,
                                                                    size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         avx512::f32_to_f16(_mm512_loadu_ps(src + i)));
-  convert_f32_to_f16_scalar(src + i, dst + i, n - i);
+  if (i == n) return;
+  const TailMasks tail = tail_masks(n - i);
+  store_halves(tail, dst + i, avx512::f32_to_f16(_mm512_maskz_loadu_ps(tail.floats, src + i)));
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f16_to_f32_avx512(const uint16_t* src, float* dst,
@@ -146,7 +171,9 @@ __attribute__((target("avx512f,avx512bw"))) void f16_to_f32_avx512(const uint16_
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(dst + i, avx512::f16_to_f32(_mm256_loadu_si256(
                                   reinterpret_cast<const __m256i*>(src + i))));
-  convert_f16_to_f32_scalar(src + i, dst + i, n - i);
+  if (i == n) return;
+  const TailMasks tail = tail_masks(n - i);
+  _mm512_mask_storeu_ps(dst + i, tail.floats, avx512::f16_to_f32(load_halves(tail, src + i)));
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float* src, uint16_t* dst,
@@ -155,7 +182,9 @@ __attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float*
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         avx512::f32_to_bf16(_mm512_loadu_ps(src + i)));
-  convert_f32_to_bf16_scalar(src + i, dst + i, n - i);
+  if (i == n) return;
+  const TailMasks tail = tail_masks(n - i);
+  store_halves(tail, dst + i, avx512::f32_to_bf16(_mm512_maskz_loadu_ps(tail.floats, src + i)));
 }
 
 __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const uint16_t* src, float* dst,
@@ -164,7 +193,9 @@ __attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const uint16
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(dst + i, avx512::bf16_to_f32(_mm256_loadu_si256(
                                   reinterpret_cast<const __m256i*>(src + i))));
-  convert_bf16_to_f32_scalar(src + i, dst + i, n - i);
+  if (i == n) return;
+  const TailMasks tail = tail_masks(n - i);
+  _mm512_mask_storeu_ps(dst + i, tail.floats, avx512::bf16_to_f32(load_halves(tail, src + i)));
 }
 
 }  // namespace
