@@ -166,6 +166,53 @@ void cnn_conv_passes(benchmark::internal::Benchmark* bench) {
   bench->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// The cnn_fashion config's batch norm (fused with relu, as its builder fuses it) and 2x2 max
+// pooling at its batch of 128, as arguments (layer, pass): layer 0 is 32 channels of 28x28,
+// layer 1 is 64 of 14x14; pass 0 is batch norm's training forward, 1 its backward, 2 max
+// pooling's forward with the argmax that training keeps, 3 its backward.
+void BM_CnnNormPool(benchmark::State& state, DType dtype) {
+  const bool second = state.range(0) == 1;
+  const int64_t n = 128, c = second ? 64 : 32, hw = second ? 14 : 28;
+  Generator gen(6);
+  const Tensor x = Tensor::uniform({n, c, hw, hw}, gen, -1.f, 1.f, dtype);
+  const Tensor dy = Tensor::uniform({n, c, hw, hw}, gen, -1.f, 1.f, dtype);
+  const Tensor weight = Tensor::uniform({c}, gen, 0.5f, 1.5f, dtype);
+  const Tensor bias = Tensor::uniform({c}, gen, -0.1f, 0.1f, dtype);
+  Tensor running_mean = Tensor::zeros({c}), running_var = Tensor::ones({c});
+  Tensor save_mean = Tensor::empty({c}), save_invstd = Tensor::empty({c});
+  Tensor y = Tensor::empty(x.shape(), dtype), dx = Tensor::empty(x.shape(), dtype);
+  Tensor dweight = Tensor::empty({c}, dtype), dbias = Tensor::empty({c}, dtype);
+  const Shape pooled{n, c, hw / 2, hw / 2};
+  Tensor pool_y = Tensor::empty(pooled, dtype), argmax = Tensor::empty(pooled, DType::I32);
+  const Tensor pool_dy = Tensor::uniform(pooled, gen, -1.f, 1.f, dtype);
+  const Pool2dDesc pool;
+  Backend& backend = backend_for(kCPU);
+  backend.batch_norm(x, weight, bias, running_mean, running_var, true, 0.1f, 1e-5f, true, y,
+                     save_mean, save_invstd);
+  backend.pool2d(pool, x, pool_y, &argmax);
+  for (auto _ : state) {
+    switch (state.range(1)) {
+      case 0:
+        backend.batch_norm(x, weight, bias, running_mean, running_var, true, 0.1f, 1e-5f, true, y,
+                           save_mean, save_invstd);
+        break;
+      case 1:
+        backend.batch_norm_backward(x, weight, save_mean, save_invstd, dy, true, &bias, dx,
+                                    dweight, dbias);
+        break;
+      case 2: backend.pool2d(pool, x, pool_y, &argmax); break;
+      default: backend.pool2d_backward(pool, pool_dy, &argmax, dx); break;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * x.nbytes());
+}
+void cnn_norm_pool_passes(benchmark::internal::Benchmark* bench) {
+  for (int layer : {0, 1})
+    for (int pass : {0, 1, 2, 3}) bench->Args({layer, pass});
+  bench->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 // Causal attention's softmax between its GEMMs (attention_softmax_pass.h), forward and
 // backward, on one layer of the CPU GPT config's shape at batch 8 (H 6, T 256, FP16
 // operands, attention dropout 0.2), fused or composed.
@@ -293,5 +340,8 @@ BENCHMARK_CAPTURE(BM_CnnLinear, bf16, DType::BF16)->Apply(cnn_linear_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, f32, DType::F32)->Apply(cnn_conv_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, f16, DType::F16)->Apply(cnn_conv_passes);
 BENCHMARK_CAPTURE(BM_CnnConv, bf16, DType::BF16)->Apply(cnn_conv_passes);
+BENCHMARK_CAPTURE(BM_CnnNormPool, f32, DType::F32)->Apply(cnn_norm_pool_passes);
+BENCHMARK_CAPTURE(BM_CnnNormPool, f16, DType::F16)->Apply(cnn_norm_pool_passes);
+BENCHMARK_CAPTURE(BM_CnnNormPool, bf16, DType::BF16)->Apply(cnn_norm_pool_passes);
 
 BENCHMARK_MAIN();
