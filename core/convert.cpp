@@ -151,7 +151,7 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i load_halves(TailMasks
 
 __attribute__((target("avx512f,avx512bw"))) inline void store_halves(TailMasks tail,
                                                                     uint16_t* dst, __m256i v) {
-  _mm512_mask_storeu_epi16(dst, tail.halves, _mm512_castsi256_si512(v));
+  _mm512_mask_storeu_epi16(dst, tail.halves, _mm512_zextsi256_si512(v));
 }
 
 __attribute__((target("avx512f,avx512bw"))) void f32_to_f16_avx512(const float* src, uint16_t* dst,
