@@ -183,6 +183,32 @@ void for_each_channel_block(const T* x, const ChannelLayout& l, int64_t c0, int6
                            [&](const float* v, int64_t offset, int64_t len) { f(c, v, offset, len); });
 }
 
+// sum lane k mod kLanes += d and sq lane k mod kLanes += d * d for d = v[k] - shift, k in
+// [0, len), in double. The lanes are copied into locals for the loop: two Doubles8 references
+// might alias each other, so updated through them they would make a round trip through memory
+// on every step.
+void add_shifted_moments(const float* v, int64_t len, double shift, Doubles8& sum,
+                         Doubles8& sq) {
+  Doubles8 lanes_sum = sum, lanes_sq = sq;
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= len; k += cpu::kLanes) {
+    cpu::Floats8 f;
+    cpu::load8(v + k, f);
+    Doubles8 d;
+    cpu::widen8(f, d);
+    d -= shift;
+    lanes_sum += d;
+    lanes_sq += d * d;
+  }
+  for (; k < len; ++k) {
+    const double d = v[k] - shift;
+    lanes_sum[k % cpu::kLanes] += d;
+    lanes_sq[k % cpu::kLanes] += d * d;
+  }
+  sum = lanes_sum;
+  sq = lanes_sq;
+}
+
 template <class T>
 void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean,
                          float* running_var, bool training, float momentum, float eps, bool relu,
@@ -198,24 +224,7 @@ void batch_norm_channels(const T* x, const T* w, const T* b, float* running_mean
       for (int64_t c = c0; c < c1; ++c) shift[c - c0] = to_float(x[l.at(0, c, 0)]);
       std::vector<Doubles8> sum(shift.size(), Doubles8{}), sq(shift.size(), Doubles8{});
       for_each_channel_block(x, l, c0, c1, [&](int64_t c, const float* v, int64_t, int64_t len) {
-        const double s = shift[c - c0];
-        Doubles8& acc_sq = sq[c - c0];
-        cpu::add_to_lanes(
-            sum[c - c0], len,
-            [v, s, &acc_sq](int64_t k, Doubles8& acc) {
-              cpu::Floats8 f;
-              cpu::load8(v + k, f);
-              Doubles8 d;
-              cpu::widen8(f, d);
-              d -= s;
-              acc += d;
-              acc_sq += d * d;
-            },
-            [v, s, &acc_sq](int64_t k) {
-              const double d = v[k] - s;
-              acc_sq[k % cpu::kLanes] += d * d;
-              return d;
-            });
+        add_shifted_moments(v, len, shift[c - c0], sum[c - c0], sq[c - c0]);
       });
       for (int64_t c = c0; c < c1; ++c) {
         const double sum_d = cpu::lane_total(sum[c - c0]);
@@ -276,6 +285,32 @@ const float* relu_gated(const float* dy, const float* v, int64_t len, float mean
   return out;
 }
 
+// sum lane k mod kLanes += d[k] and sum_xhat lane k mod kLanes += d[k] * xhat[k] for k in
+// [0, len), in double, xhat = (v - mean) * invstd in float as norm_xhat computes it. Locals
+// during the loop, as in add_shifted_moments.
+void add_backward_sums(const float* d, const float* v, int64_t len, float mean, float invstd,
+                       Doubles8& sum, Doubles8& sum_xhat) {
+  Doubles8 lanes = sum, lanes_xhat = sum_xhat;
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= len; k += cpu::kLanes) {
+    cpu::Floats8 xv, dv;
+    cpu::load8(v + k, xv);
+    cpu::load8(d + k, dv);
+    const cpu::Floats8 xhat = (xv - mean) * invstd;
+    Doubles8 dd, xd;
+    cpu::widen8(dv, dd);
+    cpu::widen8(xhat, xd);
+    lanes += dd;
+    lanes_xhat += dd * xd;
+  }
+  for (; k < len; ++k) {
+    lanes[k % cpu::kLanes] += static_cast<double>(d[k]);
+    lanes_xhat[k % cpu::kLanes] += static_cast<double>(d[k]) * norm_xhat(v[k], mean, invstd);
+  }
+  sum = lanes;
+  sum_xhat = lanes_xhat;
+}
+
 // relu_bias: the fused relu's bias, or null without one.
 template <class T>
 void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean,
@@ -295,23 +330,7 @@ void batch_norm_backward_channels(const T* x, const T* w, const float* save_mean
         d = relu_gated<T>(d, v, len, m, invstd, to_float(w[c]), to_float(relu_bias[c]),
                           gated_buf);
       }
-      cpu::add_to_lanes(
-          sums[c - c0], len, [d](int64_t k, Doubles8& acc) { cpu::add_widened(d + k, acc); },
-          [d](int64_t k) { return static_cast<double>(d[k]); });
-      // d * xhat in double, xhat = (x - mean) * invstd in float as norm_xhat computes it.
-      cpu::add_to_lanes(
-          sums_xhat[c - c0], len,
-          [=](int64_t k, Doubles8& acc) {
-            cpu::Floats8 xv, dv;
-            cpu::load8(v + k, xv);
-            cpu::load8(d + k, dv);
-            const cpu::Floats8 xhat = (xv - m) * invstd;
-            Doubles8 dd, xd;
-            cpu::widen8(dv, dd);
-            cpu::widen8(xhat, xd);
-            acc += dd * xd;
-          },
-          [=](int64_t k) { return static_cast<double>(d[k]) * norm_xhat(v[k], m, invstd); });
+      add_backward_sums(d, v, len, m, invstd, sums[c - c0], sums_xhat[c - c0]);
     });
     std::vector<NormBackwardMeans> means(sums.size());
     std::vector<float> scale(sums.size());
