@@ -44,8 +44,8 @@ bool is_max_pool_2x2(const Pool2dGeometry& g) {
          g.w <= kPoolBlock;
 }
 
-// Max pooling in 2x2 windows at stride 2, in two passes over a block of output rows of one
-// plane, each a long contiguous loop of selects that vectorises:
+// Max pooling in 2x2 windows at stride 2, in two passes over a block of output rows (see
+// below), each a long contiguous loop of selects that vectorises:
 //   vertical:   each window column's two cells (top, bottom) reduce to one cell and its plane
 //               index, the last input column of an odd width dropped, so a row of the result
 //               holds exactly 2 * ow cells and the block is one flat array;
@@ -57,27 +57,35 @@ bool is_max_pool_2x2(const Pool2dGeometry& g) {
 // which in row-major order may put the right column's top cell before the left's bottom one.
 // The indices decide ties between +0 and -0 and between NaNs too, so they are tracked even
 // when no argmax is asked for.
+//
+// A block is `rows` consecutive output rows from row q0 of the [planes * oh] rows, read from
+// `rows` pairs of input rows that follow each other from `input` on: within one plane, or,
+// when h is even, across planes as well (each plane is then exactly oh row pairs).
 template <class T, bool kArgmax>
-void max_pool_2x2_block(const T* plane, const Pool2dGeometry& g, int64_t oy0, int64_t rows,
+void max_pool_2x2_block(const T* input, const Pool2dGeometry& g, int64_t q0, int64_t rows,
                         T* y, int32_t* argmax) {
   const int64_t cols = 2 * g.ow;  // input columns that windows cover
   float column[kPoolBlock];
   int32_t column_at[kPoolBlock];
   // The block's input rows, contiguous, widened in one call (16-bit data).
   float in_buf[2 * kPoolBlock];
-  const float* in = cpu::load_f32(plane + 2 * oy0 * g.w, in_buf, 2 * rows * g.w);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t iy = 2 * (oy0 + r);
-    const float* top = in + 2 * r * g.w;
-    const float* bottom = top + g.w;
-    float* v = column + r * cols;
-    int32_t* at = column_at + r * cols;
-    const int32_t top_at = static_cast<int32_t>(iy * g.w);
-    const int32_t width = static_cast<int32_t>(g.w);
-    for (int64_t c = 0; c < cols; ++c) {
-      const bool take = top[c] == top[c] && !(bottom[c] <= top[c]);
-      v[c] = take ? bottom[c] : top[c];
-      at[c] = top_at + (take ? width : 0) + static_cast<int32_t>(c);
+  const float* in = cpu::load_f32(input, in_buf, 2 * rows * g.w);
+  // Row r of the block is row (q0 + r) % oh of its plane, taken plane by plane: a division,
+  // or a wrapped counter, inside the row loop makes GCC's code for it twice as slow.
+  const int32_t width = static_cast<int32_t>(g.w);
+  for (int64_t r = 0, oy = q0 % g.oh; r < rows; oy = 0) {
+    const int64_t run = std::min(rows - r, g.oh - oy);
+    for (int64_t j = 0; j < run; ++j, ++r) {
+      const float* top = in + 2 * r * g.w;
+      const float* bottom = top + g.w;
+      float* v = column + r * cols;
+      int32_t* at = column_at + r * cols;
+      const int32_t top_at = static_cast<int32_t>(2 * (oy + j) * g.w);
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool take = top[c] == top[c] && !(bottom[c] <= top[c]);
+        v[c] = take ? bottom[c] : top[c];
+        at[c] = top_at + (take ? width : 0) + static_cast<int32_t>(c);
+      }
     }
   }
   const int64_t outputs = rows * g.ow;
@@ -96,17 +104,29 @@ void max_pool_2x2_block(const T* plane, const Pool2dGeometry& g, int64_t oy0, in
   cpu::store_f32(out, y, outputs);
 }
 
+// With an even h the blocks run through the planes as one sequence of row pairs, so that the
+// small planes of a CNN's later layers (14x14 and less) still fill whole blocks instead of
+// paying a block's fixed costs for a few rows each.
 template <class T, bool kArgmax>
 void max_pool_2x2(const T* x, T* y, int32_t* argmax, const Pool2dGeometry& g) {
   const int64_t block_rows = kPoolBlock / g.w;
+  const auto block = [&](const T* input, int64_t q0, int64_t rows) {
+    const int64_t out = q0 * g.ow;
+    max_pool_2x2_block<T, kArgmax>(input, g, q0, rows, y + out, kArgmax ? argmax + out : nullptr);
+  };
+  if (g.h % 2 == 0) {
+    const int64_t total = g.planes * g.oh, blocks = (total + block_rows - 1) / block_rows;
+#pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t q0 = b * block_rows;
+      block(x + q0 * 2 * g.w, q0, std::min(block_rows, total - q0));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (g.work() > kParallelWork)
   for (int64_t p = 0; p < g.planes; ++p) {
-    const T* plane = x + p * g.h * g.w;
     for (int64_t oy0 = 0; oy0 < g.oh; oy0 += block_rows) {
-      const int64_t rows = std::min(block_rows, g.oh - oy0);
-      const int64_t out = (p * g.oh + oy0) * g.ow;
-      max_pool_2x2_block<T, kArgmax>(plane, g, oy0, rows, y + out,
-                                     kArgmax ? argmax + out : nullptr);
+      block(x + (p * g.h + 2 * oy0) * g.w, p * g.oh + oy0, std::min(block_rows, g.oh - oy0));
     }
   }
 }

@@ -427,8 +427,12 @@ TEST_CASE("cpu conv2d of one large image spreads its product over the threads", 
 TEST_CASE("cpu 2x2 max pooling keeps the window scan rules for NaN and ties and signed zeros",
           "[cpu_fast]") {
   Backend& backend = backend_for(kCPU);
-  const Shape shapes[] = {{2, 3, 6, 8},  {1, 2, 7, 5},    {1, 1, 2, 2},
-                          {3, 1, 9, 3},  {1, 1, 4, 1024}, {1, 1, 3, 1030}};  // ow 512: fast; 515: generic
+  // ow 512: fast; 515: generic. With an even h the blocks run across planes: {2, 5, 40, 60}
+  // has blocks of 17 rows in planes of 20, so that they start and end inside planes;
+  // {8, 16, 28, 28} is the CNN's first pooling at batch 8, split over the threads.
+  const Shape shapes[] = {{2, 3, 6, 8},    {1, 2, 7, 5},     {1, 1, 2, 2},
+                          {3, 1, 9, 3},    {1, 1, 4, 1024},  {1, 1, 3, 1030},
+                          {2, 5, 40, 60},  {8, 16, 28, 28}};
   uint64_t seed = 500;
   for (const Shape& xs : shapes) {
     for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
