@@ -40,8 +40,64 @@ std::vector<float> widened_or(const T* p, int64_t cols, float fallback) {
 
 // The 16-bit rows are widened into FP32 buffers and the results rounded from one with the bulk
 // converters (core/cpu/blocks.h): the same values as a conversion per element, without the
-// scalar conversions' cost. The sums keep their column order, so every dtype's results are
-// those of the FP32 loops on the widened values.
+// scalar conversions' cost, so every dtype's results are those of the FP32 loops on the
+// widened values. A row's sums are FP32 in cpu::kLanes lanes (core/cpu/simd.h), their order
+// fixed by the row length: vector loops instead of one chain of dependent adds per sum.
+
+// The sums of x[j] and, given the mean, of (x[j] - mean)^2 over a row.
+float row_sum(const float* x, int64_t cols) {
+  cpu::Floats8 lanes = {};
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= cols; k += cpu::kLanes) {
+    cpu::Floats8 f;
+    cpu::load8(x + k, f);
+    lanes += f;
+  }
+  for (; k < cols; ++k) lanes[k % cpu::kLanes] += x[k];
+  return cpu::lane_total(lanes);
+}
+
+float row_squares_about(const float* x, float mean, int64_t cols) {
+  cpu::Floats8 lanes = {};
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= cols; k += cpu::kLanes) {
+    cpu::Floats8 f;
+    cpu::load8(x + k, f);
+    f -= mean;
+    lanes += f * f;
+  }
+  for (; k < cols; ++k) {
+    const float d = x[k] - mean;
+    lanes[k % cpu::kLanes] += d * d;
+  }
+  return cpu::lane_total(lanes);
+}
+
+// Layer norm's backward sums over a row, of g = dy * weight and of g * xhat.
+struct RowGradSums {
+  float g, g_xhat;
+};
+
+RowGradSums row_grad_sums(const float* x, const float* dy, const float* weight, float mean,
+                          float rstd, int64_t cols) {
+  cpu::Floats8 lanes_g = {}, lanes_g_xhat = {};
+  int64_t k = 0;
+  for (; k + cpu::kLanes <= cols; k += cpu::kLanes) {
+    cpu::Floats8 xv, dv, wv;
+    cpu::load8(x + k, xv);
+    cpu::load8(dy + k, dv);
+    cpu::load8(weight + k, wv);
+    const cpu::Floats8 g = dv * wv;
+    lanes_g += g;
+    lanes_g_xhat += g * (xv - mean) * rstd;  // layer_norm_grad_xhat's order
+  }
+  for (; k < cols; ++k) {
+    const float g = dy[k] * weight[k];
+    lanes_g[k % cpu::kLanes] += g;
+    lanes_g_xhat[k % cpu::kLanes] += layer_norm_grad_xhat(g, x[k], mean, rstd);
+  }
+  return {cpu::lane_total(lanes_g), cpu::lane_total(lanes_g_xhat)};
+}
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float* mean,
                      float* rstd, int64_t rows, int64_t cols) {
@@ -49,16 +105,9 @@ void layer_norm_rows(const T* x, const T* w, const T* b, float eps, T* y, float*
 #pragma omp parallel for if (rows * cols > kParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) sum += xr[j];
     const float n = static_cast<float>(cols);
-    const float m = norm_mean(sum, n);
-    float sq = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float d = xr[j] - m;
-      sq += d * d;
-    }
-    const float rs = norm_rstd(norm_variance(sq, n), eps);
+    const float m = norm_mean(row_sum(xr, cols), n);
+    const float rs = norm_rstd(norm_variance(row_squares_about(xr, m, cols), n), eps);
     mean[r] = m;
     rstd[r] = rs;
     float* yr = cpu::f32_target(y + r * cols, cpu::row_buffer(1, cols));
@@ -75,14 +124,9 @@ void layer_norm_backward_rows(const T* x, const T* w, const float* mean, const f
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = cpu::load_f32(x + r * cols, cpu::row_buffer(0, cols), cols);
     const float* dyr = cpu::load_f32(dy + r * cols, cpu::row_buffer(1, cols), cols);
-    float sum_g = 0.0f, sum_g_xhat = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float g = dyr[j] * weight[j];
-      sum_g += g;
-      sum_g_xhat += layer_norm_grad_xhat(g, xr[j], mean[r], rstd[r]);
-    }
+    const RowGradSums sums = row_grad_sums(xr, dyr, weight.data(), mean[r], rstd[r], cols);
     const NormBackwardMeans means =
-        norm_backward_means(sum_g, sum_g_xhat, static_cast<float>(cols), true);
+        norm_backward_means(sums.g, sums.g_xhat, static_cast<float>(cols), true);
     float* dxr = cpu::f32_target(dx + r * cols, cpu::row_buffer(2, cols));
     for (int64_t j = 0; j < cols; ++j) {
       const float g = dyr[j] * weight[j];
