@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/cpu/packed_gemm.h"
+#include "core/cpu/transpose8x8.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -75,19 +76,56 @@ struct PairRows {
   int64_t stride;
 };
 
+// Rows [r0, r1) of op(a) for a stored k x m, from element q0 of each row on, one element at a
+// time.
+void pack_a_transposed_scalar(int64_t m, int64_t k, const uint16_t* a, int64_t stride,
+                              uint16_t* out, int64_t r0, int64_t r1, int64_t q0) {
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t q = q0; q < k; ++q) out[i * stride + q] = a[q * m + i];
+}
+
+#if MIXPREC_BF16_DOT_X86
+// Rows [i, i + 8) of op(a) for a stored k x m, pairs [p, p + 8) (each with both elements):
+// the pair words of eight rows of a (two stored rows each, eight columns) are formed in
+// vectors, one per pair, and that 8 x 8 block of words is transposed in registers so that
+// each output row is one store.
+__attribute__((target(MIXPREC_PACKED_TARGET))) void pack_a_pairs_8x8(int64_t m, const uint16_t* a,
+                                                                    int64_t kp, uint32_t* out,
+                                                                    int64_t i, int64_t p) {
+  __m256 v[8];
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l) {
+    const uint16_t* lo = a + 2 * (p + l) * m + i;
+    const __m256i low = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo)));
+    const __m256i high =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + m)));
+    v[l] = _mm256_castsi256_ps(_mm256_or_si256(low, _mm256_slli_epi32(high, 16)));
+  }
+  __m256 rows[8];
+  transpose8x8(v, rows);
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l)
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + (i + l) * kp + p), rows[l]);
+}
+#endif
+
 // Rows [i0, i1) of op(a), a stored k x m (trans_a) or m x k with an odd k, into `out`
-// (stride 2 * kp, zero past k). A transposed a is copied in blocks of 64 of its rows, whose
-// cache lines then serve every output row of the task.
+// (stride 2 * kp, zero past k). A transposed a is packed in 8 x 8 blocks of pair words where
+// they fit (rows of 8, pairs of 8 with both elements), the rest element by element.
 void pack_a_rows(bool trans_a, int64_t m, int64_t k, const uint16_t* a, int64_t kp,
                  uint16_t* out, int64_t i0, int64_t i1) {
   const int64_t stride = 2 * kp;
   if (trans_a) {
-    constexpr int64_t kBlock = 64;
-    for (int64_t q0 = 0; q0 < k; q0 += kBlock) {
-      const int64_t q1 = std::min(k, q0 + kBlock);
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t q = q0; q < q1; ++q) out[i * stride + q] = a[q * m + i];
+    int64_t i = i0;
+#if MIXPREC_BF16_DOT_X86
+    const int64_t block_pairs = k / 2 / 8 * 8;
+    uint32_t* words = reinterpret_cast<uint32_t*>(out);
+    for (; i + 8 <= i1; i += 8) {
+      for (int64_t p = 0; p < block_pairs; p += 8) pack_a_pairs_8x8(m, a, kp, words, i, p);
+      pack_a_transposed_scalar(m, k, a, stride, out, i, i + 8, 2 * block_pairs);
     }
+#endif
+    pack_a_transposed_scalar(m, k, a, stride, out, i, i1, 0);
   } else {
     for (int64_t i = i0; i < i1; ++i) std::copy(a + i * k, a + (i + 1) * k, out + i * stride);
   }

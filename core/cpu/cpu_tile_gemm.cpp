@@ -10,6 +10,7 @@
 // The rows of b come from a policy: DenseRows (a row-major matrix) or TableRows (runs of one
 // buffer at per-row offsets: the implicit column matrix of a convolution).
 #include "core/cpu/tile_gemm.h"
+#include "core/cpu/transpose8x8.h"
 
 #include <omp.h>
 
@@ -252,8 +253,8 @@ __attribute__((target("avx512f,avx512vl,fma"))) void tile_gemm_avx512(int64_t m,
   }
 }
 
-// dst (cols x rows) = src^T in 8 x 8 blocks, each transposed in registers by the usual
-// unpack / shuffle / lane-permute sequence; the ragged edges are copied one by one.
+// dst (cols x rows) = src^T in 8 x 8 blocks, each transposed in registers (transpose8x8);
+// the ragged edges are copied one by one.
 __attribute__((target("avx512f,avx512vl,fma"))) void transpose_avx(const float* src, int64_t rows,
                                                                int64_t cols, float* dst) {
   const int64_t full_rows = rows / 8 * 8, full_cols = cols / 8 * 8;
@@ -262,25 +263,10 @@ __attribute__((target("avx512f,avx512vl,fma"))) void transpose_avx(const float* 
       __m256 v[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) v[k] = _mm256_loadu_ps(src + (r + k) * cols + c);
-      __m256 t[8], u[8];
+      __m256 out[8];
+      transpose8x8(v, out);
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_ps(v[k], v[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
-      }
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; k += 4) {
-        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
-        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
-#pragma GCC unroll 8
-      for (int k = 0; k < 4; ++k) {
-        _mm256_storeu_ps(dst + (c + k) * rows + r, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-        _mm256_storeu_ps(dst + (c + k + 4) * rows + r,
-                         _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
-      }
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(dst + (c + k) * rows + r, out[k]);
     }
     for (int64_t c = full_cols; c < cols; ++c)
       for (int64_t k = r; k < r + 8; ++k) dst[c * rows + k] = src[k * cols + c];
