@@ -1,5 +1,6 @@
 // FP16 matrix products on the CPU without whole-tensor conversion passes: the operands are
-// widened to FP32 (F16C) as the product packs them, and the FP32 sums are kept in registers.
+// widened to FP32 (F16C) as the product packs them (A's rows and B's panels, each once), and
+// the FP32 sums are kept in registers.
 // CPUs with AVX-512 (F, VL and BW), AVX2, FMA and F16C take this path, unless the AVX-512
 // kernels are switched off (core/cpu/tile_gemm.h); others widen the operands and use
 // Eigen's product (core/cpu/cpu_gemm.cpp). No CPU's native FP16 arithmetic is used: it would
