@@ -192,7 +192,7 @@ void packed_product(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(b);
   float* const bp = packed::thread_buffer<Panels, float>(panels * k * kPanel);
   // A's rows widened once, in the packing phase like B's panels: widened per tile instead,
-  // each row was converted again for every panel of B (a sixth of the FP16 GPT step).
+  // each row was converted again for every panel of B.
   float* const ap = packed::thread_buffer<WidenedRows, float>(m * k);
   const int64_t a_tasks = (m + kWidenRows - 1) / kWidenRows;
   const Blend blend{alpha, beta};
